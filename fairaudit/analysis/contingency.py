@@ -1,0 +1,139 @@
+"""Within-pair contingency cells, McNemar, counterfactual and group disparity (paper 000 §3.1-3.2, §4.2)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, SIDES, complete_pairs, flips
+from fairaudit.stats import bootstrap_ci, mcnemar_exact_log10_p
+
+CELLS = ("a", "b", "c", "d")
+
+
+def cell_labels(pairs: pd.DataFrame, treatment: str, baseline: str) -> pd.Series:
+    """Cell per pair: a no flip in either arm, b flip resolved, c flip created, d flip in both."""
+    flip_t = flips(pairs, treatment).to_numpy()
+    flip_b = flips(pairs, baseline).to_numpy()
+    labels = np.select([~flip_b & ~flip_t, flip_b & ~flip_t, ~flip_b & flip_t], ["a", "b", "c"], default="d")
+    return pd.Series(labels, index=pairs.index, name="cell")
+
+
+def _yes_rate(pairs: pd.DataFrame, arm: str, side: str) -> float:
+    return float((pairs[f"{arm}_{side}"] == "Yes").mean())
+
+
+def _d_group(pairs: pd.DataFrame, arm: str) -> float:
+    return abs(_yes_rate(pairs, arm, ALPHA) - _yes_rate(pairs, arm, ALPHA_PRIME))
+
+
+def _d_disp(pairs: pd.DataFrame, arm: str) -> pd.Series:
+    return (pairs[f"p_{arm}_{ALPHA}"] - pairs[f"p_{arm}_{ALPHA_PRIME}"]).abs()
+
+
+def _direction_counts(pairs: pd.DataFrame, arm: str) -> tuple[int, int]:
+    """(alpha favoured: alpha Yes and alpha' No, alpha' favoured: the reverse) under `arm`."""
+    a, ap = pairs[f"{arm}_{ALPHA}"], pairs[f"{arm}_{ALPHA_PRIME}"]
+    return int(((a == "Yes") & (ap == "No")).sum()), int(((a == "No") & (ap == "Yes")).sum())
+
+
+def _parse_rates(records: pd.DataFrame, arms: tuple[str, ...]) -> dict[str, float]:
+    """Share of rows whose output held a parsable answer, per arm and per arm x side."""
+    parsed_col = "parsed_answer" if "parsed_answer" in records else "answer"
+    out: dict[str, float] = {}
+    for arm in arms:
+        rows = records[records["arm"] == arm]
+        out[f"parse_rate_{arm}"] = float(rows[parsed_col].notna().mean()) if len(rows) else math.nan
+        for side in SIDES:
+            side_rows = rows[rows["side"] == side]
+            out[f"parse_rate_{arm}_{side}"] = float(side_rows[parsed_col].notna().mean()) if len(side_rows) else math.nan
+    return out
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den else math.inf if num else math.nan
+
+
+def contingency(
+    records: pd.DataFrame,
+    treatment: str = "think",
+    baseline: str = "nothink",
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Headline counterfactual metrics of a treatment arm against a baseline arm.
+
+    records: the long records frame of DESIGN.md (pair_id, side, arm, answer, p_yes, ...).
+    Pairs are kept when the answer parses on both sides of both arms. Returns flat
+    snake_case metrics: cells, McNemar, D_cf / D_group per arm and deltas, mean D_disp in
+    cells b and c per arm, the directional split of cells c and d, parse rates and
+    paired-bootstrap 95% intervals for delta_d_cf and the c/b ratio.
+    """
+    pairs = complete_pairs(records, treatment, baseline)
+    cells = cell_labels(pairs, treatment, baseline)
+    counts = {cell: int((cells == cell).sum()) for cell in CELLS}
+    n = len(pairs)
+    m: dict[str, float] = {f"cell_{cell}": counts[cell] for cell in CELLS}
+    m["n_pairs"] = n
+    m["n_pairs_total"] = int(records["pair_id"].nunique())
+    m["mcnemar_log10_p"] = mcnemar_exact_log10_p(counts["b"], counts["c"])
+    m["mcnemar_p"] = 10.0 ** m["mcnemar_log10_p"]
+    m["c_b_ratio"] = _ratio(counts["c"], counts["b"])
+
+    for arm in (treatment, baseline):
+        m[f"d_cf_{arm}"] = float(flips(pairs, arm).mean()) if n else math.nan
+        m[f"d_group_{arm}"] = _d_group(pairs, arm) if n else math.nan
+        disp = _d_disp(pairs, arm)
+        for cell in CELLS:
+            m[f"d_disp_{cell}_{arm}"] = float(disp[cells == cell].mean()) if counts[cell] else math.nan
+    m["delta_d_cf"] = m[f"d_cf_{treatment}"] - m[f"d_cf_{baseline}"]
+    m["delta_d_group"] = m[f"d_group_{treatment}"] - m[f"d_group_{baseline}"]
+
+    for cell in ("c", "d"):
+        up_alpha, up_alpha_prime = _direction_counts(pairs[cells == cell], treatment)
+        m[f"{cell}_alpha_up"], m[f"{cell}_alpha_prime_up"] = up_alpha, up_alpha_prime
+        m[f"asym_{cell}"] = abs(up_alpha - up_alpha_prime) / counts[cell] if counts[cell] else math.nan
+        m[f"delta_{cell}"] = (up_alpha - up_alpha_prime) / n if n else math.nan
+
+    m.update(_parse_rates(records, (treatment, baseline)))
+    m.update(_bootstrap(pairs, cells, treatment, baseline, n_boot, seed))
+    return m
+
+
+def _bootstrap(pairs, cells, treatment, baseline, n_boot, seed) -> dict[str, float]:
+    """Paired bootstrap over pairs for delta_d_cf and the c/b ratio."""
+    flip_t = flips(pairs, treatment).to_numpy(float)
+    flip_b = flips(pairs, baseline).to_numpy(float)
+    is_b = (cells == "b").to_numpy()
+    is_c = (cells == "c").to_numpy()
+    delta = bootstrap_ci(lambda i: flip_t[i].mean() - flip_b[i].mean(), len(pairs), n_boot, seed)
+    ratio = bootstrap_ci(lambda i: _ratio(is_c[i].sum(), is_b[i].sum()), len(pairs), n_boot, seed)
+    return {
+        "delta_d_cf_ci_low": delta[0],
+        "delta_d_cf_ci_high": delta[1],
+        "c_b_ratio_ci_low": ratio[0],
+        "c_b_ratio_ci_high": ratio[1],
+    }
+
+
+def contingency_table(metrics: dict[str, float], treatment: str = "think", baseline: str = "nothink") -> pd.DataFrame:
+    """The 2x2 table of Table 1: rows the baseline flip, columns the treatment flip."""
+    return pd.DataFrame(
+        [[metrics["cell_a"], metrics["cell_c"]], [metrics["cell_b"], metrics["cell_d"]]],
+        index=pd.Index([f"{baseline}_no_flip", f"{baseline}_flip"], name=baseline),
+        columns=pd.Index([f"{treatment}_no_flip", f"{treatment}_flip"], name=treatment),
+    ).astype(int)
+
+
+def cell_disparity_table(metrics: dict[str, float], treatment: str = "think", baseline: str = "nothink") -> pd.DataFrame:
+    """Per cell: pair count and mean D_disp under each arm (Table 2's right-hand columns)."""
+    return pd.DataFrame(
+        {
+            "cell": list(CELLS),
+            "n": [int(metrics[f"cell_{c}"]) for c in CELLS],
+            f"d_disp_{baseline}": [metrics[f"d_disp_{c}_{baseline}"] for c in CELLS],
+            f"d_disp_{treatment}": [metrics[f"d_disp_{c}_{treatment}"] for c in CELLS],
+        }
+    )

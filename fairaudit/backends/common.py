@@ -1,0 +1,30 @@
+"""Helpers shared by backends as free functions."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+
+def pooled_choice_probs(logits: torch.Tensor, choices: Sequence[Sequence[int]]) -> np.ndarray:
+    """Softmax across choices of each choice's logsumexp-pooled token logits.
+
+    logits: (n, vocab) next-token logits; returns (n, len(choices)) float64 probabilities.
+    """
+    logits = logits.float()
+    pooled = torch.stack([torch.logsumexp(logits[:, list(ids)], dim=-1) for ids in choices], dim=-1)
+    return torch.softmax(pooled.double(), dim=-1).cpu().numpy()
+
+
+def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token id lists into (input_ids, attention_mask) tensors."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        if seq:
+            ids[row, width - len(seq):] = torch.tensor(list(seq), dtype=torch.long)
+            mask[row, width - len(seq):] = 1
+    return ids, mask

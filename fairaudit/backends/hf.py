@@ -1,0 +1,137 @@
+"""Hugging Face transformers backend: batched, left-padded, CPU or CUDA."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from fairaudit.backends import Completion, DepthRequest, GenerationRequest
+from fairaudit.backends.common import left_pad, pooled_choice_probs
+from fairaudit.errors import AuditError
+from fairaudit.models import model_fingerprint
+
+BACKEND_VERSION = "hf-1"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def pick_device(device: str) -> torch.device:
+    """'auto' is CUDA when available, else CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _position_ids(mask: torch.Tensor) -> torch.Tensor:
+    """Positions that ignore left padding: 0 at each row's first real token."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+_LOADED: dict[tuple, torch.nn.Module] = {}
+
+
+def load_model(model_dir: str, dtype: str, device: torch.device, attn_implementation: str) -> torch.nn.Module:
+    """The model, loaded once per process and reused by every job of a sequential sweep."""
+    from transformers import AutoModelForCausalLM
+
+    key = (model_dir, dtype, str(device), attn_implementation)
+    if key not in _LOADED:
+        _LOADED[key] = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=DTYPES[dtype], attn_implementation=attn_implementation
+        ).to(device).eval()
+    return _LOADED[key]
+
+
+class HFBackend:
+    """A transformers causal LM; every call is batched by `batch_size`.
+
+    Construction reads only the tokenizer and the weight files' identity; the weights load
+    on the first model call, so a run served wholly from the store never loads them.
+    """
+
+    def __init__(self, model_dir: str | Path, dtype: str = "float32", device: str = "auto", batch_size: int = 8,
+                 attn_implementation: str = "sdpa", depth_token_budget: int = 16384):
+        from transformers import AutoTokenizer
+
+        if dtype not in DTYPES:
+            raise AuditError(f"model.dtype {dtype!r} is not supported by the hf backend; choices: {sorted(DTYPES)}")
+        self.model_dir, self.dtype, self.attn_implementation = str(model_dir), dtype, attn_implementation
+        self.device = pick_device(device)
+        self.batch_size = batch_size
+        self.depth_token_budget = depth_token_budget
+        self.fingerprint = f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/{dtype}/{self.device.type}"
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return load_model(self.model_dir, self.dtype, self.device, self.attn_implementation)
+
+    @property
+    def stop_ids(self) -> set[int]:
+        ids = self.model.generation_config.eos_token_id
+        ids = set(ids if isinstance(ids, list) else [ids]) if ids is not None else set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
+    def _batches(self, lengths: Sequence[int]):
+        """Index batches of similar length (less padding), in descending length."""
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        for start in range(0, len(order), self.batch_size):
+            yield order[start:start + self.batch_size]
+
+    @torch.inference_mode()
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Greedy requests run batched; sampled ones one by one under their own seed."""
+        out: list[Completion | None] = [None] * len(requests)
+        greedy = [i for i, r in enumerate(requests) if r.temperature == 0.0]
+        sampled = [i for i, r in enumerate(requests) if r.temperature > 0.0]
+        for batch in self._batches([len(requests[i].prompt_ids) for i in greedy]):
+            idx = [greedy[j] for j in batch]
+            for i, completion in zip(idx, self._generate_batch([requests[i] for i in idx])):
+                out[i] = completion
+        for i in sampled:
+            torch.manual_seed(requests[i].seed if requests[i].seed is not None else 0)
+            out[i] = self._generate_batch([requests[i]])[0]
+        return out  # type: ignore[return-value]
+
+    def _generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        ids, mask = left_pad([r.prompt_ids for r in requests], self.pad_id)
+        first = requests[0]
+        sampling = {"do_sample": True, "temperature": first.temperature, "top_p": first.top_p} if first.temperature > 0 else {"do_sample": False}
+        generated = self.model.generate(
+            input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+            max_new_tokens=max(r.max_new_tokens for r in requests), pad_token_id=self.pad_id,
+            top_k=None, **sampling,
+        )[:, ids.shape[1]:].tolist()
+        return [self._completion(row, r.max_new_tokens) for row, r in zip(generated, requests)]
+
+    def _completion(self, new_ids: list[int], budget: int) -> Completion:
+        stop_ids = self.stop_ids
+        stop = next((i for i, t in enumerate(new_ids) if t in stop_ids), None)
+        kept = new_ids[:stop] if stop is not None and stop < budget else new_ids[:budget]
+        finish = "stop" if stop is not None and stop < budget else "length"
+        return Completion(text=self.tokenizer.decode(kept, skip_special_tokens=False), token_ids=tuple(kept), finish_reason=finish)
+
+    @torch.inference_mode()
+    def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]]) -> np.ndarray:
+        """Softmax over the pooled choices at the position after each prefix (see the protocol)."""
+        out = np.zeros((len(prefixes), len(choices)))
+        for batch in self._batches([len(p) for p in prefixes]):
+            ids, mask = left_pad([prefixes[i] for i in batch], self.pad_id)
+            logits = self.model(
+                input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                position_ids=_position_ids(mask).to(self.device), logits_to_keep=1,
+            ).logits[:, -1]
+            out[batch] = pooled_choice_probs(logits, choices)
+        return out
+
+    @torch.inference_mode()
+    def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """All cuts of a trace in one packed forward pass (tree attention mask); equals the naive re-feed."""
+        from fairaudit.backends.packing import packed_depth_probs
+
+        return packed_depth_probs(self.model, requests, choices, token_budget=self.depth_token_budget, pad_id=self.pad_id)

@@ -1,0 +1,1 @@
+"""Dataset loaders, prose templates, counterfactual pairs and MCQ permutations."""

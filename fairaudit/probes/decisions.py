@@ -1,0 +1,67 @@
+"""Yes/No decisions of a model on counterfactual pairs under one arm: the records every pair probe reads."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from fairaudit.backends import GenerationRequest
+from fairaudit.probes import AuditContext
+from fairaudit.prompts.yesno import (Arm, choice_token_ids, force_answer_suffix, parse_yes_no, render_prompt,
+                                     split_output, think_prompt_prefix)
+from fairaudit.store import generation_key
+
+
+def encode(tokenizer, text: str) -> tuple[int, ...]:
+    """Token ids of a text piece, no special tokens added."""
+    return tuple(tokenizer.encode(text, add_special_tokens=False))
+
+
+def answer_position_ids(ctx: AuditContext, prompt: str, trace: str, arm: Arm) -> tuple[int, ...]:
+    """Token ids after which P(Yes) is read: for thinking arms prompt + trace + force-answer suffix.
+
+    The three parts are tokenized apart, exactly as the CDPG depth cuts are, so the full-depth
+    cut of a trace reads the same P(Yes) as the arm itself.
+    """
+    tok = ctx.backend.tokenizer
+    if arm.think:
+        return (encode(tok, think_prompt_prefix(prompt, ctx.model.thinking)) + encode(tok, trace)
+                + encode(tok, force_answer_suffix(ctx.model.thinking, ctx.model.answer_prefix)))
+    return encode(tok, prompt) + encode(tok, ctx.model.answer_prefix)
+
+
+def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
+    """Generate and score every row of `pairs` under `arm`; returns the records of DESIGN.md.
+
+    pairs: pair_id, side, attribute_value, user_message. Each row gets the parsed answer,
+    P(Yes) from the Yes/No softmax at the answer position, the trace and its length.
+    """
+    tok = ctx.backend.tokenizer
+    prompts = [render_prompt(tok, m, arm, ctx.model.thinking, ctx.model.template_kwargs) for m in pairs["user_message"]]
+    requests = [GenerationRequest(encode(tok, p), arm.max_new_tokens) for p in prompts]
+    completions = ctx.backend.generate(requests, label=f"generate {arm.name}")
+    outputs = [split_output(p, c.text, arm, ctx.model.thinking) for p, c in zip(prompts, completions)]
+    prefixes = [answer_position_ids(ctx, p, o.trace, arm) for p, o in zip(prompts, outputs)]
+    p_yes = ctx.backend.choice_probs(prefixes, choice_token_ids(tok), label=f"score {arm.name}")[:, 0]
+    parsed = [parse_yes_no(o.answer_text) if o.closed else None for o in outputs]
+    forced = ["Yes" if p >= 0.5 else "No" for p in p_yes]
+    return pd.DataFrame({
+        "pair_id": pairs["pair_id"].to_numpy(),
+        "side": pairs["side"].to_numpy(),
+        "attribute_value": pairs["attribute_value"].to_numpy(),
+        "arm": arm.name,
+        "answer": forced if ctx.model.answer_source == "forced" else parsed,
+        "parsed_answer": parsed,
+        "p_yes": p_yes,
+        "trace_tokens": [len(encode(tok, o.trace)) for o in outputs],
+        "think_closed": [o.closed for o in outputs],
+        "truncated": [c.finish_reason == "length" for c in completions],
+        "prompt_hash": [generation_key(ctx.backend.fingerprint, r) for r in requests],
+        "trace": [o.trace for o in outputs],
+        "text": [c.text for c in completions],
+    })
+
+
+def paired_records(ctx: AuditContext, baseline: Arm) -> pd.DataFrame:
+    """Records of the grid's arm (treatment) and the probe's baseline arm on the dataset's pairs."""
+    pairs = ctx.dataset.pairs()
+    return pd.concat([decide(ctx, pairs, ctx.arm), decide(ctx, pairs, baseline)], ignore_index=True)

@@ -1,0 +1,1 @@
+"""Arms: chat messages, pre-fills, force-answer suffixes and answer parsing."""

@@ -1,0 +1,70 @@
+"""Exact tests in log space, bootstrap intervals."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+from scipy.special import gammaln, logsumexp
+
+LN10 = math.log(10.0)
+
+
+def binom_log_cdf_half(k: int, n: int) -> float:
+    """ln P(X <= k) for X ~ Binomial(n, 1/2), exact in log space (no underflow)."""
+    if k < 0:
+        return -math.inf
+    if k >= n:
+        return 0.0
+    i = np.arange(k + 1)
+    log_pmf = gammaln(n + 1) - gammaln(i + 1) - gammaln(n - i + 1) - n * math.log(2.0)
+    return float(logsumexp(log_pmf))
+
+
+def mcnemar_exact_log10_p(b: int, c: int) -> float:
+    """log10 of McNemar's exact two-sided p-value on the discordant counts (b, c).
+
+    p = min(1, 2 * P(X <= min(b, c))), X ~ Binomial(b + c, 1/2); 0.0 (p = 1) when b + c = 0.
+    """
+    n = b + c
+    if n == 0:
+        return 0.0
+    log_p = math.log(2.0) + binom_log_cdf_half(min(b, c), n)
+    return min(0.0, log_p / LN10)
+
+
+def sign_test_log10_p(successes: int, n: int, alternative: str = "greater") -> float:
+    """log10 p of the exact sign test: `successes` of `n` non-tied cells in the predicted direction."""
+    if alternative == "greater":
+        log_p = binom_log_cdf_half(n - successes, n)
+    elif alternative == "two-sided":
+        log_p = math.log(2.0) + binom_log_cdf_half(min(successes, n - successes), n)
+    else:
+        raise ValueError(f"alternative must be 'greater' or 'two-sided', got {alternative!r}")
+    return min(0.0, log_p / LN10)
+
+
+def bootstrap_ci(
+    statistic: Callable[[np.ndarray], float],
+    n_units: int,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile interval of `statistic(indices)` over resamples of `n_units` units with replacement.
+
+    `statistic` receives an index array into the units (pairs, questions...) so paired
+    quantities stay paired. Non-finite replicates are dropped.
+    """
+    if n_units == 0:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n_units, size=(n_boot, n_units))
+    values = np.array([statistic(idx) for idx in draws], dtype=float)
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return (math.nan, math.nan)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(values, [tail, 1.0 - tail])
+    return (float(low), float(high))

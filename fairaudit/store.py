@@ -1,0 +1,140 @@
+"""Content-addressed sqlite store of every generation and score, and the caching backend wrapper.
+
+A result is keyed by (call kind, model fingerprint, exact token ids, decoding parameters,
+backend version). Results are committed chunk by chunk, so a killed run resumes where it
+stopped; WAL mode lets concurrent sweep jobs share one file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from fairaudit.backends import Backend, Completion, DepthRequest, GenerationRequest
+from fairaudit.console import progress
+
+STORE_VERSION = 1
+
+
+class Store:
+    """A key -> JSON value table in one sqlite file."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path).expanduser().resolve()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=60.0)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
+            "model TEXT NOT NULL, value TEXT NOT NULL, created REAL NOT NULL)"
+        )
+        self._db.commit()
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, object]:
+        """Stored values of those keys that exist."""
+        found: dict[str, object] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), 500):
+            chunk = unique[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            for key, value in self._db.execute(f"SELECT key, value FROM results WHERE key IN ({marks})", chunk):
+                found[key] = json.loads(value)
+        return found
+
+    def put_many(self, kind: str, model: str, items: Sequence[tuple[str, object]]) -> None:
+        """Insert results and commit at once."""
+        now = time.time()
+        self._db.executemany(
+            "INSERT OR REPLACE INTO results (key, kind, model, value, created) VALUES (?, ?, ?, ?, ?)",
+            [(key, kind, model, json.dumps(value), now) for key, value in items],
+        )
+        self._db.commit()
+
+    def count(self, kind: str | None = None) -> int:
+        """Number of stored results, of one kind or all."""
+        if kind is None:
+            return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+        return self._db.execute("SELECT COUNT(*) FROM results WHERE kind = ?", (kind,)).fetchone()[0]
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def call_key(kind: str, fingerprint: str, payload: object) -> str:
+    """The store key of one model call."""
+    blob = json.dumps([STORE_VERSION, kind, fingerprint, payload], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def generation_key(fingerprint: str, request: GenerationRequest) -> str:
+    """The store key of one generation (the records' prompt_hash)."""
+    return call_key("generate", fingerprint, asdict(request))
+
+
+class CachedBackend:
+    """Wraps a backend with the store: only calls missing from the store reach the model.
+
+    Results are computed in chunks of `chunk_size` and committed after each chunk.
+    `model_calls` counts the items sent to the model.
+    """
+
+    def __init__(self, inner: Backend, store: Store, chunk_size: int = 8):
+        self.inner = inner
+        self.fingerprint = inner.fingerprint
+        self.tokenizer = inner.tokenizer
+        self.store = store
+        self.chunk_size = max(1, chunk_size)
+        self.model_calls = 0
+
+    def _cached(self, kind: str, payloads: Sequence[object], compute: Callable[[list[int]], list], label: str) -> list:
+        keys = [call_key(kind, self.fingerprint, p) for p in payloads]
+        found = self.store.get_many(keys)
+        missing = list(dict.fromkeys(i for i, k in enumerate(keys) if k not in found))
+        first_of_key: dict[str, int] = {}
+        todo = [i for i in missing if first_of_key.setdefault(keys[i], i) == i]
+        with progress(label, total=len(todo), done_before=len(keys) - len(missing)) as advance:
+            for start in range(0, len(todo), self.chunk_size):
+                chunk = todo[start:start + self.chunk_size]
+                results = compute(chunk)
+                self.model_calls += len(chunk)
+                self.store.put_many(kind, self.fingerprint, [(keys[i], r) for i, r in zip(chunk, results)])
+                found.update({keys[i]: r for i, r in zip(chunk, results)})
+                advance(len(chunk))
+        return [found[k] for k in keys]
+
+    def generate(self, requests: Sequence[GenerationRequest], label: str = "generate") -> list[Completion]:
+        """Completions for the requests, from the store where present."""
+        payloads = [asdict(r) for r in requests]
+
+        def compute(idx: list[int]) -> list[dict]:
+            return [asdict(c) for c in self.inner.generate([requests[i] for i in idx])]
+
+        rows = self._cached("generate", payloads, compute, label)
+        return [Completion(text=r["text"], token_ids=tuple(r["token_ids"]), finish_reason=r["finish_reason"]) for r in rows]
+
+    def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]], label: str = "score") -> np.ndarray:
+        """Choice probabilities per prefix, from the store where present."""
+        choice_lists = [list(c) for c in choices]
+        payloads = [{"prefix": list(p), "choices": choice_lists} for p in prefixes]
+
+        def compute(idx: list[int]) -> list[list[float]]:
+            return self.inner.choice_probs([prefixes[i] for i in idx], choice_lists).tolist()
+
+        return np.array(self._cached("choice_probs", payloads, compute, label), dtype=float).reshape(len(prefixes), len(choices))
+
+    def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]], label: str = "depth") -> list[np.ndarray]:
+        """Choice probabilities at every cut of each trace, from the store where present."""
+        choice_lists = [list(c) for c in choices]
+        payloads = [{**asdict(r), "choices": choice_lists} for r in requests]
+
+        def compute(idx: list[int]) -> list[list[list[float]]]:
+            return [a.tolist() for a in self.inner.depth_choice_probs([requests[i] for i in idx], choice_lists)]
+
+        return [np.array(r, dtype=float) for r in self._cached("depth_choice_probs", payloads, compute, label)]
