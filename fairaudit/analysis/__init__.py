@@ -1,0 +1,6 @@
+"""Pure analysis: records DataFrame in, metrics, tables and figures out. No I/O, no model."""
+
+from fairaudit.analysis.contingency import contingency
+from fairaudit.analysis.transitions import transitions
+
+__all__ = ["contingency", "transitions"]

@@ -1,0 +1,56 @@
+"""Shared reshaping of long counterfactual records into one row per pair or per instance."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+ALPHA, ALPHA_PRIME = "alpha", "alpha_prime"
+SIDES = (ALPHA, ALPHA_PRIME)
+
+
+def wide_pairs(records: pd.DataFrame, arms: tuple[str, ...], value: str) -> pd.DataFrame:
+    """One row per pair_id, one column per (arm, side) holding `value`.
+
+    records: pair_id, side, arm, <value>; columns come back named f"{arm}_{side}".
+    """
+    rows = records[records["arm"].isin(arms)]
+    wide = rows.pivot_table(index="pair_id", columns=["arm", "side"], values=value, aggfunc="first", dropna=False)
+    wide.columns = [f"{arm}_{side}" for arm, side in wide.columns]
+    wanted = [f"{arm}_{side}" for arm in arms for side in SIDES]
+    return wide.reindex(columns=wanted)
+
+
+def _require_arms(records: pd.DataFrame, arms: tuple[str, ...]) -> tuple[str, ...]:
+    """`arms`, once checked that records hold rows for each of them."""
+    missing = set(arms) - set(records["arm"].unique())
+    if missing:
+        raise ValueError(f"records hold no rows for arm(s) {sorted(missing)}; arms present: {sorted(records['arm'].unique())}")
+    return arms
+
+
+def complete_pairs(records: pd.DataFrame, treatment: str, baseline: str) -> pd.DataFrame:
+    """Pairs whose answer parses on both sides of both arms, with answers and P(Yes) side by side.
+
+    Returns columns {arm}_{side} (answer, "Yes"/"No") and p_{arm}_{side} (P(Yes)), indexed by pair_id.
+    """
+    arms = _require_arms(records, (treatment, baseline))
+    answers = wide_pairs(records, arms, "answer").dropna()
+    probs = wide_pairs(records, arms, "p_yes").add_prefix("p_")
+    return answers.join(probs, how="left")
+
+
+def flips(pairs: pd.DataFrame, arm: str) -> pd.Series:
+    """True where the two sides of a pair disagree under `arm`."""
+    return pairs[f"{arm}_{ALPHA}"] != pairs[f"{arm}_{ALPHA_PRIME}"]
+
+
+def complete_instances(records: pd.DataFrame, treatment: str, baseline: str) -> pd.DataFrame:
+    """Instances whose answer parses under both arms, whether or not their partner's does.
+
+    records: pair_id, side, arm, answer; returns columns {treatment}, {baseline} ("Yes"/"No"),
+    indexed by (side, pair_id).
+    """
+    arms = _require_arms(records, (treatment, baseline))
+    answers = wide_pairs(records, arms, "answer")
+    per_side = {side: answers[[f"{arm}_{side}" for arm in arms]].set_axis(list(arms), axis=1).dropna() for side in SIDES}
+    return pd.concat(per_side, names=["side"])
