@@ -1,0 +1,198 @@
+"""Four-option MCQ files and their cyclic permutations (position-bias paper, §3.2, §3.5).
+
+Accepted layouts, detected from the first record of a local JSONL, JSON or parquet file:
+
+- lettered (the shared MMLU / OpenBookQA files): `question`, `options` = "A. ...\\nB. ...",
+  `answer` = "D. ..." whose first character is the gold letter;
+- labelled choices (ARC, OpenBookQA on the hub): `question` (or `question_stem`),
+  `choices` = {"text": [...], "label": [...]}, `answerKey`;
+- choice list (MMLU on the hub): `question`, `choices` = [...], `answer` = gold index;
+- GPQA: `Question`, `Correct Answer`, `Incorrect Answer 1..3`; the four options are put
+  in an order fixed by the question text (not by the sampling seed).
+
+Items without exactly four options are dropped, as in the paper. `question_id` is the
+item's 0-based row in the file, so ids stay stable across `n` and `seed`.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+import zlib
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from fairaudit.data.files import data_root, verified_file
+from fairaudit.errors import AuditError
+
+N_OPTIONS = 4
+LETTERS = "ABCD"
+GPQA_INCORRECT = ("Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
+
+Item = tuple[str, list[str], int]  # question, options, gold index
+
+
+def format_options(options: list[str]) -> str:
+    """The paper's {options_text}: one "X. option" line per option, lettered from A."""
+    return "\n".join(f"{letter}. {option}" for letter, option in zip(string.ascii_uppercase, options))
+
+
+def split_lettered_options(text: str) -> list[str] | None:
+    """Options of an "A. ...\\nB. ..." string (inverse of `format_options`), None if it does not start at "A. ".
+
+    An option may span lines: only a line opening with the next expected letter starts a new option.
+    """
+    if not text.startswith("A. "):
+        return None
+    starts = [0]
+    for letter in string.ascii_uppercase[1:]:
+        at = text.find(f"\n{letter}. ", starts[-1])
+        if at < 0:
+            break
+        starts.append(at + 1)
+    ends = [start - 1 for start in starts[1:]] + [len(text)]
+    return [text[start + 3 : end] for start, end in zip(starts, ends)]
+
+
+def _lettered(row: dict) -> Item:
+    options = split_lettered_options(row["options"])
+    if options is None or not row["answer"] or row["answer"][0] not in string.ascii_uppercase[: len(options)]:
+        raise ValueError("options must read 'A. ...\\nB. ...' and answer must start with one of their letters")
+    return row["question"], options, string.ascii_uppercase.index(row["answer"][0])
+
+
+def _labelled_choices(row: dict) -> Item:
+    choices = row["choices"]
+    labels = [str(label) for label in choices["label"]]
+    question = row["question"] if "question" in row else row["question_stem"]
+    return question, [str(text) for text in choices["text"]], labels.index(str(row["answerKey"]))
+
+
+def _choice_list(row: dict) -> Item:
+    return row["question"], [str(choice) for choice in row["choices"]], int(row["answer"])
+
+
+def _gpqa(row: dict) -> Item:
+    question = row["Question"].strip()
+    answers = [row["Correct Answer"], *(row[key] for key in GPQA_INCORRECT)]
+    order = np.random.default_rng(zlib.crc32(question.encode())).permutation(N_OPTIONS)
+    return question, [str(answers[i]).strip() for i in order], int(np.argmax(order == 0))
+
+
+# (name, keys that identify it, converter); the first layout whose keys the record holds wins.
+LAYOUTS: tuple[tuple[str, frozenset[str], Callable[[dict], Item]], ...] = (
+    ("lettered", frozenset({"question", "options", "answer"}), _lettered),
+    ("labelled choices", frozenset({"choices", "answerKey"}), _labelled_choices),
+    ("choice list", frozenset({"question", "choices", "answer"}), _choice_list),
+    ("gpqa", frozenset({"Question", "Correct Answer", *GPQA_INCORRECT}), _gpqa),
+)
+
+
+def _json_rows(path: Path) -> list[dict]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            pass  # hub exports often write JSON lines under a .json name
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise AuditError(f"{path} line {number} is not valid JSON: {err.msg}") from None
+    return rows
+
+
+def read_rows(path: Path) -> list[dict]:
+    """Raw records of a .jsonl, .json or .parquet file."""
+    if path.suffix in (".jsonl", ".json"):
+        rows = _json_rows(path)
+    elif path.suffix == ".parquet":
+        rows = pd.read_parquet(path).to_dict("records")
+    else:
+        raise AuditError(f"{path}: unsupported file type {path.suffix!r}; choices: .jsonl, .json, .parquet")
+    if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
+        raise AuditError(f"{path} holds no records (expected one JSON object per question)")
+    return rows
+
+
+def parse_questions(rows: list[dict], source: str) -> pd.DataFrame:
+    """One row per four-option item: question_id, question, options (list), gold_index."""
+    converter = next((conv for _, keys, conv in LAYOUTS if keys <= rows[0].keys()), None)
+    if converter is None:
+        layouts = "; ".join(f"{name}: {sorted(keys)}" for name, keys, _ in LAYOUTS)
+        raise AuditError(f"{source}: unknown MCQ layout with keys {sorted(rows[0])}; expected one of {layouts}")
+    items = []
+    for index, row in enumerate(rows):
+        try:
+            question, options, gold = converter(row)
+        except (KeyError, ValueError, TypeError) as err:
+            raise AuditError(f"{source} record {index}: {err!r}") from None
+        if not 0 <= gold < len(options):
+            raise AuditError(f"{source} record {index}: gold answer index {gold} is outside its {len(options)} options")
+        if len(options) == N_OPTIONS:
+            items.append({"question_id": index, "question": question, "options": options, "gold_index": gold})
+    if not items:
+        raise AuditError(f"{source} has no item with exactly {N_OPTIONS} options")
+    return pd.DataFrame(items)
+
+
+def sample_questions(questions: pd.DataFrame, n: int | None, seed: int, source: str) -> pd.DataFrame:
+    """`n` questions drawn without replacement with `seed` (all when n is None), in file order.
+
+    A larger n with the same seed extends a smaller one: the draw is a prefix of one permutation.
+    """
+    available = len(questions)
+    if n is None:
+        return questions
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= available:
+        raise AuditError(f"dataset.n={n!r} is out of range for {source}: choose 1 <= n <= {available}")
+    chosen = np.random.default_rng(seed).permutation(available)[:n]
+    return questions.iloc[np.sort(chosen)].reset_index(drop=True)
+
+
+def cyclic_permutations(questions: pd.DataFrame) -> pd.DataFrame:
+    """Four variants per question; permutation s moves every option j to (j + s) mod 4.
+
+    questions: question_id, question, options, gold_index. Returns question_id, permutation,
+    gold_position (= (gold_index + s) mod 4), question, options (rotated list), options_text.
+    """
+    rows = []
+    for item in questions.itertuples(index=False):
+        for s in range(N_OPTIONS):
+            options = [item.options[(j - s) % N_OPTIONS] for j in range(N_OPTIONS)]
+            rows.append({
+                "question_id": item.question_id,
+                "permutation": s,
+                "gold_position": (item.gold_index + s) % N_OPTIONS,
+                "question": item.question,
+                "options": options,
+                "options_text": format_options(options),
+            })
+    return pd.DataFrame(rows)
+
+
+def resolve_path(path: str | Path, root: str | None = None) -> Path:
+    """An absolute path as given; a relative one under the data root, checksum-verified when it is a known file."""
+    path = Path(path).expanduser()
+    full = path if path.is_absolute() else data_root(root) / path
+    if not full.is_file():
+        raise AuditError(f"MCQ file {full} does not exist (relative paths are read under data.root or FAIRAUDIT_DATA)")
+    return full if path.is_absolute() else verified_file(data_root(root), path.as_posix())
+
+
+def load_mcq(path: str | Path, n: int | None = None, seed: int = 0, root: str | None = None) -> pd.DataFrame:
+    """Sample `n` four-option questions from `path` with `seed` and expand each into its four cyclic variants.
+
+    Returns question_id, permutation, gold_position, question, options, options_text (see
+    `cyclic_permutations`). Raises AuditError naming the file when it is missing, unreadable,
+    in an unknown layout, or holds fewer than `n` items.
+    """
+    resolved = resolve_path(path, root)
+    questions = parse_questions(read_rows(resolved), str(resolved))
+    return cyclic_permutations(sample_questions(questions, n, seed, str(resolved)))

@@ -1,0 +1,138 @@
+"""MCQ arms of the position-bias probe (paper Appendix A): prompts, answer and trajectory parsing.
+
+Letters are option labels, i.e. absolute positions: "A" is position 0. CCP and effective
+switching run on the whole generated text (thinking and response together, A.4).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import NamedTuple
+
+from fairaudit.errors import AuditError
+
+LETTERS = "ABCD"
+
+# A.1, verbatim.
+SYSTEM_PROMPTS = {
+    "direct": (
+        "You are a helpful assistant. Answer the multiple-choice question with ONLY the letter of the "
+        "correct answer in this exact format:\nThe answer is (X).\nDo NOT explain your reasoning. "
+        "Do NOT show any work."
+    ),
+    "cot": (
+        "You are a helpful assistant that solves multiple-choice questions. Think step by step before "
+        "giving your final answer. Keep your reasoning concise. After your reasoning, clearly state your "
+        "final answer as: The answer is (X)."
+    ),
+    "reason": (
+        "You are a helpful assistant that solves multiple-choice questions. Think step by step before "
+        "giving your final answer. After your reasoning, clearly state your final answer as: The answer is (X)."
+    ),
+}
+STEP_BY_STEP = "Think step by step, then give your final answer."
+MCQ_ARMS = tuple(SYSTEM_PROMPTS)
+
+# A.2: final-answer cascade, first pattern with a match wins. Patterns 1 and 2 accept the
+# full-width colon U+FF1A; pattern 2 also allows "**" after the colon so that its documented
+# example "**Answer:** X" matches.
+ANSWER_PATTERNS = tuple(re.compile(p) for p in (
+    r"[Tt]he\s+answer\s+is\s*[(:\uff1a]?\s*([A-D])\b",
+    r"\*?\*?[Aa]nswer\*?\*?\s*[:\uff1a]\s*\*?\*?\s*[(]?\s*([A-D])\b",
+    r"\\boxed\{([A-D])\}",
+    r"\b([A-D])\s*\.?\s*$",
+))
+
+# A.3: the nine trajectory patterns. "Case-insensitive" applies to the words only ((?i:...)):
+# the letter stays upper-case, or the article "a" would count as a mention of option A.
+TRAJECTORY_PATTERNS = tuple(re.compile(p) for p in (
+    r"(?i:option)\s+([A-D])\b",
+    r"(?i:answer|choice|select)\s*(?i:is|[:\uff1a])?\s*[(]?([A-D])\b",
+    r"\(([A-D])\)",
+    r"\b([A-D])\.\s",
+    r"\b([A-D])\s+(?i:is|seems?|looks?|appears?)\s+(?i:correct|right|better|more)",
+    r"(?i:choose|pick|go\s+with|lean\w*\s+(?:towards?|to))\s+[(]?([A-D])\b",
+    r"(?i:so)\s+(?i:it[\u2019']?s|the\s+answer\s+is)?\s*[(]?([A-D])\b",
+    r"(?i:I\s+(?:think|believe))\s+.*\b([A-D])\b",
+    r"\\boxed\{([A-D])\}",
+))
+
+THINK_SPLIT = re.compile(r"<think>(.*?)</think>(.*)", re.DOTALL)  # A.4
+
+
+class Mention(NamedTuple):
+    """One commitment to an option letter in a text."""
+
+    letter: str
+    char: int  # offset of the letter in the text
+    position: float  # char / len(text)
+
+
+def user_prompt(arm: str, question: str, options_text: str) -> str:
+    """The A.1 user message: question, options, and the step-by-step cue for cot and reason."""
+    body = f"{question}\n\n{options_text}"
+    return body if arm == "direct" else f"{body}\n\n{STEP_BY_STEP}"
+
+
+def mcq_messages(arm: str, question: str, options_text: str) -> list[dict[str, str]]:
+    """The A.1 (system, user) chat messages of `arm` (direct, cot or reason)."""
+    if arm not in SYSTEM_PROMPTS:
+        raise AuditError(f"arm {arm!r} has no MCQ prompt; choices: {list(MCQ_ARMS)}")
+    return [
+        {"role": "system", "content": SYSTEM_PROMPTS[arm]},
+        {"role": "user", "content": user_prompt(arm, question, options_text)},
+    ]
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer letter by the A.2 cascade, or None.
+
+    Within the winning pattern the last match counts: a reasoning trace may say "the answer
+    is B" before it settles on "The answer is (C)".
+    """
+    for pattern in ANSWER_PATTERNS:
+        matches = pattern.findall(text)
+        if matches:
+            return matches[-1]
+    return None
+
+
+def answer_position(text: str) -> int | None:
+    """The extracted answer as an absolute position 0..3, or None."""
+    letter = extract_answer(text)
+    return None if letter is None else LETTERS.index(letter)
+
+
+def trajectory(text: str) -> list[Mention]:
+    """Every A.3 mention in order of appearance, one per character offset of the letter."""
+    found = {m.start(1): m.group(1) for pattern in TRAJECTORY_PATTERNS for m in pattern.finditer(text)}
+    return [Mention(found[char], char, char / len(text)) for char in sorted(found)]
+
+
+def commitment_change_point(mentions: list[Mention], final: str | None) -> float:
+    """CCP by the A.3 case formula; NaN without a final answer or a mention.
+
+    0 when every mention is the final letter, else the position of the mention after the last
+    non-final one; 1.0 (the end of the text, Eq. 2) when the last mention itself is not final.
+    """
+    if final is None or not mentions:
+        return math.nan
+    last_other = max((i for i, m in enumerate(mentions) if m.letter != final), default=None)
+    if last_other is None:
+        return 0.0
+    return mentions[last_other + 1].position if last_other + 1 < len(mentions) else 1.0
+
+
+def effective_switching(mentions: list[Mention]) -> float:
+    """Letter changes between consecutive mentions divided by the number of mentions; NaN without one."""
+    if not mentions:
+        return math.nan
+    switches = sum(a.letter != b.letter for a, b in zip(mentions, mentions[1:]))
+    return switches / len(mentions)
+
+
+def split_think(text: str) -> tuple[str, str]:
+    """(thinking trace, response) by the A.4 regex; ("", text) when the text holds no think block."""
+    match = THINK_SPLIT.search(text)
+    return (match.group(1), match.group(2)) if match else ("", text)

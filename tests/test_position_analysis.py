@@ -1,0 +1,310 @@
+"""Position-bias probe, model-free parts: prompts, extraction regexes, CCP, PBS, statistics, truncation, figures."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import statsmodels.api as sm
+from scipy import stats
+
+from fairaudit.analysis.position import (
+    OFFSETS, ccp_chi_square, length_bins, monotonic_profile, partial_correlation, pbs, pbs_wilcoxon,
+    position, truncation, truncation_cuts,
+)
+from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
+from fairaudit.errors import AuditError
+from fairaudit.prompts.mcq import (
+    ANSWER_PATTERNS, TRAJECTORY_PATTERNS, commitment_change_point, effective_switching, extract_answer,
+    mcq_messages, split_think, trajectory,
+)
+
+SQRT_075 = math.sqrt(0.75)
+
+
+# --- A.1 prompts -------------------------------------------------------------------------
+
+def test_direct_prompt_is_verbatim():
+    system, user = mcq_messages("direct", "Q?", "A. x\nB. y\nC. z\nD. w")
+    assert system == {"role": "system", "content": (
+        "You are a helpful assistant. Answer the multiple-choice question with ONLY the letter of the correct "
+        "answer in this exact format:\nThe answer is (X).\nDo NOT explain your reasoning. Do NOT show any work.")}
+    assert user == {"role": "user", "content": "Q?\n\nA. x\nB. y\nC. z\nD. w"}
+
+
+def test_cot_and_reason_differ_only_in_the_concise_instruction():
+    cot, reason = mcq_messages("cot", "Q?", "OPTS"), mcq_messages("reason", "Q?", "OPTS")
+    assert cot[1] == reason[1] == {"role": "user", "content": "Q?\n\nOPTS\n\nThink step by step, then give your final answer."}
+    assert cot[0]["content"].replace(" Keep your reasoning concise.", "") == reason[0]["content"]
+    assert reason[0]["content"].endswith("clearly state your final answer as: The answer is (X).")
+
+
+def test_unknown_arm_lists_choices():
+    with pytest.raises(AuditError, match=r"'think'.*\['direct', 'cot', 'reason'\]"):
+        mcq_messages("think", "Q?", "OPTS")
+
+
+# --- A.2 final-answer cascade ---------------------------------------------------------------
+
+@pytest.mark.parametrize("index, text, letter", [
+    (0, "The answer is B", "B"),
+    (0, "so the answer is (C).", "C"),
+    (0, "The answer is\uff1aD", "D"),
+    (1, "Answer: A", "A"),
+    (1, "**Answer:** C", "C"),
+    (1, "**Answer**: (D)", "D"),
+    (1, "Answer\uff1aB", "B"),
+    (2, "Final: \\boxed{C}", "C"),
+    (3, "After all that, my pick is\nD", "D"),
+    (3, "...\nB.\n", "B"),
+])
+def test_answer_pattern_matches_its_documented_example(index, text, letter):
+    assert ANSWER_PATTERNS[index].findall(text)[-1] == letter
+    assert extract_answer(text) == letter
+
+
+def test_cascade_order_last_match_and_no_match():
+    assert extract_answer("\\boxed{A} ... The answer is (B)") == "B"  # pattern 1 beats pattern 3
+    assert extract_answer("the answer is B? No. The answer is (C).") == "C"  # last match of the winning pattern
+    assert extract_answer("The answer is E, or maybe a cat") is None
+
+
+# --- A.3 trajectory, CCP, switching; A.4 think split --------------------------------------------
+
+@pytest.mark.parametrize("index, text, letter", [
+    (0, "Option B is tempting", "B"),
+    (0, "OPTION c is tempting; option D", "D"),
+    (1, "the answer is C", "C"),
+    (1, "Choice\uff1a(A)", "A"),
+    (1, "I select D", "D"),
+    (2, "maybe (B) fits", "B"),
+    (3, "C. Paris is wrong", "C"),
+    (4, "A is correct", "A"),
+    (4, "D seems right", "D"),
+    (4, "B looks better", "B"),
+    (4, "C appears more plausible", "C"),
+    (5, "I choose B", "B"),
+    (5, "pick (C)", "C"),
+    (5, "let's go with D", "D"),
+    (5, "leaning towards A", "A"),
+    (6, "So it\u2019s C", "C"),
+    (6, "so it's B", "B"),
+    (6, "So the answer is D", "D"),
+    (7, "I think the best is A", "A"),
+    (7, "I believe C", "C"),
+    (8, "\\boxed{D}", "D"),
+])
+def test_trajectory_pattern_matches_its_documented_example(index, text, letter):
+    assert TRAJECTORY_PATTERNS[index].findall(text)[-1] == letter
+
+
+def test_lower_case_letters_are_not_mentions():
+    assert trajectory("a. I think a cat would pick a dog") == []
+
+
+def test_trajectory_is_ordered_and_deduplicated_by_position():
+    text = "I think A here.\nThen option C looks odd.\nSo the answer is (B).\nIndeed (B)."
+    mentions = trajectory(text)
+    assert [(m.letter, m.char) for m in mentions] == [("A", 8), ("C", 28), ("B", 59), ("B", 71)]
+    assert mentions[2].position == pytest.approx(59 / 74)
+
+
+def test_ccp_is_the_first_mention_after_the_last_non_final_one():
+    mentions = trajectory("I think A here.\nThen option C looks odd.\nSo the answer is (B).\nIndeed (B).")
+    assert commitment_change_point(mentions, "B") == pytest.approx(59 / 74)
+    assert effective_switching(mentions) == pytest.approx(2 / 4)  # A->C, C->B over 4 mentions
+
+
+def test_ccp_edge_cases():
+    all_final = trajectory("Option B. So it's B. The answer is (B).")
+    assert len(all_final) == 3 and commitment_change_point(all_final, "B") == 0.0
+    assert effective_switching(all_final) == 0.0
+    assert commitment_change_point(trajectory("Option B first.\nThe answer is (B)."), "C") == 1.0  # never settles
+    assert math.isnan(commitment_change_point(all_final, None))
+    assert math.isnan(commitment_change_point([], "B")) and math.isnan(effective_switching([]))
+
+
+def test_split_think():
+    assert split_think("<think>\nhmm B?\n</think>\nThe answer is (C).") == ("\nhmm B?\n", "\nThe answer is (C).")
+    assert split_think("The answer is (C).") == ("", "The answer is (C).")
+
+
+# --- PBS and the position() report ---------------------------------------------------------
+
+def test_pbs_of_hand_distributions():
+    assert pbs([1, 0, 0, 0]) == pytest.approx(SQRT_075)
+    assert pbs([0.25] * 4) == 0.0
+    assert pbs([0.5, 0.5, 0, 0]) == pytest.approx(0.5)
+    assert pbs([0.75, 0.25, 0, 0]) == pytest.approx(math.sqrt(0.375))
+
+
+def _records(arm: str, answers: dict[int, list], gold_k: dict[int, int], lengths: dict[int, float]) -> pd.DataFrame:
+    """MCQ records: answers[q][s] is the position answered under permutation s (None: not extracted)."""
+    rows = []
+    for q, per_perm in answers.items():
+        for s, answer in enumerate(per_perm):
+            text = "no answer" if answer is None else f"Option A first.\nThe answer is ({'ABCD'[answer]})."
+            rows.append({"arm": arm, "question_id": q, "permutation": s, "gold_position": (gold_k[q] + s) % 4,
+                         "answer_position": answer, "length_chars": lengths[q], "text": text})
+    return pd.DataFrame(rows)
+
+
+HAND = _records(
+    "reason",
+    answers={0: [0, 0, 0, 0], 1: [0, 1, 2, 3], 2: [0, 0, 1, 1], 3: [2, None, 2, 2]},
+    gold_k={0: 1, 1: 0, 2: 0, 3: 2},
+    lengths={0: 900.0, 1: 100.0, 2: 500.0, 3: 300.0},
+)
+
+
+def test_position_metrics_on_a_hand_example():
+    out = position(HAND)
+    m = out["metrics"]
+    assert m["n_records_reason"] == 16 and m["n_questions_reason"] == 4 and m["n_questions_complete_reason"] == 3
+    assert m["extraction_rate_reason"] == 15 / 16
+    assert m["accuracy_reason"] == pytest.approx(7 / 15)  # q0 at s=3, q1 always, q2 at s=0, q3 at s=0
+    assert m["pbs_reason"] == pytest.approx((SQRT_075 + 0.0 + 0.5) / 3)
+    assert m["answer_share_a_reason"] == pytest.approx(7 / 15) and m["preferred_position_reason"] == 0
+    # "Option A first." then the final answer: CCP 0 when the answer is A, else the final mention.
+    texts = HAND.dropna(subset=["answer_position"])["text"]
+    expected_ccp = [0.0 if "(A)" in t else t.index("(") / len(t) + 1 / len(t) for t in texts]
+    assert m["ccp_reason"] == pytest.approx(np.mean(expected_ccp))
+    assert m["eff_sw_reason"] == pytest.approx(np.mean([0.0 if "(A)" in t else 0.5 for t in texts]))
+    assert m["length_chars_reason"] == pytest.approx(450.0)
+    q = out["tables"]["per_question"].set_index("question_id")
+    assert q.loc[0, "pbs"] == pytest.approx(SQRT_075) and q.loc[0, "accuracy"] == 0.25
+    assert q.loc[1, "pbs"] == 0.0 and q.loc[1, "accuracy"] == 1.0
+    assert math.isnan(q.loc[3, "pbs"]) and q.loc[3, "n_extracted"] == 3 and q.loc[3, "share_c"] == 1.0
+    summary = out["tables"]["position_summary"]
+    assert summary.loc[0, "arm"] == "reason" and summary.loc[0, "pbs"] == m["pbs_reason"]
+
+
+def test_precomputed_ccp_is_used_as_given():
+    m = position(HAND.assign(ccp=0.4, eff_sw=0.1).drop(columns="text"))["metrics"]
+    assert m["ccp_reason"] == pytest.approx(0.4) and m["eff_sw_reason"] == pytest.approx(0.1)
+
+
+def test_length_quartiles_and_monotonicity():
+    questions = pd.DataFrame({"length_chars": [800, 100, 200, 700, 300, 600, 400, 500],
+                              "pbs": [0.8, 0.1, 0.1, 0.7, 0.3, 0.5, 0.4, 0.5]})
+    bins = length_bins(questions, 4)
+    assert bins["n"].tolist() == [2, 2, 2, 2]
+    assert bins["pbs_mean"].tolist() == pytest.approx([0.1, 0.35, 0.5, 0.75])
+    assert bins["length_min"].tolist() == [100, 300, 500, 700]
+    assert bins["pbs_se"].iloc[1] == pytest.approx(0.05)
+    assert monotonic_profile(bins["pbs_mean"]) == pytest.approx({"monotonic": 1.0, "first_violation": 0.0, "gradient": 0.65})
+    assert monotonic_profile([0.1, 0.3, 0.3, 0.2, 0.5]) == pytest.approx({"monotonic": 0.0, "first_violation": 3.0, "gradient": 0.4})
+    tied = length_bins(questions.assign(length_chars=1.0), 4)
+    assert tied["n"].tolist() == [2, 2, 2, 2]
+    assert length_bins(questions.head(2), 3).empty
+
+
+def test_position_reports_quartile_metrics():
+    answers = {q: [0, 0, 0, 0] if q >= 6 else [0, 1, 2, 3] if q < 2 else [0, 0, 1, 1] for q in range(8)}
+    records = _records("cot", answers, gold_k={q: 0 for q in range(8)}, lengths={q: 100.0 * (q + 1) for q in range(8)})
+    m = position(records)["metrics"]
+    assert [m[f"pbs_q{i}_cot"] for i in range(1, 5)] == pytest.approx([0.0, 0.5, 0.5, SQRT_075])
+    assert m["pbs_monotonic_k4_cot"] == 0.0 and m["pbs_first_violation_k4_cot"] == 3.0
+    assert m["pbs_gradient_k4_cot"] == pytest.approx(SQRT_075)
+    assert m["pbs_monotonic_k3_cot"] == 1.0
+
+
+# --- statistics ---------------------------------------------------------------------------------
+
+def test_partial_correlation_matches_recursive_formula_and_ols_t_test():
+    rng = np.random.default_rng(7)
+    z = rng.normal(size=60)
+    x = 2 * z + rng.normal(size=60)
+    y = 0.5 * x - z + rng.normal(size=60)
+    r, p = partial_correlation(x, y, z)
+    rxy, rxz, ryz = np.corrcoef([x, y, z])[[0, 0, 1], [1, 2, 2]]
+    assert r == pytest.approx((rxy - rxz * ryz) / math.sqrt((1 - rxz**2) * (1 - ryz**2)))
+    ols = sm.OLS(y, sm.add_constant(np.column_stack([x, z]))).fit()
+    assert p == pytest.approx(ols.pvalues[1])  # t-test of x in y ~ 1 + x + z: same statistic, n - 3 df
+
+
+def test_partial_correlation_degenerate_inputs():
+    assert all(math.isnan(v) for v in partial_correlation([1, 2, 3], [1, 2, 4], [0, 1, 0]))
+    assert all(math.isnan(v) for v in partial_correlation([1, 1, 1, 1, 1], [1, 2, 3, 4, 6], [0, 1, 0, 1, 1]))
+
+
+def test_pbs_wilcoxon_against_scipy_and_exact_value():
+    a = _records("reason", {0: [0, 0, 0, 0], 1: [0, 0, 0, 1], 2: [0, 0, 1, 1], 3: [0, 0, 1, 2],
+                            4: [0, 0, 0, 0], 5: [0, 1, 2, 3], 6: [0, 0, 0, 0]},
+                 gold_k={q: 0 for q in range(7)}, lengths={q: 1.0 for q in range(7)})
+    b = _records("cot", {0: [0, 1, 2, 3], 1: [0, 1, 2, 3], 2: [0, 1, 2, 3], 3: [0, 1, 2, 3],
+                         4: [0, 0, 1, 2], 5: [0, 1, 2, 3], 6: [0, None, 0, 0]},
+                 gold_k={q: 0 for q in range(7)}, lengths={q: 1.0 for q in range(7)})
+    out = pbs_wilcoxon(a, b)
+    diffs = [SQRT_075, math.sqrt(0.375), 0.5, math.sqrt(0.125), SQRT_075 - math.sqrt(0.125), 0.0]  # q6 unpaired
+    assert out["pbs_wilcoxon_n"] == 6
+    assert out["pbs_wilcoxon_mean_diff"] == pytest.approx(np.mean(diffs))
+    expected = stats.wilcoxon(diffs, alternative="greater")
+    assert out["pbs_wilcoxon_statistic"] == expected.statistic == 15.0
+    assert out["pbs_wilcoxon_p"] == pytest.approx(expected.pvalue) and out["pbs_wilcoxon_p"] == pytest.approx(1 / 32)
+    assert pbs_wilcoxon(b, a)["pbs_wilcoxon_p"] == pytest.approx(1.0)
+    assert math.isnan(pbs_wilcoxon(a, a)["pbs_wilcoxon_p"])
+
+
+# --- truncation intervention ----------------------------------------------------------------------
+
+def test_truncation_cuts():
+    text = "x" * 1000
+    assert truncation_cuts(text, 0.6) == [(-0.15, 0.45, 450), (-0.05, 0.55, 550), (0.05, 0.65, 650), (0.15, 0.75, 750)]
+    assert truncation_cuts(text, 0.1) == [(-0.05, 0.05, 50), (0.05, 0.15, 150), (0.15, 0.25, 250)]
+    assert [c.offset for c in truncation_cuts(text, 0.0)] == [0.05, 0.15]
+    assert [c.offset for c in truncation_cuts(text, 0.9)] == [-0.15, -0.05, 0.05]
+    assert truncation_cuts(text, math.nan) == [] and OFFSETS == (-0.15, -0.05, 0.05, 0.15)
+
+
+CONTINUATIONS = pd.DataFrame(
+    [(-0.15, 0.10, 2, 2), (-0.15, 0.10, 2, 0), (-0.05, 0.20, 2, 1), (-0.05, 0.20, 2, None),
+     (0.05, 0.30, 2, 2), (0.05, 0.30, 2, 2), (0.15, 0.95, 2, 0), (0.15, 0.95, 2, 0)],
+    columns=["offset", "position", "answer_position", "new_answer_position"],
+).assign(question_id=1, permutation=0, sample=[0, 1, 0, 1, 0, 1, 0, 1], preferred_position=0)
+
+
+def test_truncation_metrics_on_a_hand_example():
+    out = truncation(CONTINUATIONS)
+    m = out["metrics"]
+    assert m["trunc_n_continuations"] == 8 and m["trunc_n"] == 7 and m["trunc_extraction_rate"] == 7 / 8
+    assert m["trunc_change_rate"] == pytest.approx(4 / 7)
+    assert m["trunc_directional_shift"] == pytest.approx(3 / 4)
+    assert m["trunc_change_rate_before_ccp"] == pytest.approx(2 / 3)
+    assert m["trunc_change_rate_after_ccp"] == pytest.approx(2 / 4)
+    by_position = out["tables"]["truncation_by_position"]
+    assert by_position["bucket"].tolist() == ["0-0.3", "0.3-0.5", "0.5-0.7", "0.7-0.9", "0.9-1"]
+    assert by_position["n"].tolist() == [3, 2, 0, 0, 2]
+    assert by_position["change_rate"].tolist()[:2] == pytest.approx([2 / 3, 0.0])
+    assert by_position["directional_shift"].iloc[0] == 0.5 and by_position["directional_shift"].iloc[4] == 1.0
+    assert by_position["directional_shift"].iloc[1:4].isna().all()
+    by_offset = out["tables"]["truncation_by_offset"].set_index("offset")
+    assert by_offset["n_changed"].tolist() == [1, 1, 0, 2]
+
+
+def test_before_after_ccp_chi_square_by_hand():
+    rows = pd.DataFrame({"offset": [-0.05] * 40 + [0.05] * 40,
+                         "changed": [True] * 30 + [False] * 10 + [True] * 10 + [False] * 30})
+    chi2, p = ccp_chi_square(rows)
+    assert chi2 == pytest.approx(4 * (10 - 0.5) ** 2 / 20)  # Yates-corrected, all expected counts 20
+    assert p == pytest.approx(stats.chi2.sf(18.05, 1))
+    assert all(math.isnan(v) for v in ccp_chi_square(rows.assign(changed=False)))
+
+
+# --- figures ----------------------------------------------------------------------------------
+
+def test_figures_draw_the_table_values():
+    bins = pd.DataFrame({"arm": "reason", "k": 4, "bin": [1, 2, 3, 4], "pbs_mean": [0.1, 0.2, 0.3, 0.4], "pbs_se": 0.01})
+    fig = pbs_by_length_figure(bins)
+    assert fig.axes[0].lines[0].get_ydata().tolist() == [0.1, 0.2, 0.3, 0.4]
+    trunc = truncation(CONTINUATIONS)["tables"]["truncation_by_position"]
+    fig = truncation_figure(trunc)
+    assert np.allclose(fig.axes[0].lines[0].get_ydata(), trunc["change_rate"], equal_nan=True)
+    summary = pd.DataFrame({"arm": ["direct", "cot", "reason"], "label": ["d", "c", "r"],
+                            "length_chars": [10.0, 1000.0, 5000.0], "pbs": [0.4, 0.2, 0.25]})
+    fig = pbs_length_figure(summary, label="label")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and len(ax.collections) == 2 and len(ax.lines) == 1
+    assert ax.lines[0].get_ydata()[[0, -1]] == pytest.approx([0.2, 0.25])
