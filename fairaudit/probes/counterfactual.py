@@ -5,8 +5,7 @@ from __future__ import annotations
 from fairaudit.analysis.contingency import cell_disparity_table, contingency, contingency_table
 from fairaudit.analysis.contingency_figures import disparity_shift_figure
 from fairaudit.probes import AuditContext, ProbeResult
-from fairaudit.probes.decisions import paired_records
-from fairaudit.prompts.yesno import Arm
+from fairaudit.probes.decisions import PairedProbe, paired_records
 
 HEADLINE = ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "d_cf_{t}", "d_cf_{b}",
             "delta_d_cf", "delta_d_group", "d_disp_c_{t}", "asym_c", "parse_rate_{t}", "parse_rate_{b}"]
@@ -17,18 +16,12 @@ def headline(treatment: str, baseline: str) -> list[str]:
     return [name.format(t=treatment, b=baseline) for name in HEADLINE]
 
 
-class CounterfactualProbe:
+class CounterfactualProbe(PairedProbe):
     """Counterfactual flips under the grid's arm vs `baseline_arm`, cells a-d, McNemar, disparities."""
 
-    family = "decision"
-
     def __init__(self, baseline_arm: dict, n_boot: int = 2000, seed: int = 0):
-        self.baseline = Arm(**baseline_arm)
+        super().__init__(baseline_arm)
         self.n_boot, self.seed = n_boot, seed
-
-    def arms(self, arm: Arm) -> list[Arm]:
-        """Every arm this probe asks the model under, for validation before any model loads."""
-        return [arm, self.baseline]
 
     def run(self, ctx: AuditContext) -> ProbeResult:
         records = paired_records(ctx, self.baseline)

@@ -61,6 +61,19 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
     })
 
 
+class PairedProbe:
+    """Base of probes comparing the grid's arm (treatment) with the probe's `baseline_arm` on pairs."""
+
+    family = "decision"
+
+    def __init__(self, baseline_arm: dict):
+        self.baseline = Arm(**baseline_arm)
+
+    def arms(self, arm: Arm) -> list[Arm]:
+        """Every arm the probe asks the model under, validated before any model loads."""
+        return [arm, self.baseline]
+
+
 def paired_records(ctx: AuditContext, baseline: Arm) -> pd.DataFrame:
     """Records of the grid's arm (treatment) and the probe's baseline arm on the dataset's pairs."""
     pairs = ctx.dataset.pairs()
