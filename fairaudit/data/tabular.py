@@ -164,14 +164,17 @@ class CounterfactualTabular:
         self.check()
         return self.rows().sample(n=self.n, random_state=self.seed)
 
+    def describe(self, row: dict, value: str) -> str:
+        """The prose of one source row with the protected attribute set to `value`."""
+        pronoun_key = value if self.spec.pronouns == "gendered" else "neutral"
+        return render(self.spec.template, {**row, self.attribute: value}, pronoun_key)
+
     def pairs(self) -> pd.DataFrame:
         """Two rows per sampled record: pair_id, side, attribute_value, description, user_message, label."""
         out = []
         for index, row in self.sample().iterrows():
             for side, value in (("alpha", self.alpha), ("alpha_prime", self.alpha_prime)):
-                fields = {**row.to_dict(), self.attribute: value}
-                pronoun_key = value if self.spec.pronouns == "gendered" else "neutral"
-                description = render(self.spec.template, fields, pronoun_key)
+                description = self.describe(row.to_dict(), value)
                 out.append({
                     "pair_id": f"{self.name}-{index}",
                     "side": side,

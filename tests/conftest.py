@@ -1,0 +1,34 @@
+"""Shared fixtures: the data root, configs composed with Hydra, subprocess runs of the app."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_ROOT = Path(os.environ.get("FAIRAUDIT_DATA", REPO.parent / "shared" / "data")).resolve()
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    if not (DATA_ROOT / "adult" / "adult.data").exists():
+        pytest.fail(f"test data not found under {DATA_ROOT}; set FAIRAUDIT_DATA")
+    return DATA_ROOT
+
+
+def run_app(tmp_path: Path, *overrides: str, module: str = "fairaudit", timeout: int = 600) -> subprocess.CompletedProcess:
+    """`python -m fairaudit` in a subprocess with its store, MLflow db and Hydra output under tmp_path."""
+    env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "PYTHONUNBUFFERED": "1"}
+    args = [
+        sys.executable, "-m", module,
+        f"store.path={tmp_path}/store.sqlite",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"hydra.run.dir={tmp_path}/outputs",
+        f"hydra.sweep.dir={tmp_path}/multirun",
+        *overrides,
+    ]
+    return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,140 @@
+"""`python -m fairaudit` as a user runs it, read back from a real sqlite MLflow store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import DATA_ROOT, REPO, run_app
+
+pytestmark = pytest.mark.slow
+TINY = ("model=tiny_qwen3", "dataset.n=4")
+
+
+def runs(tmp_path, filter_string: str = ""):
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("fairaudit")
+    return client, client.search_runs([experiment.experiment_id], filter_string) if experiment else []
+
+
+def artifact_paths(client, run_id: str, folder: str) -> set[str]:
+    return {a.path for a in client.list_artifacts(run_id, folder)}
+
+
+def test_default_job_logs_metrics_tables_figure_and_records(tmp_path):
+    result = run_app(tmp_path, "dataset.n=2", "model.max_think_tokens=16")
+    assert result.returncode == 0, result.stderr[-3000:]
+    client, found = runs(tmp_path)
+    (run,) = found
+    assert run.info.status == "FINISHED"
+    metrics = run.data.metrics
+    for name in ["cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "d_cf_think", "d_cf_nothink", "parse_rate_think"]:
+        assert name in metrics, name
+    assert sum(metrics[f"cell_{c}"] for c in "abcd") == metrics["n_pairs"] == 2
+    tags = run.data.tags
+    assert (tags["model"], tags["dataset"], tags["probe"], tags["arm"], tags["seed"]) == ("smollm2", "adult", "counterfactual", "think", "0")
+    assert run.data.params["dataset.n"] == "2" and run.data.params["model.thinking.style"] == "prompted"
+    assert {"tables/contingency.parquet", "tables/cell_disparity.parquet", "tables/contingency.json"} <= artifact_paths(client, run.info.run_id, "tables")
+    assert artifact_paths(client, run.info.run_id, "figures") == {"figures/disparity_shift.png"}
+    assert {"config/config.yaml", "config/overrides.txt"} <= artifact_paths(client, run.info.run_id, "config")
+    records = pd.read_parquet(client.download_artifacts(run.info.run_id, "records/records.parquet", str(tmp_path)))
+    assert len(records) == 8 and set(records["arm"]) == {"think", "nothink"}
+    assert records["p_yes"].between(0, 1).all() and set(records["answer"]) <= {"Yes", "No"}
+    assert "MLflow run" in result.stderr and "mlflow ui --backend-store-uri" in result.stderr
+
+
+def test_second_identical_run_makes_no_model_call(tmp_path):
+    first = run_app(tmp_path, *TINY)
+    second = run_app(tmp_path, *TINY)
+    assert first.returncode == 0 and second.returncode == 0, second.stderr[-3000:]
+    _, found = runs(tmp_path)
+    calls = sorted(r.data.metrics["model_calls"] for r in found)
+    assert calls[0] == 0 and calls[1] == 32  # 4 pairs x 2 sides x 2 arms x (generate + score)
+    assert "Loading weights" not in second.stderr  # a run served from the store never loads the model
+
+
+def test_btm_after_counterfactual_reuses_every_generation(tmp_path):
+    assert run_app(tmp_path, *TINY).returncode == 0
+    btm = run_app(tmp_path, *TINY, "probe=btm")
+    assert btm.returncode == 0, btm.stderr[-3000:]
+    client, found = runs(tmp_path, "tags.probe = 'btm'")
+    (run,) = found
+    assert run.data.metrics["model_calls"] == 0
+    assert "tables/tpair_split.parquet" in artifact_paths(client, run.info.run_id, "tables")
+    assert artifact_paths(client, run.info.run_id, "figures") == {"figures/tpair_split.png", "figures/t_alpha_vs_alpha_prime.png"}
+
+
+def test_multirun_gives_one_parent_and_a_child_per_dataset(tmp_path):
+    result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=4", "-m", "dataset=adult,compas,credit")
+    assert result.returncode == 0, result.stderr[-3000:]
+    client, found = runs(tmp_path)
+    parents = [r for r in found if r.data.tags.get("fairaudit.kind") == "sweep"]
+    children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
+    assert len(parents) == 1 and len(children) == 3
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    assert sorted(c.data.tags["dataset"] for c in children) == ["adult", "compas", "credit"]
+    assert all(r.info.status == "FINISHED" for r in found)
+
+
+def test_killed_run_resumes_where_it_stopped(tmp_path):
+    """SIGKILL a run midway through generation; the re-run computes only what is missing."""
+    overrides = ["model=tiny_qwen3", "dataset.n=8", "model.batch_size=2", "model.max_think_tokens=32"]
+    env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT)}
+    store = tmp_path / "store.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "fairaudit", f"store.path={store}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+                             f"hydra.run.dir={tmp_path}/outputs", *overrides], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stored = 0
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        if store.exists():
+            try:
+                stored = sqlite3.connect(store).execute("SELECT COUNT(*) FROM results").fetchone()[0]
+            except sqlite3.OperationalError:
+                continue
+            if stored >= 4:
+                proc.send_signal(signal.SIGKILL)
+                break
+    proc.wait()
+    assert 4 <= stored < 64, "the run was not killed midway"
+    before = sqlite3.connect(store).execute("SELECT COUNT(*) FROM results").fetchone()[0]
+    resumed = run_app(tmp_path, *overrides)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    _, found = runs(tmp_path, "attributes.status = 'FINISHED'")
+    (run,) = found
+    assert run.data.metrics["model_calls"] == 64 - before  # 8 pairs x 2 sides x 2 arms x 2 calls
+    assert sqlite3.connect(store).execute("SELECT COUNT(*) FROM results").fetchone()[0] == 64
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["dataset.n=0"], "dataset.n=0 is out of range for 'adult': choose 1..45222"),
+    (["dataset.n=99999"], "dataset.n=99999 is out of range"),
+    (["dataset.attribute=race"], "dataset 'adult' has no protected attribute 'race'"),
+    (["model.path=/nonexistent/model"], "model.path '/nonexistent/model' is not a model folder"),
+    (["arm=nothink", "probe.baseline_arm.think=true", "model.thinking.style=none"], "needs a model that thinks"),
+    (["model.answer_source=guess"], "model.answer_source 'guess' is not one of"),
+])
+def test_bad_input_is_one_error_line_before_any_model_loads(tmp_path, overrides, message):
+    result = run_app(tmp_path, *overrides)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and "Loading weights" not in result.stderr
+    _, found = runs(tmp_path)
+    assert not [r for r in found if r.info.status == "FINISHED"]
+
+
+@pytest.mark.parametrize("override, choice", [("model=nope", "smollm2"), ("arm=sideways", "nothink"), ("dataset=iris", "compas")])
+def test_unknown_group_option_lists_the_choices(tmp_path, override, choice):
+    result = run_app(tmp_path, override)
+    assert result.returncode != 0
+    assert "Available options" in result.stderr and choice in result.stderr

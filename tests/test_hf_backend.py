@@ -1,0 +1,70 @@
+"""The HF backend on real models: batching never changes results; choice probabilities are a softmax."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fairaudit.backends import GenerationRequest
+from fairaudit.backends.hf import HFBackend
+from fairaudit.models import embedded_model_dir, tiny_qwen3_dir
+from fairaudit.prompts.yesno import choice_token_ids
+
+PROMPTS = ["Is the sky blue? Answer Yes or No.", "Short?", "A considerably longer question about income " * 4]
+
+
+@pytest.fixture(scope="module", params=["tiny_qwen3", "smollm2"])
+def backend(request):
+    model_dir = tiny_qwen3_dir() if request.param == "tiny_qwen3" else embedded_model_dir()
+    return HFBackend(model_dir, batch_size=3)
+
+
+def prompt_ids(backend, text):
+    chat = backend.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+    return tuple(backend.tokenizer.encode(chat, add_special_tokens=False))
+
+
+def test_batched_generation_equals_one_by_one(backend):
+    reqs = [GenerationRequest(prompt_ids(backend, t), max_new_tokens=6) for t in PROMPTS]
+    batched = backend.generate(reqs)
+    assert batched == [backend.generate([r])[0] for r in reqs]
+    for completion in batched:
+        assert len(completion.token_ids) <= 6 and completion.finish_reason in {"stop", "length"}
+        assert completion.finish_reason == "stop" or len(completion.token_ids) == 6
+
+
+def test_per_request_budget_is_honoured_within_a_batch(backend):
+    reqs = [GenerationRequest(prompt_ids(backend, PROMPTS[0]), max_new_tokens=n) for n in (2, 5)]
+    short, long = backend.generate(reqs)
+    assert len(short.token_ids) <= 2 and short.token_ids == long.token_ids[: len(short.token_ids)]
+
+
+def test_sampled_generation_is_fixed_by_its_seed(backend):
+    req = GenerationRequest(prompt_ids(backend, PROMPTS[1]), max_new_tokens=8, temperature=0.7, top_p=0.95, seed=3)
+    assert backend.generate([req]) == backend.generate([req])
+
+
+def test_choice_probs_batched_equal_single_and_sum_to_one(backend):
+    prefixes = [prompt_ids(backend, t) for t in PROMPTS]
+    choices = choice_token_ids(backend.tokenizer)
+    batched = backend.choice_probs(prefixes, choices)
+    single = np.vstack([backend.choice_probs([p], choices) for p in prefixes])
+    np.testing.assert_allclose(batched, single, atol=1e-5)
+    np.testing.assert_allclose(batched.sum(axis=1), 1.0)
+
+
+def test_choice_probs_equal_a_hand_softmax_over_pooled_logits(backend):
+    import torch
+
+    prefix = prompt_ids(backend, PROMPTS[0])
+    yes, no = choice_token_ids(backend.tokenizer)
+    with torch.inference_mode():
+        logits = backend.model(torch.tensor([prefix])).logits[0, -1].double()
+    pooled = torch.stack([torch.logsumexp(logits[yes], 0), torch.logsumexp(logits[no], 0)])
+    expected = torch.softmax(pooled, 0).numpy()
+    np.testing.assert_allclose(backend.choice_probs([prefix], [yes, no])[0], expected, atol=1e-5)
+
+
+def test_fingerprint_names_weights_and_numerics(backend):
+    assert backend.fingerprint.endswith("/hf-1/float32/cpu")
+    assert HFBackend(backend.model_dir, batch_size=1).fingerprint == backend.fingerprint
