@@ -20,9 +20,10 @@ def data_root() -> Path:
     return DATA_ROOT
 
 
-def run_app(tmp_path: Path, *overrides: str, module: str = "fairaudit", timeout: int = 600) -> subprocess.CompletedProcess:
+def run_app(tmp_path: Path, *overrides: str, module: str = "fairaudit", timeout: int = 600,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python -m fairaudit` in a subprocess with its store, MLflow db and Hydra output under tmp_path."""
-    env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "PYTHONUNBUFFERED": "1", **(env or {})}
     args = [
         sys.executable, "-m", module,
         f"store.path={tmp_path}/store.sqlite",

@@ -14,6 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import DATA_ROOT, REPO, run_app
+from fairaudit.models import tiny_qwen3_dir
 
 pytestmark = pytest.mark.slow
 TINY = ("model=tiny_qwen3", "dataset.n=4")
@@ -70,6 +71,16 @@ def test_btm_after_counterfactual_reuses_every_generation(tmp_path):
     assert run.data.metrics["model_calls"] == 0
     assert "tables/tpair_split.parquet" in artifact_paths(client, run.info.run_id, "tables")
     assert artifact_paths(client, run.info.run_id, "figures") == {"figures/tpair_split.png", "figures/t_alpha_vs_alpha_prime.png"}
+
+
+def test_hub_model_runs_offline_from_a_local_folder(tmp_path):
+    """model.path wins over the hub id, and nothing reaches for the hub (HF_HUB_OFFLINE=1)."""
+    local = tiny_qwen3_dir()
+    result = run_app(tmp_path, "model=qwen3", f"model.path={local}", "model.dtype=float32", "model.max_think_tokens=8",
+                     "model.answer_source=forced", "dataset.n=1", env={"HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, (run,) = runs(tmp_path)
+    assert run.data.tags["model"] == "qwen3" and run.data.params["model.path"] == str(local)
 
 
 def test_multirun_gives_one_parent_and_a_child_per_dataset(tmp_path):
