@@ -9,6 +9,15 @@ from fairaudit import app
 from fairaudit.console import console
 from fairaudit.errors import AuditError
 
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def hoist_multirun_flag(argv: list[str]) -> list[str]:
+    """`-m`/`--multirun` moved before the overrides: Hydra 1.3's argparse rejects overrides on
+    both sides of it (hydra issue 3053), as in `probe=position -m arm=direct,cot`."""
+    flags = [arg for arg in argv[1:] if arg in MULTIRUN_FLAGS]
+    return argv[:1] + flags + [arg for arg in argv[1:] if arg not in MULTIRUN_FLAGS]
+
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
@@ -20,4 +29,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv = hoist_multirun_flag(sys.argv)
     main()

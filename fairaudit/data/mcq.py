@@ -7,8 +7,8 @@ Accepted layouts, detected from the first record of a local JSONL, JSON or parqu
 - labelled choices (ARC, OpenBookQA on the hub): `question` (or `question_stem`),
   `choices` = {"text": [...], "label": [...]}, `answerKey`;
 - choice list (MMLU on the hub): `question`, `choices` = [...], `answer` = gold index;
-- GPQA: `Question`, `Correct Answer`, `Incorrect Answer 1..3`; the four options are put
-  in an order fixed by the question text (not by the sampling seed).
+- GPQA: `Question`, `Correct Answer`, `Incorrect Answer 1..3` (the hub's .csv files); the
+  four options are put in an order fixed by the question text (not by the sampling seed).
 
 Items without exactly four options are dropped, as in the paper. `question_id` is the
 item's 0-based row in the file, so ids stay stable across `n` and `seed`.
@@ -109,13 +109,15 @@ def _json_rows(path: Path) -> list[dict]:
 
 
 def read_rows(path: Path) -> list[dict]:
-    """Raw records of a .jsonl, .json or .parquet file."""
+    """Raw records of a .jsonl, .json, .parquet or .csv file."""
     if path.suffix in (".jsonl", ".json"):
         rows = _json_rows(path)
     elif path.suffix == ".parquet":
         rows = pd.read_parquet(path).to_dict("records")
+    elif path.suffix == ".csv":
+        rows = pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
     else:
-        raise AuditError(f"{path}: unsupported file type {path.suffix!r}; choices: .jsonl, .json, .parquet")
+        raise AuditError(f"{path}: unsupported file type {path.suffix!r}; choices: .jsonl, .json, .parquet, .csv")
     if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
         raise AuditError(f"{path} holds no records (expected one JSON object per question)")
     return rows
@@ -196,3 +198,35 @@ def load_mcq(path: str | Path, n: int | None = None, seed: int = 0, root: str | 
     resolved = resolve_path(path, root)
     questions = parse_questions(read_rows(resolved), str(resolved))
     return cyclic_permutations(sample_questions(questions, n, seed, str(resolved)))
+
+
+class MCQDataset:
+    """A four-option MCQ file sampled with `seed` and asked in its four cyclic permutations.
+
+    `path` is absolute, or relative to the data root `root` (else $FAIRAUDIT_DATA); files
+    that are not shipped (ARC, GPQA) are given by the user, `source` says where to get them.
+    n=None takes every question.
+    """
+
+    def __init__(self, name: str, n: int | None, seed: int, path: str | None, root: str | None = None,
+                 source: str = ""):
+        self.name, self.n, self.seed, self.path, self.root, self.source = name, n, seed, path, root, source
+        self._questions: pd.DataFrame | None = None
+
+    def questions(self) -> pd.DataFrame:
+        """Every four-option item of the file (read and parsed once)."""
+        if self._questions is None:
+            if not self.path:
+                where = f" ({self.source})" if self.source else ""
+                raise AuditError(f"dataset {self.name!r} needs dataset.path=<file>: it is not shipped; get it{where}")
+            resolved = resolve_path(self.path, self.root)
+            self._questions = parse_questions(read_rows(resolved), str(resolved))
+        return self._questions
+
+    def check(self) -> None:
+        """Raise AuditError for a missing or unreadable file or an out-of-range n, before any model loads."""
+        sample_questions(self.questions(), self.n, self.seed, f"dataset {self.name!r}")
+
+    def variants(self) -> pd.DataFrame:
+        """The sampled questions in their four cyclic permutations (see `cyclic_permutations`)."""
+        return cyclic_permutations(sample_questions(self.questions(), self.n, self.seed, f"dataset {self.name!r}"))

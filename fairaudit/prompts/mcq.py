@@ -10,7 +10,10 @@ import math
 import re
 from typing import NamedTuple
 
+from jinja2.exceptions import TemplateError
+
 from fairaudit.errors import AuditError
+from fairaudit.prompts.yesno import Arm, Thinking
 
 LETTERS = "ABCD"
 
@@ -85,6 +88,43 @@ def mcq_messages(arm: str, question: str, options_text: str) -> list[dict[str, s
     ]
 
 
+def _chat_text(tokenizer, messages: list[dict[str, str]], template_kwargs: dict) -> str:
+    """The chat template applied with the generation prompt; a template without a system role
+    (gemma) gets the system prompt folded into the user turn."""
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **template_kwargs)
+    except TemplateError as err:
+        if "system" not in str(err).lower() or messages[0]["role"] != "system":
+            raise
+    folded = [{"role": "user", "content": f"{messages[0]['content']}\n\n{messages[1]['content']}"}]
+    return tokenizer.apply_chat_template(folded, tokenize=False, add_generation_prompt=True, **template_kwargs)
+
+
+def render_mcq_prompt(tokenizer, arm: Arm, question: str, options_text: str, thinking: Thinking,
+                      template_kwargs: dict | None = None, think_instruction: str = "") -> str:
+    """The full prompt text of one MCQ variant under `arm` (A.1 messages by `arm.name`), pre-fill included.
+
+    Arms that do not think (direct, cot) answer in the response: a native thinker gets the
+    closed empty think block pre-filled (the nothink convention); a prompted or non-thinking
+    model gets the plain A.1 chat, as the paper's Instruct models did. The thinking arm
+    (reason) uses the native think channel as the template opens it (or the model opens it
+    itself); a prompted model gets `think_instruction` (with {open}/{close} filled from its
+    tags) appended to the user turn and the open tag pre-filled.
+    """
+    messages = mcq_messages(arm.name, question, options_text)
+    if arm.think and thinking.style == "prompted" and think_instruction:
+        instruction = think_instruction.format(open=thinking.open, close=thinking.close)
+        messages[-1]["content"] = f"{messages[-1]['content']}\n\n{instruction}"
+    text = _chat_text(tokenizer, messages, template_kwargs or {})
+    opened_by_template = thinking.style != "none" and text.endswith(f"{thinking.open}\n")
+    base = text[: -len(f"{thinking.open}\n")] if opened_by_template else text
+    if not arm.think:
+        return f"{base}{thinking.open}\n\n{thinking.close}\n\n" if thinking.style == "native" else base
+    if opened_by_template or thinking.style == "prompted":
+        return f"{base}{thinking.open}\n"
+    return base  # the model opens its own think block
+
+
 def extract_answer(text: str) -> str | None:
     """The final answer letter by the A.2 cascade, or None.
 
@@ -96,6 +136,27 @@ def extract_answer(text: str) -> str | None:
         if matches:
             return matches[-1]
     return None
+
+
+def letter_frequency(text: str) -> str | None:
+    """The fallback of §4: the letter the text mentions most often (A.3 mentions); None on a tie or without one."""
+    counts: dict[str, int] = {}
+    for mention in trajectory(text):
+        counts[mention.letter] = counts.get(mention.letter, 0) + 1
+    ranked = sorted(counts.values(), reverse=True)
+    if not ranked or (len(ranked) > 1 and ranked[0] == ranked[1]):
+        return None
+    return max(counts, key=counts.get)
+
+
+def final_answer(text: str, fallback: bool = True) -> tuple[str | None, str | None]:
+    """(letter, source): the A.2 cascade ("cascade"), else with `fallback` the letter-frequency
+    fallback of §4 ("fallback"), else (None, None)."""
+    letter = extract_answer(text)
+    if letter is not None:
+        return letter, "cascade"
+    letter = letter_frequency(text) if fallback else None
+    return (letter, "fallback") if letter is not None else (None, None)
 
 
 def answer_position(text: str) -> int | None:

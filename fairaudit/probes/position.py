@@ -1,0 +1,176 @@
+"""Probe `position`: length-driven position bias in MCQ answers under one arm (position-bias paper §3-5).
+
+Every sampled question is asked in its four cyclic permutations (greedy); answers are read
+by the A.2 cascade (with the letter-frequency fallback of §4 unless `letter_fallback` is off)
+and the metrics come from `analysis.position`. The truncation
+intervention (§3.4) cuts each trajectory with a CCP at CCP + offset and resamples its
+continuation a few times under fixed seeds; every generation goes through the store.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import pandas as pd
+
+from fairaudit.analysis.position import (LETTERS, OFFSETS, position, preferred_position, truncation, truncation_cuts,
+                                         with_trajectory_metrics)
+from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
+from fairaudit.backends import GenerationRequest
+from fairaudit.data.mcq import MCQDataset
+from fairaudit.errors import AuditError
+from fairaudit.probes import AuditContext, ProbeResult
+from fairaudit.probes.decisions import encode
+from fairaudit.prompts.mcq import MCQ_ARMS, final_answer, render_mcq_prompt
+from fairaudit.prompts.yesno import Arm
+from fairaudit.store import generation_key
+
+HEADLINE = ["n_questions_complete", "extraction_rate", "fallback_rate", "accuracy", "pbs", "pbs_q1", "pbs_q2",
+            "pbs_q3", "pbs_q4", "partial_rho_length_pbs", "ccp", "eff_sw", "length_chars", "preferred_position",
+            "truncated_rate", "trunc_n", "trunc_change_rate", "trunc_directional_shift", "trunc_change_rate_before_ccp",
+            "trunc_change_rate_after_ccp", "trunc_ccp_chi2_p"]
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """The truncation intervention's settings (§3.4; nucleus sampling p=0.95, T=0.7 as §4)."""
+
+    enabled: bool = True
+    arms: tuple[str, ...] = ("cot", "reason")  # arms whose trajectories are cut (direct answers have none)
+    offsets: tuple[float, ...] = OFFSETS
+    samples: int = 3
+    temperature: float = 0.7
+    top_p: float = 0.95
+    seed: int = 0
+    max_new_tokens: int | None = None  # None: the arm's budget
+
+    def applies_to(self, arm: Arm) -> bool:
+        return self.enabled and arm.name in self.arms
+
+
+def continuation_seed(base: int, question_id: int, permutation: int, offset: float, sample: int) -> int:
+    """A fixed seed per continuation, stable across n and runs (so continuations are cached)."""
+    return zlib.crc32(f"{base}/{question_id}/{permutation}/{offset:+.4f}/{sample}".encode())
+
+
+def _position(letter: str | None) -> int | None:
+    return None if letter is None else LETTERS.index(letter)
+
+
+class PositionProbe:
+    """Position bias (PBS, CCP, Eff-Sw, length quartiles) of the grid's MCQ arm, plus the truncation intervention."""
+
+    family = "mcq"
+
+    def __init__(self, think_instruction: str = "", letter_fallback: bool = True, truncation: dict | None = None):
+        self.think_instruction = think_instruction
+        self.letter_fallback = letter_fallback
+        spec = dict(truncation or {})
+        for key in ("arms", "offsets"):
+            if key in spec:
+                spec[key] = tuple(spec[key])
+        try:
+            self.truncation = Truncation(**spec)
+        except TypeError as err:
+            raise AuditError(f"probe.truncation: {err}; fields: {list(Truncation.__dataclass_fields__)}") from None
+        if self.truncation.samples < 1:
+            raise AuditError(f"probe.truncation.samples={self.truncation.samples} must be at least 1")
+
+    def arms(self, arm: Arm) -> list[Arm]:
+        """The grid's arm alone; an MCQ arm must name one of the A.1 prompts."""
+        if arm.family == self.family and arm.name not in MCQ_ARMS:
+            raise AuditError(f"arm {arm.name!r} has no MCQ prompt; choices: {list(MCQ_ARMS)}")
+        return [arm]
+
+    def run(self, ctx: AuditContext) -> ProbeResult:
+        if not isinstance(ctx.dataset, MCQDataset):
+            raise AuditError(f"probe 'position' needs an MCQ dataset (mmlu, openbookqa, arc, gpqa); "
+                             f"got {getattr(ctx.dataset, 'name', type(ctx.dataset).__name__)!r}")
+        arm = ctx.arm.name
+        records, prompt_ids = self.answer(ctx, ctx.dataset.variants())
+        report = position(records)
+        metrics = dict(report["metrics"])
+        metrics[f"truncated_rate_{arm}"] = float(records["truncated"].mean())
+        metrics[f"fallback_rate_{arm}"] = float((records["answer_source"] == "fallback").mean())
+        tables = dict(report["tables"])
+        figures = {"pbs_by_length": pbs_by_length_figure(tables["pbs_by_length"])}
+        summary = tables["position_summary"]
+        if (summary["pbs"].notna() & (summary["length_chars"] > 0)).all():  # a log-length axis needs a point
+            figures["pbs_length"] = pbs_length_figure(summary)
+        frames = {"records": records}
+        if self.truncation.applies_to(ctx.arm):
+            continuations = self.resume(ctx, records, prompt_ids)
+            trunc = truncation(continuations)
+            metrics.update({f"{name}_{arm}": value for name, value in trunc["metrics"].items()})
+            tables.update(trunc["tables"])
+            figures["truncation"] = truncation_figure(trunc["tables"]["truncation_by_position"])
+            frames["continuations"] = continuations
+        return ProbeResult(metrics=metrics, tables=tables, figures=figures, records=frames,
+                           headline=[f"{name}_{arm}" for name in HEADLINE])
+
+    def answer(self, ctx: AuditContext, variants: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, ...]]]:
+        """Greedy generations of every variant under the grid's arm: the MCQ records and each prompt's token ids.
+
+        Records carry the answer (A.2 cascade, else the letter-frequency fallback when enabled),
+        its source, CCP and Eff-Sw of the whole generated text (A.3, A.4) and provenance.
+
+        variants: question_id, permutation, gold_position, question, options_text
+        """
+        tok, arm, model = ctx.backend.tokenizer, ctx.arm, ctx.model
+        prompts = [render_mcq_prompt(tok, arm, q, o, model.thinking, model.template_kwargs, self.think_instruction)
+                   for q, o in zip(variants["question"], variants["options_text"])]
+        requests = [GenerationRequest(encode(tok, p), arm.max_new_tokens) for p in prompts]
+        completions = ctx.backend.generate(requests, label=f"generate {arm.name}")
+        answers = [final_answer(c.text, self.letter_fallback) for c in completions]
+        records = pd.DataFrame({
+            "question_id": variants["question_id"].to_numpy(),
+            "permutation": variants["permutation"].to_numpy(),
+            "gold_position": variants["gold_position"].to_numpy(),
+            "answer_position": pd.array([_position(letter) for letter, _ in answers], dtype="Int64"),
+            "answer_source": [source for _, source in answers],
+            "length_chars": [len(c.text) for c in completions],
+            "completion_tokens": [len(c.token_ids) for c in completions],
+            "arm": arm.name,
+            "truncated": [c.finish_reason == "length" for c in completions],
+            "prompt_hash": [generation_key(ctx.backend.fingerprint, r) for r in requests],
+            "text": [c.text for c in completions],
+        })
+        return with_trajectory_metrics(records), [r.prompt_ids for r in requests]
+
+    def resume(self, ctx: AuditContext, records: pd.DataFrame, prompt_ids: list[tuple[int, ...]]) -> pd.DataFrame:
+        """§3.4: continuations resampled from CCP + offset of every trajectory with a CCP.
+
+        records: the arm's records from `answer` (text, ccp, answer_position). One row per
+        continuation: question_id, permutation, gold_position, arm, offset, position, cut_char,
+        sample, seed, answer_position (the original answer), new_answer_position (of prefix +
+        continuation), new_answer_source, preferred_position, truncated, prompt_hash, text.
+        """
+        spec, tok = self.truncation, ctx.backend.tokenizer
+        budget = spec.max_new_tokens or ctx.arm.max_new_tokens
+        preferred = preferred_position(records.dropna(subset=["answer_position"]))
+        rows, requests = [], []
+        for i, record in enumerate(records.itertuples(index=False)):
+            for cut in truncation_cuts(record.text, record.ccp, spec.offsets):
+                prefix_ids = prompt_ids[i] + encode(tok, record.text[:cut.char])
+                for sample in range(spec.samples):
+                    seed = continuation_seed(spec.seed, record.question_id, record.permutation, cut.offset, sample)
+                    requests.append(GenerationRequest(prefix_ids, budget, spec.temperature, spec.top_p, seed))
+                    rows.append({"question_id": record.question_id, "permutation": record.permutation,
+                                 "gold_position": record.gold_position, "arm": record.arm, "offset": cut.offset,
+                                 "position": cut.position, "cut_char": cut.char, "sample": sample, "seed": seed,
+                                 "answer_position": record.answer_position, "prefix": record.text[:cut.char]})
+        completions = ctx.backend.generate(requests, label=f"resume {ctx.arm.name}")
+        out = pd.DataFrame(rows, columns=[
+            "question_id", "permutation", "gold_position", "arm", "offset", "position", "cut_char", "sample", "seed",
+            "answer_position", "prefix"])
+        answers = [final_answer(prefix + c.text, self.letter_fallback) for prefix, c in zip(out["prefix"], completions)]
+        return out.drop(columns="prefix").assign(
+            answer_position=pd.array(out["answer_position"], dtype="Int64"),
+            new_answer_position=pd.array([_position(letter) for letter, _ in answers], dtype="Int64"),
+            new_answer_source=[source for _, source in answers],
+            preferred_position=preferred,
+            truncated=[c.finish_reason == "length" for c in completions],
+            prompt_hash=[generation_key(ctx.backend.fingerprint, r) for r in requests],
+            text=[c.text for c in completions],
+        )
