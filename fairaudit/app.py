@@ -32,8 +32,10 @@ def model_spec(model: DictConfig) -> ModelSpec:
                      answer_prefix=model.answer_prefix, answer_source=model.answer_source)
 
 
-def check_arms(arms: list[Arm], family: str, spec: ModelSpec, probe_name: str) -> None:
-    """Every arm fits the probe and the model."""
+def check_fit(arms: list[Arm], dataset, family: str, spec: ModelSpec, probe_name: str) -> None:
+    """The data set and every arm fit the probe, and the model can run each arm."""
+    if dataset.family != family:
+        raise AuditError(f"probe {probe_name!r} takes {family} datasets; dataset {dataset.name!r} is a {dataset.family} dataset")
     for arm in arms:
         if arm.family != family:
             raise AuditError(f"probe {probe_name!r} takes {family} arms; arm {arm.name!r} is a {arm.family} arm")
@@ -62,8 +64,8 @@ def run(cfg: DictConfig) -> ProbeResult:
     spec = model_spec(cfg.model)
     arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
     probe = instantiate(cfg.probe, _convert_="all")
-    check_arms(probe.arms(arm), probe.family, spec, choices.get("probe", "?"))
     dataset = instantiate(cfg.dataset)
+    check_fit(probe.arms(arm), dataset, probe.family, spec, choices.get("probe", "?"))
     dataset.check()
     model_dir = resolve_model_dir(cfg.model.source, cfg.model.checkpoint.path or cfg.model.path,
                                   cfg.model.checkpoint.revision or cfg.model.revision)

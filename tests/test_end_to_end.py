@@ -133,6 +133,8 @@ def test_killed_run_resumes_where_it_stopped(tmp_path):
     (["model.path=/nonexistent/model"], "model.path '/nonexistent/model' is not a model folder"),
     (["arm=nothink", "probe.baseline_arm.think=true", "model.thinking.style=none"], "needs a model that thinks"),
     (["model.answer_source=guess"], "model.answer_source 'guess' is not one of"),
+    (["probe=position"], "probe 'position' takes mcq datasets; dataset 'adult' is a decision dataset"),
+    (["arm=cot"], "probe 'counterfactual' takes decision arms; arm 'cot' is a mcq arm"),
 ])
 def test_bad_input_is_one_error_line_before_any_model_loads(tmp_path, overrides, message):
     result = run_app(tmp_path, *overrides)

@@ -264,7 +264,7 @@ def test_arm_and_config_validation():
     assert probe().arms(REASON) == [REASON]
     with pytest.raises(AuditError, match=r"arm 'long' has no MCQ prompt; choices: \['direct', 'cot', 'reason'\]"):
         probe().arms(Arm("long", True, 10, "mcq"))
-    assert probe().arms(Arm("think", True, 10, "decision"))  # the family check in app.check_arms names it
+    assert probe().arms(Arm("think", True, 10, "decision"))  # the family check in app.check_fit names it
     with pytest.raises(AuditError, match="probe.truncation.*offset"):
         PositionProbe(truncation={"offset": [0.1]})
 

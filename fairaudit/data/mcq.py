@@ -208,6 +208,8 @@ class MCQDataset:
     n=None takes every question.
     """
 
+    family = "mcq"
+
     def __init__(self, name: str, n: int | None, seed: int, path: str | None, root: str | None = None,
                  source: str = ""):
         self.name, self.n, self.seed, self.path, self.root, self.source = name, n, seed, path, root, source

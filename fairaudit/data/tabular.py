@@ -129,6 +129,8 @@ class CounterfactualTabular:
     `user_template` filled with the description and the data set's `question`.
     """
 
+    family = "decision"
+
     def __init__(self, name: str, n: int, seed: int, attribute: str, alpha: str, alpha_prime: str,
                  question: str, user_template: str, root: str | None = None):
         if name not in SPECS:
