@@ -43,6 +43,14 @@ def check_fit(arms: list[Arm], dataset, family: str, spec: ModelSpec, probe_name
             raise AuditError(f"arm {arm.name!r} needs a model that thinks; model {spec.name!r} has thinking.style=none")
 
 
+def checkpoint_spec(model: DictConfig) -> dict:
+    """model.checkpoint as {label, path, revision}; a plain string names a hub revision and labels it."""
+    checkpoint = model.checkpoint
+    if isinstance(checkpoint, str):
+        return {"label": checkpoint, "path": None, "revision": checkpoint}
+    return {"label": checkpoint.label, "path": checkpoint.path, "revision": checkpoint.revision}
+
+
 def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
     """Tags that let runs be filtered and compared across the grid, seeds and checkpoints."""
     return {
@@ -51,7 +59,7 @@ def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
         "probe": choices.get("probe", "?"),
         "arm": cfg.arm.name,
         "seed": str(cfg.dataset.seed),
-        "checkpoint": str(cfg.model.checkpoint.label),
+        "checkpoint": str(checkpoint_spec(cfg.model)["label"]),
         "fairaudit.kind": "job",
         "fairaudit.version": __version__,
     }
@@ -67,8 +75,9 @@ def run(cfg: DictConfig) -> ProbeResult:
     dataset = instantiate(cfg.dataset)
     check_fit(probe.arms(arm), dataset, probe.family, spec, choices.get("probe", "?"))
     dataset.check()
-    model_dir = resolve_model_dir(cfg.model.source, cfg.model.checkpoint.path or cfg.model.path,
-                                  cfg.model.checkpoint.revision or cfg.model.revision)
+    checkpoint = checkpoint_spec(cfg.model)
+    model_dir = resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
+                                  checkpoint["revision"] or cfg.model.revision)
     inner = instantiate(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
     backend = CachedBackend(inner, Store(cfg.store.path), chunk_size=cfg.model.batch_size)
 

@@ -95,15 +95,17 @@ class SweepCallback(Callback):
     """Hydra callback: a parent MLflow run for each multirun, its jobs become children."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from hydra.core.hydra_config import HydraConfig
         from mlflow.tracking import MlflowClient
 
         import mlflow
 
+        HydraConfig.instance().set_config(config)  # so ${hydra:runtime.cwd} in tracking.uri resolves
         mlflow.set_tracking_uri(config.tracking.uri)
         experiment = mlflow.set_experiment(config.tracking.experiment)
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        overrides = list(config.hydra.overrides.task)
+        overrides = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
         run = MlflowClient(config.tracking.uri).create_run(
             experiment.experiment_id,
             run_name=f"sweep {sweep_dir.name}",

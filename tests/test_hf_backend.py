@@ -39,9 +39,25 @@ def test_per_request_budget_is_honoured_within_a_batch(backend):
     assert len(short.token_ids) <= 2 and short.token_ids == long.token_ids[: len(short.token_ids)]
 
 
-def test_sampled_generation_is_fixed_by_its_seed(backend):
-    req = GenerationRequest(prompt_ids(backend, PROMPTS[1]), max_new_tokens=8, temperature=0.7, top_p=0.95, seed=3)
-    assert backend.generate([req]) == backend.generate([req])
+def test_sampled_generation_is_fixed_by_its_seed_whatever_the_batch(backend):
+    reqs = [GenerationRequest(prompt_ids(backend, t), max_new_tokens=8, temperature=0.7, top_p=0.95, seed=s)
+            for s, t in enumerate(PROMPTS)]
+    batched = backend.generate(reqs)
+    assert batched == [backend.generate([r])[0] for r in reqs]
+    reseeded = backend.generate([GenerationRequest(reqs[0].prompt_ids, 8, 0.7, 0.95, seed=99) for _ in range(4)])
+    assert len({c.token_ids for c in reseeded}) == 1
+
+
+def test_nucleus_probs_keep_the_smallest_set_reaching_top_p():
+    import torch
+
+    from fairaudit.backends.common import nucleus_probs
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.9, 0.05, 0.03, 0.02]]))
+    probs = nucleus_probs(logits, torch.tensor([1.0, 1.0]), torch.tensor([0.8, 0.5]))
+    np.testing.assert_allclose(probs.numpy(), [[0.625, 0.375, 0, 0], [1.0, 0, 0, 0]], atol=1e-6)
+    hotter = nucleus_probs(logits, torch.tensor([2.0, 2.0]), torch.tensor([1.0, 1.0]))
+    np.testing.assert_allclose(hotter[0].numpy(), np.sqrt([0.5, 0.3, 0.15, 0.05]) / np.sqrt([0.5, 0.3, 0.15, 0.05]).sum(), atol=1e-6)
 
 
 def test_choice_probs_batched_equal_single_and_sum_to_one(backend):

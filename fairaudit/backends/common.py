@@ -28,3 +28,16 @@ def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Ten
             ids[row, width - len(seq):] = torch.tensor(list(seq), dtype=torch.long)
             mask[row, width - len(seq):] = 1
     return ids, mask
+
+
+def nucleus_probs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Sampling distribution per row: softmax(logits / T) cut to the smallest top set of mass >= top_p.
+
+    logits: (n, vocab); temperature, top_p: (n,). The most likely token is always kept.
+    """
+    probs = torch.softmax(logits.float() / temperature[:, None], dim=-1)
+    ranked, order = probs.sort(dim=-1, descending=True)
+    outside = ranked.cumsum(-1) - ranked >= top_p[:, None]  # mass before this token already reaches top_p
+    ranked = ranked.masked_fill(outside, 0.0)
+    kept = torch.zeros_like(probs).scatter_(-1, order, ranked)
+    return kept / kept.sum(-1, keepdim=True)

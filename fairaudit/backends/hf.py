@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from fairaudit.backends import Completion, DepthRequest, GenerationRequest
-from fairaudit.backends.common import left_pad, pooled_choice_probs
+from fairaudit.backends.common import left_pad, nucleus_probs, pooled_choice_probs
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 
@@ -85,29 +85,48 @@ class HFBackend:
 
     @torch.inference_mode()
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
-        """Greedy requests run batched; sampled ones one by one under their own seed."""
+        """Greedy and sampled requests, each kind batched by prompt length; results in request order."""
         out: list[Completion | None] = [None] * len(requests)
-        greedy = [i for i, r in enumerate(requests) if r.temperature == 0.0]
-        sampled = [i for i, r in enumerate(requests) if r.temperature > 0.0]
-        for batch in self._batches([len(requests[i].prompt_ids) for i in greedy]):
-            idx = [greedy[j] for j in batch]
-            for i, completion in zip(idx, self._generate_batch([requests[i] for i in idx])):
-                out[i] = completion
-        for i in sampled:
-            torch.manual_seed(requests[i].seed if requests[i].seed is not None else 0)
-            out[i] = self._generate_batch([requests[i]])[0]
+        for sampled, run in ((False, self._greedy_batch), (True, self._sample_batch)):
+            group = [i for i, r in enumerate(requests) if (r.temperature > 0.0) == sampled]
+            for batch in self._batches([len(requests[i].prompt_ids) for i in group]):
+                idx = [group[j] for j in batch]
+                for i, completion in zip(idx, run([requests[i] for i in idx])):
+                    out[i] = completion
         return out  # type: ignore[return-value]
 
-    def _generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+    def _greedy_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         ids, mask = left_pad([r.prompt_ids for r in requests], self.pad_id)
-        first = requests[0]
-        sampling = {"do_sample": True, "temperature": first.temperature, "top_p": first.top_p} if first.temperature > 0 else {"do_sample": False}
         generated = self.model.generate(
-            input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+            input_ids=ids.to(self.device), attention_mask=mask.to(self.device), do_sample=False, top_k=None,
             max_new_tokens=max(r.max_new_tokens for r in requests), pad_token_id=self.pad_id,
-            top_k=None, **sampling,
         )[:, ids.shape[1]:].tolist()
         return [self._completion(row, r.max_new_tokens) for row, r in zip(generated, requests)]
+
+    def _sample_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Nucleus sampling, batched. Each row draws from its own generator seeded by its request,
+        so a continuation does not depend on what it was batched with."""
+        ids, mask = (t.to(self.device) for t in left_pad([r.prompt_ids for r in requests], self.pad_id))
+        generators = [torch.Generator(self.device).manual_seed(r.seed or 0) for r in requests]
+        temperature = torch.tensor([r.temperature for r in requests], device=self.device)
+        top_p = torch.tensor([r.top_p for r in requests], device=self.device)
+        positions = _position_ids(mask)
+        step = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        new: list[list[int]] = [[] for _ in requests]
+        stop_ids = self.stop_ids
+        open_rows = set(range(len(requests)))
+        next_position = positions[:, -1:] + 1
+        while open_rows:
+            probs = nucleus_probs(step.logits[:, -1], temperature, top_p)
+            tokens = torch.stack([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(generators)])
+            for i in sorted(open_rows):
+                new[i].append(int(tokens[i]))
+                if new[i][-1] in stop_ids or len(new[i]) >= requests[i].max_new_tokens:
+                    open_rows.discard(i)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            step = self.model(input_ids=tokens, attention_mask=mask, position_ids=next_position, cache=step.cache, use_cache=True)
+            next_position = next_position + 1
+        return [self._completion(row, r.max_new_tokens) for row, r in zip(new, requests)]
 
     def _completion(self, new_ids: list[int], budget: int) -> Completion:
         stop_ids = self.stop_ids
