@@ -21,15 +21,17 @@ def data_root() -> Path:
 
 
 def run_app(tmp_path: Path, *overrides: str, module: str = "fairaudit", timeout: int = 600,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`python -m fairaudit` in a subprocess with its store, MLflow db and Hydra output under tmp_path."""
+            env: dict[str, str] | None = None, in_tmp: bool = False) -> subprocess.CompletedProcess:
+    """`python -m fairaudit` in a subprocess with its store, MLflow db and Hydra output under tmp_path.
+
+    in_tmp: start it from tmp_path with the default store, tracking URI and output folders.
+    """
     env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "PYTHONUNBUFFERED": "1", **(env or {})}
-    args = [
-        sys.executable, "-m", module,
+    places = [] if in_tmp else [
         f"store.path={tmp_path}/store.sqlite",
         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
         f"hydra.run.dir={tmp_path}/outputs",
         f"hydra.sweep.dir={tmp_path}/multirun",
-        *overrides,
     ]
-    return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    args = [sys.executable, "-m", module, *places, *overrides]
+    return subprocess.run(args, cwd=tmp_path if in_tmp else REPO, env=env, capture_output=True, text=True, timeout=timeout)

@@ -84,8 +84,10 @@ def test_hub_model_runs_offline_from_a_local_folder(tmp_path):
 
 
 def test_multirun_gives_one_parent_and_a_child_per_dataset(tmp_path):
-    result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=4", "-m", "dataset=adult,compas,credit")
+    """With the default tracking URI: an absolute sqlite file in the directory the command ran from."""
+    result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=4", "-m", "dataset=adult,compas,credit", in_tmp=True)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "multirun").is_dir() and (tmp_path / ".fairaudit" / "store.sqlite").exists()
     client, found = runs(tmp_path)
     parents = [r for r in found if r.data.tags.get("fairaudit.kind") == "sweep"]
     children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
@@ -93,6 +95,15 @@ def test_multirun_gives_one_parent_and_a_child_per_dataset(tmp_path):
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
     assert sorted(c.data.tags["dataset"] for c in children) == ["adult", "compas", "credit"]
     assert all(r.info.status == "FINISHED" for r in found)
+
+
+def test_checkpoint_sweep_tags_each_label(tmp_path):
+    local = tiny_qwen3_dir()
+    result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=1", "model.max_think_tokens=4", f"model.path={local}",
+                     "-m", "model.checkpoint.label=step1,step2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, found = runs(tmp_path, "tags.`fairaudit.kind` = 'job'")
+    assert sorted(r.data.tags["checkpoint"] for r in found) == ["step1", "step2"]
 
 
 def test_killed_run_resumes_where_it_stopped(tmp_path):
