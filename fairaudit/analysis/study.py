@@ -1,0 +1,225 @@
+"""Cross-run study tables: paper 000's Tables 2, 9 and 5 with a pooled row, seed summaries, sign tests, curves.
+
+Every function takes a `runs` frame, one row per run: the grid axes (AXES, as tagged on the
+run) and the run's metrics by their public names, plus `run_id`. Nothing here reads MLflow.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from fairaudit.analysis.contingency import contingency
+from fairaudit.stats import sign_test_log10_p
+
+AXES = ("model", "dataset", "probe", "arm", "checkpoint", "seed")
+ROW_AXES = ("model", "dataset")  # always shown, as in paper 000's tables
+POOLED = "Pooled"
+
+
+def table2_columns(treatment: str, baseline: str) -> list[str]:
+    """Table 2: N, cells a-d, McNemar, mean D_disp in cells b and c under baseline and treatment."""
+    return ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p",
+            f"d_disp_b_{baseline}", f"d_disp_b_{treatment}", f"d_disp_c_{baseline}", f"d_disp_c_{treatment}"]
+
+
+def table9_columns(treatment: str, baseline: str) -> list[str]:
+    """Table 9: D_cf and D_group under each arm and their change."""
+    return ["n_pairs", f"d_cf_{treatment}", f"d_group_{treatment}", f"d_cf_{baseline}", f"d_group_{baseline}",
+            "delta_d_cf", "delta_d_group"]
+
+
+TABLE5_COLUMNS = ["cell_c", "c_alpha_up", "c_alpha_prime_up", "asym_c", "delta_c"]
+
+
+def natural_key(label: object) -> tuple:
+    """Sort key that orders step2 before step10 (digits compare as numbers)."""
+    parts = re.split(r"(\d+)", str(label))
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts if p != "")
+
+
+def ordered_values(values: Sequence, explicit: Sequence | None = None) -> list:
+    """Distinct `values` in `explicit` order (unknown ones after, naturally sorted), else naturally sorted."""
+    distinct = list(dict.fromkeys(values))
+    rest = sorted((v for v in distinct if explicit is None or v not in explicit), key=natural_key)
+    return [v for v in explicit if v in distinct] + rest if explicit is not None else rest
+
+
+def varying_axes(runs: pd.DataFrame, axes: Sequence[str] = AXES) -> list[str]:
+    """The axes that take more than one value across `runs`."""
+    return [a for a in axes if a in runs and runs[a].nunique(dropna=False) > 1]
+
+
+def cell_axes(runs: pd.DataFrame, drop: Sequence[str] = ()) -> list[str]:
+    """model, dataset and every other axis that varies across `runs`, less those in `drop`."""
+    axes = list(ROW_AXES) + [a for a in varying_axes(runs) if a not in ROW_AXES]
+    return [a for a in axes if a not in drop]
+
+
+def sort_runs(runs: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
+    """Runs ordered by axes: model and dataset in order of first appearance, seed and checkpoint naturally."""
+    keys = []
+    for axis in axes:
+        if axis in ("seed", "checkpoint"):
+            order = ordered_values(runs[axis])
+        else:
+            order = list(dict.fromkeys(runs[axis]))
+        keys.append(runs[axis].map({v: i for i, v in enumerate(order)}))
+    if not keys:
+        return runs
+    order_frame = pd.concat(keys, axis=1, keys=range(len(keys)))
+    return runs.loc[order_frame.sort_values(list(range(len(keys))), kind="stable").index]
+
+
+def pool_records(records: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Several runs' records as one frame; pair_id becomes f"{run}:{pair_id}" so pairs stay distinct.
+
+    records: run id -> records frame (pair_id, side, arm, answer, p_yes, ...).
+    """
+    frames = [frame.assign(pair_id=f"{run}:" + frame["pair_id"].astype(str)) for run, frame in records.items()]
+    if not frames:
+        raise ValueError("no records to pool")
+    return pd.concat(frames, ignore_index=True)
+
+
+def pooled_metrics(records: Mapping[str, pd.DataFrame], treatment: str, baseline: str) -> dict[str, float]:
+    """contingency() on the pooled records of several runs (the paper's pooled row, not a mean of rows)."""
+    return contingency(pool_records(records), treatment, baseline, n_boot=0)
+
+
+def study_table(runs: pd.DataFrame, columns: Sequence[str], axes: Sequence[str],
+                pooled: Mapping[str, float] | None = None) -> pd.DataFrame:
+    """One row per run keyed by `axes`, the metric `columns`, and a last pooled row from `pooled`.
+
+    runs: axes + metric columns (missing metrics show as NaN); the pooled row's first axis
+    reads "Pooled (k cells)", its other axes are empty.
+    """
+    table = sort_runs(runs, axes).reindex(columns=[*axes, *columns]).reset_index(drop=True)
+    if pooled is not None:
+        row = {a: "" for a in axes}
+        if axes:
+            row[axes[0]] = f"{POOLED} ({len(runs)} cells)"
+        row.update({c: pooled.get(c, math.nan) for c in columns})
+        table = pd.concat([table, pd.DataFrame([row])], ignore_index=True)
+    return table
+
+
+def paper_tables(runs: pd.DataFrame, pooled: Mapping[str, float] | None, treatment: str, baseline: str,
+                 axes: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """Paper 000's Table 2 (cells, McNemar, D_disp), Table 9 (D_cf, D_group) and Table 5 (direction of cell c)."""
+    return {
+        "table2": study_table(runs, table2_columns(treatment, baseline), axes, pooled),
+        "table9": study_table(runs, table9_columns(treatment, baseline), axes, pooled),
+        "table5": study_table(runs, TABLE5_COLUMNS, axes, pooled),
+    }
+
+
+def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float, float]:
+    """(mean, SD with ddof=1, low, high): Student-t interval mean ± t_{(1+level)/2, n-1} SD / sqrt(n)."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    n = values.size
+    if n == 0:
+        return (math.nan, math.nan, math.nan, math.nan)
+    mean = float(values.mean())
+    if n == 1:
+        return (mean, math.nan, math.nan, math.nan)
+    sd = float(values.std(ddof=1))
+    half = float(scipy_stats.t.ppf((1.0 + level) / 2.0, n - 1)) * sd / math.sqrt(n)
+    return (mean, sd, mean - half, mean + half)
+
+
+def seed_summary(runs: pd.DataFrame, metrics: Sequence[str], axes: Sequence[str], level: float = 0.95) -> pd.DataFrame:
+    """Per cell (`axes`, seed excluded) and metric: n seeds, mean, SD (ddof=1) and a t-based `level` interval.
+
+    runs: one row per seed run with `axes` and metric columns. Returns columns
+    *axes, metric, n, mean, sd, ci_low, ci_high (long format, one row per cell x metric).
+    """
+    rows = []
+    present = [m for m in metrics if m in runs]
+    ordered = sort_runs(runs, axes)
+    groups = ordered.groupby(list(axes), sort=False, dropna=False) if axes else [((), ordered)]
+    for key, group in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        for metric in present:
+            values = group[metric].to_numpy(dtype=float)
+            mean, sd, low, high = t_interval(values, level)
+            rows.append({**dict(zip(axes, key)), "metric": metric, "n": int(np.isfinite(values).sum()),
+                         "mean": mean, "sd": sd, "ci_low": low, "ci_high": high})
+    return pd.DataFrame(rows, columns=[*axes, "metric", "n", "mean", "sd", "ci_low", "ci_high"])
+
+
+def sign_comparisons(runs: pd.DataFrame, greater: str, than: str | float) -> pd.DataFrame:
+    """Per cell (run): the two compared values and the outcome "+" (as predicted), "-" or "tie".
+
+    runs: `greater` and, unless `than` is a number, `than` metric columns. Cells lacking
+    either value are dropped.
+    """
+    left = runs[greater].astype(float)
+    right = pd.Series(float(than), index=runs.index) if is_number(than) else runs[than].astype(float)
+    keep = left.notna() & right.notna()
+    out = runs.loc[keep].copy()
+    out["greater"], out["than"] = left[keep], right[keep]
+    out["outcome"] = np.select([left[keep] > right[keep], left[keep] < right[keep]], ["+", "-"], default="tie")
+    return out
+
+
+def sign_test(comparisons: pd.DataFrame, alternative: str = "greater") -> dict[str, float]:
+    """Exact sign test over cells: ties dropped, successes = cells in the predicted direction.
+
+    Under no directional preference each non-tied cell goes either way with probability 1/2;
+    `alternative="greater"` is one-sided (all n cells one way: p = 2^-n).
+    """
+    successes = int((comparisons["outcome"] == "+").sum())
+    failures = int((comparisons["outcome"] == "-").sum())
+    n = successes + failures
+    log10_p = sign_test_log10_p(successes, n, alternative) if n else 0.0
+    return {"n_cells": len(comparisons), "n_ties": len(comparisons) - n, "n": n, "successes": successes,
+            "log10_p": log10_p, "p": 10.0 ** log10_p}
+
+
+def sign_counts(comparisons: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
+    """Per group of cells (e.g. per checkpoint, over its seeds): successes out of non-tied cells, "5/5"."""
+    rows = []
+    groups = comparisons.groupby(list(axes), sort=False, dropna=False) if axes else [((), comparisons)]
+    for key, group in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        wins, losses = int((group["outcome"] == "+").sum()), int((group["outcome"] == "-").sum())
+        rows.append({**dict(zip(axes, key)), "successes": wins, "n": wins + losses, "ties": len(group) - wins - losses})
+    return pd.DataFrame(rows, columns=[*axes, "successes", "n", "ties"])
+
+
+def checkpoint_curve(runs: pd.DataFrame, metric: str, line_axes: Sequence[str], order: Sequence | None = None,
+                     level: float = 0.95) -> pd.DataFrame:
+    """`metric` against checkpoint order, one line per cell of `line_axes`, seeds averaged.
+
+    runs: checkpoint, line_axes and `metric` columns. Returns columns *line_axes, checkpoint,
+    position (0-based in checkpoint order), n, mean, sd, ci_low, ci_high.
+    """
+    checkpoints = ordered_values(runs["checkpoint"], order)
+    position = {c: i for i, c in enumerate(checkpoints)}
+    rows = []
+    keys = [*line_axes, "checkpoint"]
+    for key, group in runs.groupby(keys, sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        mean, sd, low, high = t_interval(group[metric].to_numpy(dtype=float), level)
+        rows.append({**dict(zip(keys, key)), "position": position[key[-1]], "n": int(group[metric].notna().sum()),
+                     "mean": mean, "sd": sd, "ci_low": low, "ci_high": high})
+    frame = pd.DataFrame(rows, columns=[*keys, "position", "n", "mean", "sd", "ci_low", "ci_high"])
+    return frame.sort_values([*line_axes, "position"], kind="stable").reset_index(drop=True)
+
+
+def is_number(value: object) -> bool:
+    """True for a number or a string that parses as one (a sign test against a constant)."""
+    if isinstance(value, (int, float)):
+        return True
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True

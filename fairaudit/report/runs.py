@@ -1,0 +1,190 @@
+"""The report's MLflow side: select job runs, read their tags, metrics and records, log the report run."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from fairaudit.analysis.study import AXES
+from fairaudit.errors import AuditError
+from fairaudit.tracking import finite_metrics, parent_run_id
+
+RECORDS_ARTIFACT = "records/records.parquet"
+BASELINE_PARAM = "probe.baseline_arm.name"
+MAX_TAG = 8000  # MLflow's limit on a tag value
+
+
+@dataclass
+class Selection:
+    """The runs a report covers and how they were chosen."""
+
+    runs: pd.DataFrame   # one row per job run: run_id, run_name, experiment_id, status, AXES, baseline, metrics
+    filter_string: str
+    experiment_ids: list[str]
+    parent: str | None = None
+    left_out: pd.DataFrame = field(default_factory=pd.DataFrame)  # matching runs dropped for their status
+
+
+def _quote(value: Any) -> str:
+    return "'" + str(value).replace("'", "\\'") + "'"
+
+
+def experiment_ids(client, names: str | list[str] | None) -> list[str]:
+    """Ids of the named experiments (all experiments when `names` is null)."""
+    if names is None:
+        return [e.experiment_id for e in client.search_experiments()]
+    ids = []
+    for name in [names] if isinstance(names, str) else list(names):
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            known = sorted(e.name for e in client.search_experiments())
+            raise AuditError(f"select.experiment: no MLflow experiment {name!r} in {client.tracking_uri}; "
+                             f"experiments: {known}")
+        ids.append(experiment.experiment_id)
+    return ids
+
+
+def latest_sweep(client, exp_ids: list[str]) -> str:
+    """The newest sweep parent run in the experiments."""
+    found = client.search_runs(exp_ids, "tags.`fairaudit.kind` = 'sweep'", max_results=1,
+                               order_by=["attributes.start_time DESC"])
+    if not found:
+        raise AuditError(f"no sweep run in {client.tracking_uri}; run a study with -m first, or pass "
+                         "select.parent=null to select runs by select.experiment / select.tags / select.filter alone")
+    return found[0].info.run_id
+
+
+def resolve_parent(client, select, exp_ids: list[str]) -> str | None:
+    """The parent run to restrict to: select.sweep_dir's, select.parent, the newest sweep (`latest`) or none."""
+    if select.sweep_dir:
+        parent = parent_run_id(select.sweep_dir)
+        if parent is None:
+            raise AuditError(f"select.sweep_dir {select.sweep_dir!r} holds no mlflow_parent_run_id: "
+                             "not a fairaudit multirun folder")
+        return parent
+    if select.parent == "latest":
+        return latest_sweep(client, exp_ids)
+    return select.parent
+
+
+def filter_string(select, parent: str | None) -> str:
+    """MLflow search filter: job runs, under `parent`, with the selected tags, ANDed with select.filter."""
+    clauses = ["tags.`fairaudit.kind` = 'job'"]
+    if parent:
+        clauses.append(f"tags.`mlflow.parentRunId` = {_quote(parent)}")
+    for key, value in (select.tags or {}).items():
+        if value is not None:
+            clauses.append(f"tags.`{key}` = {_quote(value)}")
+    if select.filter:
+        clauses.append(select.filter)
+    return " AND ".join(clauses)
+
+
+def search_all(client, exp_ids: list[str], filter_str: str) -> list:
+    """Every run matching the filter, oldest first (all pages)."""
+    runs, token = [], None
+    while True:
+        page = client.search_runs(exp_ids, filter_str, max_results=1000, order_by=["attributes.start_time ASC"],
+                                  page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def runs_frame(runs: Iterable) -> pd.DataFrame:
+    """One row per run: ids, status, the grid axes from tags, the baseline arm from params, every metric."""
+    rows = []
+    for run in runs:
+        tags = run.data.tags
+        row = {"run_id": run.info.run_id, "run_name": tags.get("mlflow.runName", ""),
+               "experiment_id": run.info.experiment_id, "status": run.info.status, "start_time": run.info.start_time}
+        row.update({axis: tags.get(axis, "") for axis in AXES})
+        row["baseline"] = run.data.params.get(BASELINE_PARAM)
+        row.update(run.data.metrics)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def select_runs(client, select) -> Selection:
+    """Job runs chosen by select.{experiment, parent, sweep_dir, tags, filter, status}."""
+    exp_ids = experiment_ids(client, select.experiment)
+    parent = resolve_parent(client, select, exp_ids)
+    if parent:
+        try:
+            exp_ids = [client.get_run(parent).info.experiment_id]
+        except Exception as error:  # mlflow raises MlflowException for unknown ids
+            raise AuditError(f"select.parent: no run {parent!r} in {client.tracking_uri}") from error
+    filter_str = filter_string(select, parent)
+    try:
+        frame = runs_frame(search_all(client, exp_ids, filter_str))
+    except Exception as error:
+        raise AuditError(f"MLflow search failed for filter {filter_str!r}: {error}") from error
+    if frame.empty:
+        raise AuditError(f"no job runs match {filter_str!r} in {client.tracking_uri}")
+    keep = frame["status"] == select.status if select.status else pd.Series(True, index=frame.index)
+    if not keep.any():
+        raise AuditError(f"{len(frame)} job runs match {filter_str!r} but none has status {select.status}")
+    kept, dropped = frame[keep].reset_index(drop=True), frame[~keep].reset_index(drop=True)
+    return Selection(kept, filter_str, exp_ids, parent, dropped)
+
+
+def load_records(client, run_ids: Iterable[str]) -> dict[str, pd.DataFrame]:
+    """Each run's records/records.parquet artifact."""
+    records = {}
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    with tempfile.TemporaryDirectory() as tmp:
+        for run_id in run_ids:
+            try:
+                path = client.download_artifacts(run_id, RECORDS_ARTIFACT, str(Path(tmp) / run_id))
+            except Exception as error:
+                raise AuditError(f"run {run_id} has no {RECORDS_ARTIFACT} artifact to pool: {error}") from error
+            records[run_id] = pd.read_parquet(path)
+    return records
+
+
+def log_report(client, experiment_id: str, name: str, out_dir: Path, files: list[Path], tags: dict[str, str],
+               params: dict[str, str], metrics: dict[str, float], tables: dict[str, pd.DataFrame]) -> str:
+    """The report as an MLflow run: its files as artifacts, tags linking the source runs, headline metrics."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    run = client.create_run(experiment_id, run_name=name, tags={k: v[:MAX_TAG] for k, v in tags.items()})
+    run_id = run.info.run_id
+    try:
+        items = [Param(k, v[:6000]) for k, v in params.items()]
+        for start in range(0, len(items), 100):
+            client.log_batch(run_id, params=items[start:start + 100])
+        timestamp = run.info.start_time
+        values = [Metric(k, v, timestamp, 0) for k, v in finite_metrics(metrics).items()]
+        for start in range(0, len(values), 500):
+            client.log_batch(run_id, metrics=values[start:start + 500])
+        for path in files:
+            folder = path.parent.relative_to(out_dir).as_posix()
+            client.log_artifact(run_id, str(path), None if folder == "." else folder)
+        for table_name, table in tables.items():
+            client.log_table(run_id, table, f"tables/{table_name}.json")
+    except BaseException:
+        client.set_terminated(run_id, status="FAILED")
+        raise
+    client.set_terminated(run_id)
+    return run_id
+
+
+def source_tags(selection: Selection) -> dict[str, str]:
+    """Tags that link the report run to what it was built from."""
+    ids = list(selection.runs["run_id"])
+    joined = ",".join(ids)
+    tags = {
+        "fairaudit.kind": "report",
+        "fairaudit.selection": selection.filter_string,
+        "fairaudit.n_source_runs": str(len(ids)),
+        "fairaudit.source_runs": joined if len(joined) <= MAX_TAG else "see runs.csv (too many for a tag)",
+    }
+    if selection.parent:
+        tags["fairaudit.source_parent"] = selection.parent
+    return tags
