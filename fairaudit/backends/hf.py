@@ -151,6 +151,10 @@ class HFBackend:
     @torch.inference_mode()
     def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """All cuts of a trace in one packed forward pass (tree attention mask); equals the naive re-feed."""
-        from fairaudit.backends.packing import packed_depth_probs
+        from fairaudit.backends.packing import check_packable, naive_depth_probs, packed_depth_probs
 
+        try:
+            check_packable(self.model)
+        except ValueError:  # flash attention or sliding-window layers: re-feed each prefix instead
+            return naive_depth_probs(self.model, requests, choices, pad_id=self.pad_id, batch_size=self.batch_size)
         return packed_depth_probs(self.model, requests, choices, token_budget=self.depth_token_budget, pad_id=self.pad_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fairaudit.backends import GenerationRequest
+from fairaudit.backends import DepthRequest, GenerationRequest
 from fairaudit.probes import AuditContext
 from fairaudit.prompts.yesno import (Arm, choice_token_ids, force_answer_suffix, parse_yes_no, render_prompt,
                                      split_output, think_prompt_prefix)
@@ -16,17 +16,24 @@ def encode(tokenizer, text: str) -> tuple[int, ...]:
     return tuple(tokenizer.encode(text, add_special_tokens=False))
 
 
-def answer_position_ids(ctx: AuditContext, prompt: str, trace: str, arm: Arm) -> tuple[int, ...]:
-    """Token ids after which P(Yes) is read: for thinking arms prompt + trace + force-answer suffix.
+def answer_parts(ctx: AuditContext, prompt: str, trace: str, arm: Arm) -> DepthRequest:
+    """The answer position as (prompt, trace, suffix) token ids, each part tokenized apart.
 
-    The three parts are tokenized apart, exactly as the CDPG depth cuts are, so the full-depth
-    cut of a trace reads the same P(Yes) as the arm itself.
+    Thinking arms: the prompt with the think block open, the trace, the force-answer suffix.
+    Other arms: the prompt (pre-fill included), no trace, the model's answer prefix. CDPG
+    cuts the same trace ids, so its full-depth cut reads the same P(Yes) as the arm itself.
     """
     tok = ctx.backend.tokenizer
     if arm.think:
-        return (encode(tok, think_prompt_prefix(prompt, ctx.model.thinking)) + encode(tok, trace)
-                + encode(tok, force_answer_suffix(ctx.model.thinking, ctx.model.answer_prefix)))
-    return encode(tok, prompt) + encode(tok, ctx.model.answer_prefix)
+        return DepthRequest(encode(tok, think_prompt_prefix(prompt, ctx.model.thinking)), encode(tok, trace),
+                            encode(tok, force_answer_suffix(ctx.model.thinking, ctx.model.answer_prefix)))
+    return DepthRequest(encode(tok, prompt), (), encode(tok, ctx.model.answer_prefix))
+
+
+def render_prompts(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> list[str]:
+    """The full prompt text (pre-fill included) of every row of `pairs` under `arm`."""
+    tok = ctx.backend.tokenizer
+    return [render_prompt(tok, m, arm, ctx.model.thinking, ctx.model.template_kwargs) for m in pairs["user_message"]]
 
 
 def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
@@ -36,11 +43,12 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
     P(Yes) from the Yes/No softmax at the answer position, the trace and its length.
     """
     tok = ctx.backend.tokenizer
-    prompts = [render_prompt(tok, m, arm, ctx.model.thinking, ctx.model.template_kwargs) for m in pairs["user_message"]]
+    prompts = render_prompts(ctx, pairs, arm)
     requests = [GenerationRequest(encode(tok, p), arm.max_new_tokens) for p in prompts]
     completions = ctx.backend.generate(requests, label=f"generate {arm.name}")
     outputs = [split_output(p, c.text, arm, ctx.model.thinking) for p, c in zip(prompts, completions)]
-    prefixes = [answer_position_ids(ctx, p, o.trace, arm) for p, o in zip(prompts, outputs)]
+    parts = [answer_parts(ctx, p, o.trace, arm) for p, o in zip(prompts, outputs)]
+    prefixes = [part.prompt_ids + part.trace_ids + part.suffix_ids for part in parts]
     p_yes = ctx.backend.choice_probs(prefixes, choice_token_ids(tok), label=f"score {arm.name}")[:, 0]
     parsed = [parse_yes_no(o.answer_text) if o.closed else None for o in outputs]
     forced = ["Yes" if p >= 0.5 else "No" for p in p_yes]
@@ -52,7 +60,7 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
         "answer": forced if ctx.model.answer_source == "forced" else parsed,
         "parsed_answer": parsed,
         "p_yes": p_yes,
-        "trace_tokens": [len(encode(tok, o.trace)) for o in outputs],
+        "trace_tokens": [len(part.trace_ids) for part in parts],
         "think_closed": [o.closed for o in outputs],
         "truncated": [c.finish_reason == "length" for c in completions],
         "prompt_hash": [generation_key(ctx.backend.fingerprint, r) for r in requests],
