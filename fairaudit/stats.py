@@ -60,8 +60,7 @@ def bootstrap_ci(
     if n_units == 0:
         return (math.nan, math.nan)
     rng = np.random.default_rng(seed)
-    draws = rng.integers(0, n_units, size=(n_boot, n_units))
-    values = np.array([statistic(idx) for idx in draws], dtype=float)
+    values = np.array([statistic(rng.integers(0, n_units, size=n_units)) for _ in range(n_boot)], dtype=float)
     values = values[np.isfinite(values)]
     if values.size == 0:
         return (math.nan, math.nan)

@@ -18,6 +18,20 @@ def pooled_choice_probs(logits: torch.Tensor, choices: Sequence[Sequence[int]]) 
     return torch.softmax(pooled.double(), dim=-1).cpu().numpy()
 
 
+def positions_after_left_pad(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that ignore left padding: 0 at each row's first real token."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+@torch.inference_mode()
+def last_token_choice_probs(model, sequences: Sequence[Sequence[int]], choices: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
+    """pooled_choice_probs at the position after each sequence, in one left-padded forward pass."""
+    ids, mask = left_pad(sequences, pad_id)
+    ids, mask = ids.to(model.device), mask.to(model.device)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions_after_left_pad(mask), logits_to_keep=1)
+    return pooled_choice_probs(out.logits[:, -1], choices)
+
+
 def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token id lists into (input_ids, attention_mask) tensors."""
     width = max(len(s) for s in sequences)

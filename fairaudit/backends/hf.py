@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from fairaudit.backends import Completion, DepthRequest, GenerationRequest
-from fairaudit.backends.common import left_pad, nucleus_probs, pooled_choice_probs
+from fairaudit.backends.common import last_token_choice_probs, left_pad, nucleus_probs, positions_after_left_pad
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 
@@ -22,11 +22,6 @@ def pick_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
-
-
-def _position_ids(mask: torch.Tensor) -> torch.Tensor:
-    """Positions that ignore left padding: 0 at each row's first real token."""
-    return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
 _LOADED: dict[tuple, torch.nn.Module] = {}
@@ -110,7 +105,7 @@ class HFBackend:
         generators = [torch.Generator(self.device).manual_seed(r.seed or 0) for r in requests]
         temperature = torch.tensor([r.temperature for r in requests], device=self.device)
         top_p = torch.tensor([r.top_p for r in requests], device=self.device)
-        positions = _position_ids(mask)
+        positions = positions_after_left_pad(mask)
         step = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         new: list[list[int]] = [[] for _ in requests]
         stop_ids = self.stop_ids
@@ -140,12 +135,7 @@ class HFBackend:
         """Softmax over the pooled choices at the position after each prefix (see the protocol)."""
         out = np.zeros((len(prefixes), len(choices)))
         for batch in self._batches([len(p) for p in prefixes]):
-            ids, mask = left_pad([prefixes[i] for i in batch], self.pad_id)
-            logits = self.model(
-                input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                position_ids=_position_ids(mask).to(self.device), logits_to_keep=1,
-            ).logits[:, -1]
-            out[batch] = pooled_choice_probs(logits, choices)
+            out[batch] = last_token_choice_probs(self.model, [prefixes[i] for i in batch], choices, self.pad_id)
         return out
 
     @torch.inference_mode()

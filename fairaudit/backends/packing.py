@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from fairaudit.backends import DepthRequest
-from fairaudit.backends.common import left_pad, pooled_choice_probs
+from fairaudit.backends.common import last_token_choice_probs, pooled_choice_probs
 
 PACKABLE_ATTENTION = ("eager", "sdpa")
 PREFIX = -1  # branch id of the shared prompt + trace tokens; suffix copies are 0..K-1
@@ -32,19 +32,6 @@ def _check_request(request: DepthRequest) -> None:
         raise ValueError(f"cuts {bad} fall outside the trace of {len(request.trace_ids)} tokens")
     if not request.suffix_ids and any(len(request.prompt_ids) + cut == 0 for cut in request.cuts):
         raise ValueError("a cut of 0 with an empty prompt and an empty suffix leaves nothing to read")
-
-
-def _positions_after_left_pad(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position ids counting real tokens only, 0 on left padding."""
-    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
-
-
-@torch.inference_mode()
-def _last_token_probs(model, sequences: list[list[int]], choices, pad_id: int) -> np.ndarray:
-    ids, mask = left_pad(sequences, pad_id)
-    ids, mask = ids.to(model.device), mask.to(model.device)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions_after_left_pad(mask), logits_to_keep=1)
-    return pooled_choice_probs(out.logits[:, -1], choices)
 
 
 def _split(probs: np.ndarray, requests: Sequence[DepthRequest]) -> list[np.ndarray]:
@@ -70,7 +57,7 @@ def naive_depth_probs(
         list(r.prompt_ids) + list(r.trace_ids[:cut]) + list(r.suffix_ids) for r in requests for cut in r.cuts
     ]
     chunks = [
-        _last_token_probs(model, sequences[start : start + batch_size], choices, pad_id)
+        last_token_choice_probs(model, sequences[start : start + batch_size], choices, pad_id)
         for start in range(0, len(sequences), batch_size)
     ]
     probs = np.concatenate(chunks) if chunks else np.zeros((0, len(choices)))

@@ -151,7 +151,7 @@ def load_records(client, run_ids: Iterable[str]) -> dict[str, pd.DataFrame]:
 def log_report(client, experiment_id: str, name: str, out_dir: Path, files: list[Path], tags: dict[str, str],
                params: dict[str, str], metrics: dict[str, float], tables: dict[str, pd.DataFrame]) -> str:
     """The report as an MLflow run: its files as artifacts, tags linking the source runs, headline metrics."""
-    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.entities import Metric, Param
 
     run = client.create_run(experiment_id, run_name=name, tags={k: v[:MAX_TAG] for k, v in tags.items()})
     run_id = run.info.run_id
