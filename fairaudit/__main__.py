@@ -6,8 +6,7 @@ import hydra
 from omegaconf import DictConfig
 
 from fairaudit import app
-from fairaudit.console import console
-from fairaudit.errors import AuditError
+from fairaudit.console import run_or_exit
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
@@ -21,11 +20,7 @@ def hoist_multirun_flag(argv: list[str]) -> list[str]:
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    try:
-        app.run(cfg)
-    except AuditError as error:
-        console.print(f"[bold red]error:[/bold red] {error}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+    run_or_exit(app.run, cfg)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
+import sys
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn,
@@ -12,6 +13,17 @@ from rich.table import Table
 from rich.text import Text
 
 console = Console(stderr=True)
+
+
+def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
+    """Run a Hydra task; an AuditError becomes one `error:` line and exit code 2."""
+    from fairaudit.errors import AuditError
+
+    try:
+        job(cfg)
+    except AuditError as error:
+        console.print(f"[bold red]error:[/bold red] {error}", highlight=False, soft_wrap=True)
+        sys.exit(2)
 
 
 class RateColumn(ProgressColumn):

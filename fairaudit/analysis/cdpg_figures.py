@@ -54,6 +54,13 @@ def depth_by_cell_figure(by_cell: pd.DataFrame, K: int = 10) -> Figure:
     return fig
 
 
+def _legend_or_empty_note(ax) -> None:
+    if ax.lines:
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no pairs in this cell", ha="center", va="center", transform=ax.transAxes)
+
+
 def anchor_mover_figure(sides: pd.DataFrame, K: int = 10) -> Figure:
     """Fig. 4: mean P(Yes) of anchor and mover sides in cells b and c, from the baseline arm (k = 0) to k = K.
 
@@ -72,10 +79,7 @@ def anchor_mover_figure(sides: pd.DataFrame, K: int = 10) -> Figure:
         ax.set_xlabel("normalised depth k/K (0: baseline arm)")
         ax.set_ylim(0, 1)
         ax.set_title(f"cell {cell}")
-        if ax.lines:
-            ax.legend(fontsize="small")
-        else:
-            ax.text(0.5, 0.5, "no pairs in this cell", ha="center", va="center", transform=ax.transAxes)
+        _legend_or_empty_note(ax)
     return fig
 
 
@@ -90,10 +94,7 @@ def k_sensitivity_figure(by_cell: pd.DataFrame, k_list: Sequence[int] = (5, 10, 
             ax.plot(rows["depth"], rows["mean_abs_cdpg"], marker=".", label=f"K={K}")
         _depth_axis(ax, "mean |CDPG_k|")
         ax.set_title(f"cell {cell}")
-        if ax.lines:
-            ax.legend(fontsize="small")
-        else:
-            ax.text(0.5, 0.5, "no pairs in this cell", ha="center", va="center", transform=ax.transAxes)
+        _legend_or_empty_note(ax)
     return fig
 
 
