@@ -13,7 +13,7 @@ from typing import NamedTuple
 from jinja2.exceptions import TemplateError
 
 from fairaudit.errors import AuditError
-from fairaudit.prompts.yesno import Arm, Thinking
+from fairaudit.prompts.yesno import Arm, Thinking, assistant_prefill
 
 LETTERS = "ABCD"
 
@@ -116,13 +116,7 @@ def render_mcq_prompt(tokenizer, arm: Arm, question: str, options_text: str, thi
         instruction = think_instruction.format(open=thinking.open, close=thinking.close)
         messages[-1]["content"] = f"{messages[-1]['content']}\n\n{instruction}"
     text = _chat_text(tokenizer, messages, template_kwargs or {})
-    opened_by_template = thinking.style != "none" and text.endswith(f"{thinking.open}\n")
-    base = text[: -len(f"{thinking.open}\n")] if opened_by_template else text
-    if not arm.think:
-        return f"{base}{thinking.open}\n\n{thinking.close}\n\n" if thinking.style == "native" else base
-    if opened_by_template or thinking.style == "prompted":
-        return f"{base}{thinking.open}\n"
-    return base  # the model opens its own think block
+    return assistant_prefill(text, arm, thinking, empty_block=thinking.style == "native")
 
 
 def extract_answer(text: str) -> str | None:

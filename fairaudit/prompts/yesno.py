@@ -56,12 +56,22 @@ def render_prompt(tokenizer, user_message: str, arm: Arm, thinking: Thinking, te
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True, **(template_kwargs or {})
     )
-    opened_by_template = thinking.style != "none" and text.endswith(f"{thinking.open}\n")
-    base = text[: -len(f"{thinking.open}\n")] if opened_by_template else text
+    return assistant_prefill(text, arm, thinking, empty_block=True)
+
+
+def assistant_prefill(chat_text: str, arm: Arm, thinking: Thinking, empty_block: bool) -> str:
+    """The chat text ending where the model continues.
+
+    Thinking arms: the think block opened (by the template, which may already have done it,
+    or pre-filled for prompted models), or left for a native model to open itself. Other arms:
+    a closed empty think block when `empty_block`, else the plain assistant turn.
+    """
+    opened_by_template = thinking.style != "none" and chat_text.endswith(f"{thinking.open}\n")
+    base = chat_text[: -len(f"{thinking.open}\n")] if opened_by_template else chat_text
     if thinking.style == "none":
         return base
     if not arm.think:
-        return f"{base}{thinking.open}\n\n{thinking.close}\n\n"
+        return f"{base}{thinking.open}\n\n{thinking.close}\n\n" if empty_block else base
     if opened_by_template or thinking.style == "prompted":
         return f"{base}{thinking.open}\n"
     return base  # the model opens its own think block
