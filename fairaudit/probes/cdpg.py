@@ -10,7 +10,7 @@ from fairaudit.analysis.cdpg import cdpg, segment_cuts
 from fairaudit.analysis.cdpg_figures import cdpg_figures
 from fairaudit.errors import AuditError
 from fairaudit.probes import AuditContext, ProbeResult
-from fairaudit.probes.decisions import PairedProbe, answer_parts, paired_records, render_prompts
+from fairaudit.probes.decisions import PairedProbe, answer_parts, paired_records
 from fairaudit.prompts.yesno import Arm, choice_token_ids
 
 HEADLINE = ["cdpg_n_pairs", "cdpg_n_c", "cdpg_slope_a", "cdpg_slope_b", "cdpg_slope_c", "cdpg_slope_c_ci_low",
@@ -50,10 +50,8 @@ class CDPGProbe(PairedProbe):
 
     def depth_records(self, ctx: AuditContext, records: pd.DataFrame) -> pd.DataFrame:
         """P(Yes) after every cut of every treatment trace. # -> pair_id, side, K, k, p_yes_k"""
-        pairs = ctx.dataset.pairs()
         rows = records[records["arm"] == ctx.arm.name].reset_index(drop=True)
-        prompts = render_prompts(ctx, pairs, ctx.arm)
-        parts = [answer_parts(ctx, prompt, trace, ctx.arm) for prompt, trace in zip(prompts, rows["trace"])]
+        parts = [answer_parts(ctx, prompt, trace, ctx.arm) for prompt, trace in zip(rows["prompt"], rows["trace"])]
         Ks = sorted({self.K, *self.k_list})
         cuts = [{K: segment_cuts(len(part.trace_ids), K) for K in Ks} for part in parts]
         requests = [replace(part, cuts=tuple(sorted({c for K in Ks for c in by_k[K]}))) for part, by_k in zip(parts, cuts)]

@@ -40,7 +40,7 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
     """Generate and score every row of `pairs` under `arm`; returns the records of DESIGN.md.
 
     pairs: pair_id, side, attribute_value, user_message. Each row gets the parsed answer,
-    P(Yes) from the Yes/No softmax at the answer position, the trace and its length.
+    P(Yes) from the Yes/No softmax at the answer position, the exact prompt, the trace and its length.
     """
     tok = ctx.backend.tokenizer
     prompts = render_prompts(ctx, pairs, arm)
@@ -64,6 +64,7 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
         "think_closed": [o.closed for o in outputs],
         "truncated": [c.finish_reason == "length" for c in completions],
         "prompt_hash": [generation_key(ctx.backend.fingerprint, r) for r in requests],
+        "prompt": prompts,
         "trace": [o.trace for o in outputs],
         "text": [c.text for c in completions],
     })
