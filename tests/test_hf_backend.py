@@ -84,3 +84,12 @@ def test_choice_probs_equal_a_hand_softmax_over_pooled_logits(backend):
 def test_fingerprint_names_weights_and_numerics(backend):
     assert backend.fingerprint.endswith("/hf-1/float32/cpu")
     assert HFBackend(backend.model_dir, batch_size=1).fingerprint == backend.fingerprint
+
+
+def test_a_model_loads_once_and_only_one_is_held():
+    from fairaudit.backends import hf
+
+    first = HFBackend(tiny_qwen3_dir(), batch_size=1)
+    assert first.model is HFBackend(tiny_qwen3_dir(), batch_size=2).model  # reused across jobs
+    other = HFBackend(embedded_model_dir(), batch_size=1).model
+    assert list(hf._LOADED.values()) == [other]

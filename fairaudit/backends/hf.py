@@ -28,11 +28,17 @@ _LOADED: dict[tuple, torch.nn.Module] = {}
 
 
 def load_model(model_dir: str, dtype: str, device: torch.device, attn_implementation: str) -> torch.nn.Module:
-    """The model, loaded once per process and reused by every job of a sequential sweep."""
+    """The model, loaded once per process and reused by every job of a sequential sweep.
+
+    One model is held at a time: a sweep that moves on to another model frees the last one first.
+    """
     from transformers import AutoModelForCausalLM
 
     key = (model_dir, dtype, str(device), attn_implementation)
     if key not in _LOADED:
+        _LOADED.clear()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
         _LOADED[key] = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=DTYPES[dtype], attn_implementation=attn_implementation
         ).to(device).eval()
