@@ -97,6 +97,18 @@ def test_multirun_gives_one_parent_and_a_child_per_dataset(tmp_path):
     assert all(r.info.status == "FINISHED" for r in found)
 
 
+def test_parallel_sweep_jobs_share_the_store_and_the_parent_run(tmp_path):
+    result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=3", "model.max_think_tokens=8", "hydra/launcher=joblib",
+                     "hydra.launcher.n_jobs=2", "-m", "dataset=adult,compas,credit")
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, found = runs(tmp_path)
+    parents = [r for r in found if r.data.tags.get("fairaudit.kind") == "sweep"]
+    children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
+    assert len(parents) == 1 and len(children) == 3 and all(r.info.status == "FINISHED" for r in found)
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    assert sqlite3.connect(tmp_path / "store.sqlite").execute("SELECT COUNT(*) FROM results").fetchone()[0] == 3 * 3 * 2 * 2 * 2
+
+
 def test_checkpoint_sweep_tags_each_label(tmp_path):
     local = tiny_qwen3_dir()
     result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=1", "model.max_think_tokens=4", f"model.path={local}",
