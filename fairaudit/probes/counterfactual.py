@@ -31,7 +31,8 @@ class CounterfactualProbe(PairedProbe):
         return ProbeResult(
             metrics=metrics,
             tables={"contingency": contingency_table(metrics, t, b), "cell_disparity": cell_disparity_table(metrics, t, b)},
-            figures={"disparity_shift": disparity_shift_figure(metrics)},
+            figures={"disparity_shift": disparity_shift_figure(
+                metrics, title=f"{ctx.model.name}, {ctx.dataset.name}: {t} vs {b}, N = {int(metrics['n_pairs'])} pairs")},
             records={"records": records},
             headline=headline(t, b),
         )
