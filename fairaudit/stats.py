@@ -1,4 +1,4 @@
-"""Exact tests in log space, bootstrap intervals."""
+"""Exact tests in log space, bootstrap intervals, partial correlation."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import math
 from typing import Callable
 
 import numpy as np
+from scipy import stats
 from scipy.special import gammaln, logsumexp
 
 LN10 = math.log(10.0)
@@ -67,3 +68,26 @@ def bootstrap_ci(
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(values, [tail, 1.0 - tail])
     return (float(low), float(high))
+
+
+def partial_correlation(x, y, covariate) -> tuple[float, float]:
+    """Pearson correlation of x and y controlling for one covariate, and its two-sided p-value.
+
+    Residual method: x and y are each regressed on (1, covariate); the p-value is the t-test
+    of the residual correlation on n - 3 degrees of freedom. Rows with a NaN are dropped;
+    (NaN, NaN) with fewer than 4 rows or a constant residual.
+    """
+    data = np.column_stack([x, y, covariate]).astype(float)
+    data = data[~np.isnan(data).any(axis=1)]
+    n = len(data)
+    if n < 4:
+        return math.nan, math.nan
+    design = np.column_stack([np.ones(n), data[:, 2]])
+    fitted = design @ np.linalg.lstsq(design, data[:, :2], rcond=None)[0]
+    residuals = data[:, :2] - fitted
+    if (residuals.std(axis=0) <= 1e-10 * np.abs(data[:, :2]).max(axis=0)).any():  # x or y explained by the covariate
+        return math.nan, math.nan
+    r = float(np.corrcoef(residuals.T)[0, 1])
+    dof = n - 3
+    t = r * math.sqrt(dof / max(1.0 - r * r, np.finfo(float).tiny))
+    return r, float(2.0 * stats.t.sf(abs(t), dof))

@@ -11,7 +11,7 @@ import statsmodels.api as sm
 from scipy import stats
 
 from fairaudit.analysis.position import (
-    OFFSETS, ccp_chi_square, length_bins, monotonic_profile, partial_correlation, pbs, pbs_wilcoxon,
+    OFFSETS, ccp_chi_square, length_bins, monotonic_profile, pbs, pbs_wilcoxon,
     position, truncation, truncation_cuts,
 )
 from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
@@ -20,6 +20,7 @@ from fairaudit.prompts.mcq import (
     ANSWER_PATTERNS, TRAJECTORY_PATTERNS, commitment_change_point, effective_switching, extract_answer,
     mcq_messages, split_think, trajectory,
 )
+from fairaudit.stats import partial_correlation
 
 SQRT_075 = math.sqrt(0.75)
 

@@ -16,6 +16,7 @@ import pandas as pd
 from scipy import stats
 
 from fairaudit.prompts.mcq import LETTERS, commitment_change_point, effective_switching, trajectory
+from fairaudit.stats import partial_correlation
 
 N_POSITIONS = 4
 SHARES = [f"share_{letter.lower()}" for letter in LETTERS]
@@ -130,29 +131,6 @@ def monotonic_profile(values) -> dict[str, float]:
         "first_violation": float(not_rising[0] + 2) if not_rising.size else 0.0,
         "gradient": float(values[-1] - values[0]),
     }
-
-
-def partial_correlation(x, y, covariate) -> tuple[float, float]:
-    """Pearson correlation of x and y controlling for one covariate, and its two-sided p-value.
-
-    Residual method: x and y are each regressed on (1, covariate); the p-value is the t-test
-    of the residual correlation on n - 3 degrees of freedom. Rows with a NaN are dropped;
-    (NaN, NaN) with fewer than 4 rows or a constant residual.
-    """
-    data = np.column_stack([x, y, covariate]).astype(float)
-    data = data[~np.isnan(data).any(axis=1)]
-    n = len(data)
-    if n < 4:
-        return math.nan, math.nan
-    design = np.column_stack([np.ones(n), data[:, 2]])
-    fitted = design @ np.linalg.lstsq(design, data[:, :2], rcond=None)[0]
-    residuals = data[:, :2] - fitted
-    if (residuals.std(axis=0) <= 1e-10 * np.abs(data[:, :2]).max(axis=0)).any():  # x or y explained by the covariate
-        return math.nan, math.nan
-    r = float(np.corrcoef(residuals.T)[0, 1])
-    dof = n - 3
-    t = r * math.sqrt(dof / max(1.0 - r * r, np.finfo(float).tiny))
-    return r, float(2.0 * stats.t.sf(abs(t), dof))
 
 
 def preferred_position(records: pd.DataFrame) -> int:
