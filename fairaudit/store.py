@@ -96,7 +96,7 @@ class CachedBackend:
     def _cached(self, kind: str, payloads: Sequence[object], compute: Callable[[list[int]], list], label: str) -> list:
         keys = [call_key(kind, self.fingerprint, p) for p in payloads]
         found = self.store.get_many(keys)
-        missing = list(dict.fromkeys(i for i, k in enumerate(keys) if k not in found))
+        missing = [i for i, k in enumerate(keys) if k not in found]
         first_of_key: dict[str, int] = {}
         todo = [i for i in missing if first_of_key.setdefault(keys[i], i) == i]
         with progress(label, total=len(todo), done_before=len(keys) - len(missing)) as advance:
