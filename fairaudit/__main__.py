@@ -5,7 +5,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from fairaudit import app
+from fairaudit import CONF_DIR, app
 from fairaudit.console import run_or_exit
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -18,11 +18,12 @@ def hoist_multirun_flag(argv: list[str]) -> list[str]:
     return argv[:1] + flags + [arg for arg in argv[1:] if arg not in MULTIRUN_FLAGS]
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="config")
+@hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
     run_or_exit(app.run, cfg)
 
 
 if __name__ == "__main__":
-    sys.argv = hoist_multirun_flag(sys.argv)
-    main()
+    from fairaudit.cli import main as cli_main
+
+    sys.exit(cli_main())

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import json
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fairaudit import __version__
-from fairaudit.console import console, summary_table
+from fairaudit import __version__, dry_run, samples
+from fairaudit.console import console, out, summary_table
 from fairaudit.errors import AuditError
 from fairaudit.models import resolve_model_dir
 from fairaudit.probes import AuditContext, ModelSpec, ProbeResult
 from fairaudit.prompts.yesno import Arm, Thinking
 from fairaudit.store import CachedBackend, Store
+from fairaudit.sweeps import AXES, HEADLINE_TAG
 from fairaudit.tracking import Tracker, flatten, parent_run_id
 
 ANSWER_SOURCES = ("parsed", "forced")
+AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",), "seed": ("dataset.seed",),
+             "checkpoint": ("model.checkpoint", "model.checkpoint.label")}  # grid axis -> override keys that set it
 
 
 def model_spec(model: DictConfig) -> ModelSpec:
@@ -64,6 +68,18 @@ def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
     }
 
 
+def job_run_name(tags: dict[str, str], overrides: list[str]) -> str:
+    """The axes this job's overrides set, first (they are what differs across a sweep), then the rest.
+
+    e.g. `-m dataset=adult,compas` names its jobs "adult | counterfactual smollm2 think".
+    """
+    keys = [o.lstrip("+~").split("=", 1)[0] for o in overrides]
+    lead = [axis for axis in AXES if set(AXIS_KEYS[axis]) & set(keys)]
+    rest = [axis for axis in AXES[:4] if axis not in lead]
+    shown = [f"seed {tags[a]}" if a == "seed" else tags[a] for a in lead]
+    return " ".join(shown) + (" | " if shown else "") + " ".join(tags[a] for a in rest)
+
+
 def run(cfg: DictConfig) -> ProbeResult:
     """Validate everything cheap first, then load the model, run the probe and log the run."""
     hydra_cfg = HydraConfig.get()
@@ -72,9 +88,12 @@ def run(cfg: DictConfig) -> ProbeResult:
     arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
     probe = instantiate(cfg.probe, _convert_="all")
     dataset = instantiate(cfg.dataset)
-    check_fit(probe.arms(arm), dataset, probe.family, spec, choices.get("probe", "?"))
+    arms = probe.arms(arm)
+    check_fit(arms, dataset, probe.family, spec, choices.get("probe", "?"))
     dataset.check()
     checkpoint = checkpoint_spec(cfg.model)
+    if cfg.dry_run:
+        return preview(cfg.model, checkpoint, dataset, arms, spec, getattr(probe, "think_instruction", ""))
     model_dir = resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
                                   checkpoint["revision"] or cfg.model.revision)
     inner = instantiate(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
@@ -83,13 +102,17 @@ def run(cfg: DictConfig) -> ProbeResult:
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     parent = parent_run_id(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
     tags = job_tags(cfg, choices)
-    run_name = f"{tags['probe']} {tags['model']} {tags['dataset']} {tags['arm']}"
-    run_id = tracker.start(run_name, tags, flatten(OmegaConf.to_container(cfg, resolve=True)), parent)
+    run_name = job_run_name(tags, list(hydra_cfg.overrides.task))
+    axes = {axis: tags[axis] for axis in AXES}  # short params, so Compare can plot against the grid's axes
+    run_id = tracker.start(run_name, tags, {**axes, **flatten(OmegaConf.to_container(cfg, resolve=True))}, parent)
     try:
         result = probe.run(AuditContext(backend=backend, model=spec, dataset=dataset, arm=arm))
         result.metrics["model_calls"] = backend.model_calls
+        title_figures(result.figures, f"{spec.name}, {dataset.name}: {' vs '.join(a.name for a in arms)}")
         tracker.log_config(cfg, list(hydra_cfg.overrides.task))
         tracker.log_result(result.metrics, result.tables, result.figures, result.records)
+        tracker.log_texts(samples.artifacts(result.records["records"], run_name))
+        tracker.set_tags({HEADLINE_TAG: json.dumps(result.headline)})
     except BaseException:
         tracker.end(failed=True)
         raise
@@ -98,8 +121,21 @@ def run(cfg: DictConfig) -> ProbeResult:
     return result
 
 
+def title_figures(figures: dict, title: str) -> None:
+    """Every figure of a run names its model, dataset and arms above its panels (wrapped, so never clipped)."""
+    for figure in figures.values():
+        figure.suptitle(title, fontsize="medium", wrap=True)
+
+
+def preview(model: DictConfig, checkpoint: dict, dataset, arms: list[Arm], spec: ModelSpec, think_instruction: str) -> None:
+    """dry_run=true: print the run's prompts and pairs; no model loads, nothing is logged."""
+    tokenizer = dry_run.load_tokenizer(model.source, checkpoint["path"] or model.path, checkpoint["revision"] or model.revision)
+    count = dry_run.show(tokenizer, dataset, arms, spec, think_instruction)
+    console.print(f"dry run: {count} prompts, no model loaded, nothing logged")
+
+
 def print_summary(title: str, result: ProbeResult, run_id: str, uri: str) -> None:
     """Headline metrics, the run id and how to open it in the MLflow UI."""
-    console.print(summary_table(title, result.metrics, result.headline + ["model_calls"]))
+    out.print(summary_table(title, result.metrics, result.headline + ["model_calls"]))
     console.print(f"MLflow run [bold]{run_id}[/bold]")
     console.print(f"see it with: mlflow ui --backend-store-uri {uri}")

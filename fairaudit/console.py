@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from typing import Any, Callable, Iterator
 
@@ -12,13 +13,27 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
 from rich.table import Table
 from rich.text import Text
 
-console = Console(stderr=True)
+console = Console(stderr=True)  # logs and progress
+out = Console()  # results: tables
+
+
+def quiet_libraries() -> None:
+    """Silence MLflow's and alembic's INFO lines and transformers' weight-loading bars; warnings still show."""
+    import logging
+
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_warning()
+    hf_logging.disable_progress_bar()
 
 
 def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
     """Run a Hydra task; an AuditError becomes one `error:` line and exit code 2."""
     from fairaudit.errors import AuditError
 
+    quiet_libraries()
     try:
         job(cfg)
     except AuditError as error:
@@ -51,6 +66,25 @@ def progress(label: str, total: int, done_before: int = 0) -> Iterator[Callable[
         yield lambda n: bar.advance(task, n)
 
 
+def format_number(value: Any) -> str:
+    """A number as people read it: 4 significant digits, no float noise (-5.3e-18 is 0), NaN as n/a."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "n/a"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    if abs(value) < 1e-12:
+        return "0"
+    if 1e-4 <= abs(value) < 1e6:
+        return f"{value:.4g}"
+    return f"{value:.3g}"
+
+
 def summary_table(title: str, metrics: dict[str, float], names: list[str]) -> Table:
     """The headline metrics as a two-column table."""
     table = Table(title=title)
@@ -58,6 +92,15 @@ def summary_table(title: str, metrics: dict[str, float], names: list[str]) -> Ta
     table.add_column("value", justify="right")
     for name in names:
         if name in metrics:
-            value = metrics[name]
-            table.add_row(name, f"{value:.4g}" if isinstance(value, float) else str(value))
+            table.add_row(name, format_number(metrics[name]))
+    return table
+
+
+def summary_frame_table(title: str, frame) -> Table:
+    """A DataFrame as a table, numbers formatted by `format_number`."""
+    table = Table(title=title)
+    for column in frame.columns:
+        table.add_column(str(column), justify="left" if frame[column].dtype == object else "right")
+    for row in frame.itertuples(index=False):
+        table.add_row(*(format_number(value) for value in row))
     return table

@@ -12,6 +12,9 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from fairaudit import sweeps
+from fairaudit.console import quiet_libraries
+
 PARENT_ID_FILE = "mlflow_parent_run_id"
 
 
@@ -30,6 +33,15 @@ def flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
 def finite_metrics(metrics: dict[str, float]) -> dict[str, float]:
     """Metrics MLflow can store as numbers; the rest (nan, inf) live in metrics.json."""
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def json_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Metrics as strict JSON values: numbers, null for nan/inf (JSON has neither), strings for the rest."""
+    def value(v: Any) -> Any:
+        if isinstance(v, (int, float)):
+            return v if math.isfinite(v) else None
+        return str(v)
+    return {k: value(v) for k, v in metrics.items()}
 
 
 class Tracker:
@@ -61,7 +73,7 @@ class Tracker:
                    records: dict[str, pd.DataFrame]) -> None:
         """Metrics, tables (parquet + MLflow table), figures (PNG) and records (parquet)."""
         self.mlflow.log_metrics(finite_metrics(metrics))
-        self.mlflow.log_dict({k: (v if isinstance(v, (int, float)) else str(v)) for k, v in metrics.items()}, "metrics.json")
+        self.mlflow.log_dict(json_metrics(metrics), "metrics.json")
         with tempfile.TemporaryDirectory() as tmp:
             for name, table in tables.items():
                 path = Path(tmp) / f"{name}.parquet"
@@ -74,6 +86,14 @@ class Tracker:
                 self.mlflow.log_artifact(str(path), "records")
         for name, figure in figures.items():
             self.mlflow.log_figure(figure, f"figures/{name}.png")
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self.mlflow.set_tags(tags)
+
+    def log_texts(self, texts: dict[str, str]) -> None:
+        """Text artifacts by file name (e.g. samples.html, samples.jsonl)."""
+        for name, text in texts.items():
+            self.mlflow.log_text(text, name)
 
     def end(self, failed: bool = False) -> None:
         if self.run is not None:
@@ -101,17 +121,23 @@ class SweepCallback(Callback):
         import mlflow
 
         HydraConfig.instance().set_config(config)  # so ${hydra:runtime.cwd} in tracking.uri resolves
+        quiet_libraries()
         mlflow.set_tracking_uri(config.tracking.uri)
         experiment = mlflow.set_experiment(config.tracking.experiment)
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         overrides = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
-        run = MlflowClient(config.tracking.uri).create_run(
+        client = MlflowClient(config.tracking.uri)
+        run = client.create_run(
             experiment.experiment_id,
-            run_name=f"sweep {sweep_dir.name}",
-            tags={"fairaudit.kind": "sweep", "fairaudit.sweep_dir": str(sweep_dir), "fairaudit.overrides": json.dumps(overrides)},
+            run_name=sweeps.sweep_run_name(overrides),
+            tags={"fairaudit.kind": "sweep", "fairaudit.sweep_dir": str(sweep_dir), "fairaudit.overrides": json.dumps(overrides),
+                  "mlflow.source.git.commit": sweeps.git_commit(config.hydra.runtime.cwd)},
         )
         (sweep_dir / PARENT_ID_FILE).write_text(run.info.run_id)
+        for key, value in sweeps.override_params(overrides).items():
+            client.log_param(run.info.run_id, key, value)
+        client.log_text(run.info.run_id, "\n".join(overrides) + "\n", "config/overrides.txt")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from mlflow.tracking import MlflowClient
@@ -123,4 +149,7 @@ class SweepCallback(Callback):
                 [client.get_run(run_id).info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'"
             )
             failed = any(child.info.status != "FINISHED" for child in children)
+            summary = sweeps.children_summary(client, run_id)
+            sweeps.log_summary(client, run_id, summary, Path(config.hydra.sweep.dir))
             client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+            sweeps.print_summary(summary, run_id, config.tracking.uri)

@@ -128,8 +128,8 @@ def test_missing_protected_attribute_lists_columns(data_root):
         dataset("adult", data_root, attribute="race").check()
 
 
-def test_missing_file_names_file_checksum_and_source(tmp_path):
-    with pytest.raises(AuditError, match=r"adult\.data is missing \(expected sha256 5b0026.*UCI"):
+def test_missing_file_names_file_fetch_command_and_source(tmp_path):
+    with pytest.raises(AuditError, match=r"adult\.data is missing; get it with `fairaudit data fetch adult --root .*` \(from UCI"):
         dataset("adult", tmp_path).rows()
 
 

@@ -91,6 +91,8 @@ def k_sensitivity_figure(by_cell: pd.DataFrame, k_list: Sequence[int] = (5, 10, 
     for ax, cell in zip(fig.subplots(1, len(CELLS), sharey=True), CELLS):
         for K in sorted(set(k_list)):
             rows = table[(table["cell"] == cell) & (table["K"] == K)]
+            if rows.empty:
+                continue
             ax.plot(rows["depth"], rows["mean_abs_cdpg"], marker=".", label=f"K={K}")
         _depth_axis(ax, "mean |CDPG_k|")
         ax.set_title(f"cell {cell}")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 
-def disparity_shift_figure(metrics: dict[str, float], title: str = "") -> Figure:
+def disparity_shift_figure(metrics: dict[str, float], title: str = "", arms: tuple[str, str] = ("treatment", "baseline")) -> Figure:
     """Change under the treatment of counterfactual (D_cf) vs group (D_group) disparity (paper 000 Fig. 2).
 
-    metrics: the output of `contingency`, with its per-arm values shown as annotations.
+    metrics: the output of `contingency`, with its per-arm values shown as annotations; arms: (treatment, baseline).
     """
     fig = Figure(figsize=(4.5, 3.5), layout="constrained")
     ax = fig.add_subplot()
@@ -20,6 +20,6 @@ def disparity_shift_figure(metrics: dict[str, float], title: str = "") -> Figure
         ax.errorbar([0], [values[0]], yerr=[[values[0] - low], [high - values[0]]], color="black", capsize=4)
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.bar_label(bars, fmt="%+.3f")
-    ax.set_ylabel("treatment − baseline")
-    ax.set_title(title or f"N = {int(metrics['n_pairs'])} pairs")
+    ax.set_ylabel(f"{arms[0]} − {arms[1]}")
+    ax.set_title(title or f"N = {int(metrics['n_pairs'])} pairs", wrap=True)
     return fig

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -24,7 +25,11 @@ SOURCES = {
     "credit": "UCI ML Repository, Default of Credit Card Clients (doi:10.24432/C55S3H), header renamed to the UCI variable names",
     "mmlu": "Hendrycks et al. 2021 MMLU test split, JSONL with question/options/answer",
     "openbookqa": "Mihaylov et al. 2018 OpenBookQA test split, JSONL with question/options/answer",
+    "arc": "Clark et al. 2018 ARC-Challenge test split (hub allenai/ai2_arc), JSONL with question/options/answer",
+    "gpqa": "Rein et al. 2023 GPQA diamond set (gated hub data set Idavidrein/gpqa), its CSV as published",
 }
+
+MANIFEST = "FETCHED.json"  # in the data root: sha256 and source of fetched files that have no published checksum
 
 _verified: set[Path] = set()
 
@@ -35,7 +40,7 @@ def data_root(root: str | os.PathLike | None) -> Path:
     return Path(chosen).expanduser().resolve()
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -43,16 +48,31 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def fetched_checksums(root: Path) -> dict[str, str]:
+    """sha256 of the files `fairaudit data fetch` wrote without a published checksum, by relative path."""
+    manifest = root / MANIFEST
+    entries = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    return {relative: entry["sha256"] for relative, entry in entries.items()}
+
+
+def accepted_checksums(root: Path, relative: str) -> set[str]:
+    """The published sha256 of a file (the CI copy) and the one `fairaudit data fetch` recorded for it, where known."""
+    return {digest for digest in (CHECKSUMS.get(relative), fetched_checksums(root).get(relative)) if digest}
+
+
 def verified_file(root: Path, relative: str) -> Path:
-    """Path of a raw data file after checking it exists and matches its published checksum."""
+    """Path of a raw data file after checking it exists and matches its published (or, fetched, its recorded) checksum."""
     path = root / relative
-    expected = CHECKSUMS.get(relative)
-    where = SOURCES.get(relative.split("/")[0], "its canonical source")
+    name = relative.split("/")[0]
+    accepted = accepted_checksums(root, relative)
+    where = SOURCES.get(name, "its canonical source")
     if not path.is_file():
-        raise AuditError(f"data file {path} is missing (expected sha256 {expected}); get it from {where} and set data.root or FAIRAUDIT_DATA")
-    if expected and path not in _verified:
-        actual = _sha256(path)
-        if actual != expected:
-            raise AuditError(f"data file {path} is corrupt: sha256 {actual}, expected {expected}; get it again from {where}")
+        get = f"get it with `fairaudit data fetch {name} --root {root}` (from {where}), or" if name in SOURCES else "relative paths are read under data.root:"
+        raise AuditError(f"data file {path} is missing; {get} point data.root or FAIRAUDIT_DATA at a copy")
+    if accepted and path not in _verified:
+        actual = sha256_of(path)
+        if actual not in accepted:
+            raise AuditError(f"data file {path} is corrupt: sha256 {actual}, expected {' or '.join(sorted(accepted))}; "
+                             f"get it again with `fairaudit data fetch {name} --root {root}`")
         _verified.add(path)
     return path

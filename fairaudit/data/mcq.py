@@ -182,10 +182,11 @@ def cyclic_permutations(questions: pd.DataFrame) -> pd.DataFrame:
 def resolve_path(path: str | Path, root: str | None = None) -> Path:
     """An absolute path as given; a relative one under the data root, checksum-verified when it is a known file."""
     path = Path(path).expanduser()
-    full = path if path.is_absolute() else data_root(root) / path
-    if not full.is_file():
-        raise AuditError(f"MCQ file {full} does not exist (relative paths are read under data.root or FAIRAUDIT_DATA)")
-    return full if path.is_absolute() else verified_file(data_root(root), path.as_posix())
+    if not path.is_absolute():
+        return verified_file(data_root(root), path.as_posix())  # its missing-file error says how to fetch it
+    if not path.is_file():
+        raise AuditError(f"MCQ file {path} does not exist")
+    return path
 
 
 def load_mcq(path: str | Path, n: int | None = None, seed: int = 0, root: str | None = None) -> pd.DataFrame:

@@ -31,8 +31,7 @@ class CounterfactualProbe(PairedProbe):
         return ProbeResult(
             metrics=metrics,
             tables={"contingency": contingency_table(metrics, t, b), "cell_disparity": cell_disparity_table(metrics, t, b)},
-            figures={"disparity_shift": disparity_shift_figure(
-                metrics, title=f"{ctx.model.name}, {ctx.dataset.name}: {t} vs {b}, N = {int(metrics['n_pairs'])} pairs")},
+            figures={"disparity_shift": disparity_shift_figure(metrics, arms=(t, b))},  # app titles it with model, dataset, arms
             records={"records": records},
             headline=headline(t, b),
         )

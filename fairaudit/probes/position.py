@@ -134,6 +134,7 @@ class PositionProbe:
             "arm": arm.name,
             "truncated": [c.finish_reason == "length" for c in completions],
             "prompt_hash": [generation_key(ctx.backend.fingerprint, r) for r in requests],
+            "prompt": prompts,
             "text": [c.text for c in completions],
         })
         return with_trajectory_metrics(records), [r.prompt_ids for r in requests]

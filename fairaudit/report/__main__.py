@@ -3,11 +3,12 @@
 import hydra
 from omegaconf import DictConfig
 
+from fairaudit import CONF_DIR
 from fairaudit.console import run_or_exit
 from fairaudit.report import app
 
 
-@hydra.main(version_base=None, config_path="../../conf", config_name="report")
+@hydra.main(version_base=None, config_path=CONF_DIR, config_name="report")
 def main(cfg: DictConfig) -> None:
     run_or_exit(app.run, cfg)
 

@@ -1,0 +1,107 @@
+"""The `fairaudit` command: `list`, `data`, `store` and `report` subcommands; anything else is a Hydra audit run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fairaudit import CONF_DIR
+
+CONF = Path(CONF_DIR)
+
+# `fairaudit list` sections: (title, config group folder under conf/).
+GROUPS = (("models", "model"), ("datasets", "dataset"), ("probes", "probe"), ("arms", "arm"), ("studies", "experiment"))
+
+HELP = """\
+fairaudit: audit reasoning language models for bias that appears, moves or grows inside their thinking.
+
+usage:
+  fairaudit [OVERRIDES...] [-m]       run an audit (Hydra): model=... dataset=... probe=... arm=...; -m sweeps
+                                      e.g. fairaudit model=qwen3 probe=cdpg -m dataset=adult,compas,credit
+  fairaudit dry_run=true [OVERRIDES]  print the prompts (and pairs) a run would send, without loading a model
+  fairaudit list                      the models, datasets, probes, arms and studies (+experiment=NAME)
+  fairaudit data fetch [NAMES...]     download the data sets into the data root and verify their checksums
+  fairaudit data check                per data file: present, checksum, source
+  fairaudit store ...                 inspect and maintain the result store (fairaudit store --help)
+  fairaudit report [OVERRIDES...]     a study's cross-run tables and figures from MLflow
+
+Hydra's own options work on audit runs: --cfg job (print the composed config), --info, --hydra-help,
+--shell-completion install=bash (eval "$(fairaudit -sc install=bash)" enables tab completion of overrides).
+Runs are logged to MLflow: mlflow ui --backend-store-uri sqlite:///mlflow.db
+"""
+
+
+def describe(path: Path) -> str:
+    """A config file's description: its leading comment up to the first line ending a sentence (or a colon)."""
+    words: list[str] = []
+    for line in path.read_text().splitlines():
+        text = line.strip()
+        if not text.startswith("#"):
+            break
+        if not text.startswith("# @package"):
+            words.append(text.lstrip("#").strip())
+            if words[-1].endswith((".", ":")):
+                break
+    return " ".join(words).rstrip(":")
+
+
+def list_configs(argv: list[str]) -> int:
+    """`fairaudit list`: every selectable config, one line each, grouped."""
+    argparse.ArgumentParser(prog="fairaudit list", description="List models, datasets, probes, arms and studies.").parse_args(argv)
+    for title, group in GROUPS:
+        files = sorted((CONF / group).glob("*.yaml"))
+        print(f"{title} ({'+' if group == 'experiment' else ''}{group}=NAME):")
+        width = max((len(f.stem) for f in files), default=0)
+        for path in files:
+            print(f"  {path.stem:<{width}}  {describe(path)}".rstrip())
+    return 0
+
+
+def data_command(argv: list[str]) -> int:
+    from fairaudit.data.fetch import main as data_main
+
+    return data_main(argv)
+
+
+def store_command(argv: list[str]) -> int:
+    """`fairaudit store`: delegated to fairaudit.store_cli, imported only when asked for."""
+    try:
+        from fairaudit.store_cli import main as store_main
+    except ModuleNotFoundError as error:
+        if error.name != "fairaudit.store_cli":
+            raise
+        print("error: `fairaudit store` needs the module fairaudit.store_cli, which this installation does not have",
+              file=sys.stderr)
+        return 2
+    return store_main(argv)
+
+
+def hydra_command(module: str, argv: list[str]) -> int:
+    """Run a Hydra app (`python -m <module>`) with `argv` as its command line."""
+    import importlib
+
+    from fairaudit.__main__ import hoist_multirun_flag
+
+    sys.argv = hoist_multirun_flag([sys.argv[0]] + argv)
+    importlib.import_module(module).main()
+    return 0
+
+
+COMMANDS = {"list": list_configs, "data": data_command, "store": store_command,
+            "report": lambda argv: hydra_command("fairaudit.report.__main__", argv)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `fairaudit` console script."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-h", "--help", "help"):
+        print(HELP, end="")
+        return 0
+    if argv and argv[0] in COMMANDS:
+        return COMMANDS[argv[0]](argv[1:])
+    return hydra_command("fairaudit.__main__", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

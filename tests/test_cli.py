@@ -1,0 +1,108 @@
+"""The `fairaudit` command: help, list, store delegation, shell completion, dry runs and a non-editable install."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA_ROOT, REPO, run_app
+from fairaudit import cli
+
+ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def fairaudit(*args: str, cwd: Path = REPO, python: str = sys.executable, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([python, "-m", "fairaudit", *args], cwd=cwd, env={**ENV, **env}, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_help_describes_the_commands(capsys):
+    assert cli.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    for command in ("fairaudit list", "fairaudit data fetch", "fairaudit data check", "fairaudit store",
+                    "fairaudit report", "dry_run=true", "-sc install=bash"):
+        assert command in text, command
+
+
+def test_list_prints_one_line_per_config_with_its_description(capsys):
+    assert cli.main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    sections = [line for line in lines if not line.startswith("  ")]
+    assert [s.split()[0] for s in sections] == ["models", "datasets", "probes", "arms", "studies"]
+    entries = {line.split()[0]: line for line in lines if line.startswith("  ")}
+    for group in ("model", "dataset", "probe", "arm", "experiment"):
+        for path in (REPO / "conf" / group).glob("*.yaml"):
+            assert path.stem in entries, path
+    assert "Qwen3-32B" in entries["qwen3"] and "MMLU" in entries["mmlu"] and "Paper 000" in entries["thinking_fairness"]
+    assert all(len(line.split(None, 1)) == 2 for line in entries.values())  # every entry has a description
+
+
+def test_store_without_its_module_says_so(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "fairaudit.store_cli", None)  # import now fails as if the module were absent
+    assert cli.main(["store", "stats"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: `fairaudit store` needs the module fairaudit.store_cli, "
+                                               "which this installation does not have")
+
+
+def test_bash_completion_completes_groups_and_options():
+    """The documented `eval "$(fairaudit -sc install=bash)"` installs a function that asks the app for completions."""
+    install = fairaudit("-sc", "install=bash")
+    assert install.returncode == 0 and "complete" in install.stdout, install.stderr[-2000:]
+    groups = fairaudit("-sc", "query=bash", COMP_LINE="fairaudit prob")
+    assert "probe=" in groups.stdout.split(), groups.stdout
+    options = fairaudit("-sc", "query=bash", COMP_LINE="fairaudit probe=")
+    assert {"probe=cdpg", "probe=position", "probe=counterfactual", "probe=btm"} <= set(options.stdout.split())
+
+
+def test_dry_run_prints_pairs_and_prompts_without_a_model(tmp_path):
+    result = run_app(tmp_path, "dry_run=true", "model=tiny_qwen3", "dataset.n=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert out.count("=== pair adult-") == 4 and out.count("--- arm think") == 4 and out.count("--- arm nothink") == 4
+    assert out.count("This person is a") == 8 and "Male" in out and "Female" in out
+    assert "<|im_start|>user" in out  # the chat template was applied
+    assert "dry run: 8 prompts, no model loaded, nothing logged" in result.stderr
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "store.sqlite").exists()
+
+
+def test_dry_run_of_an_mcq_probe_prints_each_permutation(tmp_path):
+    result = run_app(tmp_path, "dry_run=true", "model=tiny_qwen3", "probe=position", "dataset=mmlu", "arm=direct", "dataset.n=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("=== question") == 4 and result.stdout.count("--- arm direct") == 4
+    assert all(f"permutation {s}" in result.stdout for s in range(4))
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
+    """A built wheel (not editable) carries its configs: `fairaudit list` and a dry run work from another folder."""
+    dist = tmp_path / "dist"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = dist.glob("fairaudit-*.whl")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    target = next((env_dir / "lib").glob("python*/site-packages"))
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                               capture_output=True, text=True, timeout=600)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    script = target / "bin" / "fairaudit"
+    deps = next(Path(p) for p in sys.path if p.endswith("site-packages"))  # this venv's dependencies, after the wheel
+    env = {"PYTHONPATH": f"{target}{os.pathsep}{deps}"}
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    python = str(env_dir / "bin" / "python")
+    found = subprocess.run([python, "-c", "import fairaudit; print(fairaudit.__file__)"], cwd=where,
+                           env={**ENV, **env}, capture_output=True, text=True)
+    assert found.stdout.startswith(str(target)), found.stdout + found.stderr
+    listed = subprocess.run([python, str(script), "list"], cwd=where, env={**ENV, **env}, capture_output=True, text=True)
+    assert listed.returncode == 0 and "thinking_fairness" in listed.stdout, listed.stderr[-2000:]
+    dry = subprocess.run([python, str(script), "dry_run=true", "model=tiny_qwen3", "dataset.n=1",
+                          f"store.path={tmp_path}/store.sqlite"],
+                         cwd=where, env={**ENV, **env}, capture_output=True, text=True, timeout=600)
+    assert dry.returncode == 0 and dry.stdout.count("=== pair") == 2, dry.stderr[-3000:]
