@@ -10,13 +10,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit import __version__, dry_run, samples
-from fairaudit.console import console, out, summary_table
+from fairaudit.console import console, print_result, summary_table
 from fairaudit.errors import AuditError
 from fairaudit.models import resolve_model_dir
 from fairaudit.probes import AuditContext, ModelSpec, ProbeResult
 from fairaudit.prompts.yesno import Arm, Thinking
 from fairaudit.store import CachedBackend, Store
-from fairaudit.sweeps import AXES, HEADLINE_TAG
+from fairaudit.sweeps import AXES, HEADLINE_TAG, swept_in
 from fairaudit.tracking import Tracker, flatten, parent_run_id
 
 ANSWER_SOURCES = ("parsed", "forced")
@@ -68,16 +68,22 @@ def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
     }
 
 
-def job_run_name(tags: dict[str, str], overrides: list[str]) -> str:
-    """The axes this job's overrides set, first (they are what differs across a sweep), then the rest.
+def job_run_name(tags: dict[str, str], varied: list[str]) -> str:
+    """The axes set by the keys in `varied` first (what differs across the sweep), then the other axes.
 
     e.g. `-m dataset=adult,compas` names its jobs "adult | counterfactual smollm2 think".
     """
-    keys = [o.lstrip("+~").split("=", 1)[0] for o in overrides]
-    lead = [axis for axis in AXES if set(AXIS_KEYS[axis]) & set(keys)]
-    rest = [axis for axis in AXES[:4] if axis not in lead]
+    lead = [axis for axis in AXES if set(AXIS_KEYS[axis]) & set(varied)]
     shown = [f"seed {tags[a]}" if a == "seed" else tags[a] for a in lead]
-    return " ".join(shown) + (" | " if shown else "") + " ".join(tags[a] for a in rest)
+    rest = [tags[a] for a in AXES[:4] if a not in lead]
+    return " ".join(shown) + (" | " if shown else "") + " ".join(rest)
+
+
+def varied_keys(hydra_cfg) -> list[str]:
+    """Keys that differ between this job and its siblings (a sweep's swept keys), else the keys overridden."""
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        return list(swept_in(hydra_cfg.sweep.dir))
+    return [o.lstrip("+~").split("=", 1)[0] for o in hydra_cfg.overrides.task]
 
 
 def run(cfg: DictConfig) -> ProbeResult:
@@ -102,7 +108,7 @@ def run(cfg: DictConfig) -> ProbeResult:
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     parent = parent_run_id(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
     tags = job_tags(cfg, choices)
-    run_name = job_run_name(tags, list(hydra_cfg.overrides.task))
+    run_name = job_run_name(tags, varied_keys(hydra_cfg))
     axes = {axis: tags[axis] for axis in AXES}  # short params, so Compare can plot against the grid's axes
     run_id = tracker.start(run_name, tags, {**axes, **flatten(OmegaConf.to_container(cfg, resolve=True))}, parent)
     try:
@@ -136,6 +142,6 @@ def preview(model: DictConfig, checkpoint: dict, dataset, arms: list[Arm], spec:
 
 def print_summary(title: str, result: ProbeResult, run_id: str, uri: str) -> None:
     """Headline metrics, the run id and how to open it in the MLflow UI."""
-    out.print(summary_table(title, result.metrics, result.headline + ["model_calls"]))
+    print_result(summary_table(title, result.metrics, result.headline + ["model_calls"]))
     console.print(f"MLflow run [bold]{run_id}[/bold]")
     console.print(f"see it with: mlflow ui --backend-store-uri {uri}")

@@ -7,9 +7,9 @@ import math
 import sys
 from typing import Any, Callable, Iterator
 
+import pandas as pd
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -20,6 +20,8 @@ out = Console()  # results: tables
 def quiet_libraries() -> None:
     """Silence MLflow's and alembic's INFO lines and transformers' weight-loading bars; warnings still show."""
     import logging
+
+    import mlflow  # noqa: F401  (its import sets its logger to INFO, so it must come first)
 
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -42,10 +44,22 @@ def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
 
 
 class RateColumn(ProgressColumn):
-    """Items per second."""
+    """Items per second (or seconds per item) since the bar started: steady under batched, bursty progress."""
 
     def render(self, task) -> Text:
-        return Text(f"{task.speed:.2f}/s" if task.speed else "-/s", style="progress.data.speed")
+        rate = task.completed / task.elapsed if task.elapsed and task.completed else None
+        text = "-/s" if rate is None else f"{rate:.2f}/s" if rate >= 1 else f"{1 / rate:.1f} s/item"
+        return Text(text, style="progress.data.speed")
+
+
+class EtaColumn(ProgressColumn):
+    """Time left at the average rate so far."""
+
+    def render(self, task) -> Text:
+        if task.finished or not task.completed or not task.elapsed:
+            return Text("eta -" if not task.finished else "", style="progress.remaining")
+        left = (task.total - task.completed) * task.elapsed / task.completed
+        return Text(f"eta {int(left // 60)}:{int(left % 60):02d}", style="progress.remaining")
 
 
 @contextlib.contextmanager
@@ -59,11 +73,18 @@ def progress(label: str, total: int, done_before: int = 0) -> Iterator[Callable[
     suffix = f" ({done_before} from the store)" if done_before else ""
     columns = [
         TextColumn(f"{label}{suffix}"), BarColumn(), MofNCompleteColumn(),
-        RateColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+        RateColumn(), TimeElapsedColumn(), EtaColumn(),
     ]
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n: bar.advance(task, n)
+
+
+def print_result(table: Table) -> None:
+    """A results table on stdout, at its natural width when stdout is a file or pipe (never squeezed to 80 columns)."""
+    if not out.is_terminal:  # rich clamps print(width=...) to the console's width, so widen the console itself
+        out.width = max(out.width, out.measure(table, options=out.options.update_width(1000)).maximum)
+    out.print(table)
 
 
 def format_number(value: Any) -> str:
@@ -96,11 +117,12 @@ def summary_table(title: str, metrics: dict[str, float], names: list[str]) -> Ta
     return table
 
 
-def summary_frame_table(title: str, frame) -> Table:
+def summary_frame_table(title: str, frame: pd.DataFrame) -> Table:
     """A DataFrame as a table, numbers formatted by `format_number`."""
     table = Table(title=title)
     for column in frame.columns:
-        table.add_column(str(column), justify="left" if frame[column].dtype == object else "right")
+        numeric = pd.api.types.is_numeric_dtype(frame[column])
+        table.add_column(str(column), justify="right" if numeric else "left")
     for row in frame.itertuples(index=False):
         table.add_row(*(format_number(value) for value in row))
     return table

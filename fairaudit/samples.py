@@ -44,7 +44,8 @@ def artifacts(records: pd.DataFrame, title: str) -> dict[str, str]:
     else:
         labelled, items = _question_items(records)
     labels = sorted(set(labelled["group"]))
-    return {"samples.html": _page(title, labels, items),
+    prefix = "cell " if "pair_id" in records else ""
+    return {"samples.html": _page(title, labels, items, prefix),
             "samples.jsonl": labelled.to_json(orient="records", lines=True, force_ascii=False)}
 
 
@@ -78,7 +79,7 @@ def _pair_items(records: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 def _pair_cell(row: dict | None) -> str:
     if row is None:
         return "<td class=none>no record</td>"
-    answer = row.get("answer")
+    answer = row.get("answer") if isinstance(row.get("answer"), str) else None  # null answers come back as NaN
     css = {"Yes": "yes", "No": "no"}.get(answer, "none")
     trace = row.get("trace") or ""
     parts = [f"answer <span class={css}>{_esc(answer or 'none')}</span> &middot; P(Yes) {_num(row.get('p_yes'))}"
@@ -119,13 +120,13 @@ def _item(group: str, heading: str, body: str) -> str:
     return f"<section class='item g-{_slug(group)}'><h2>{heading}</h2>{body}</section>"
 
 
-def _page(title: str, groups: list[str], items: list[str]) -> str:
+def _page(title: str, groups: list[str], items: list[str], label_prefix: str = "") -> str:
     """The whole page; one radio button per group hides every item outside it (CSS only)."""
     radios = ["<input type=radio name=f id=f-all checked><label for=f-all>all</label>"]
     rules = []
     for group in groups:
         slug = _slug(group)
-        radios.append(f"<input type=radio name=f id=f-{slug}><label for=f-{slug}>{_esc(group)}</label>")
+        radios.append(f"<input type=radio name=f id=f-{slug}><label for=f-{slug}>{_esc(label_prefix + group)}</label>")
         rules.append(f"body:has(#f-{slug}:checked) .item:not(.g-{slug}){{display:none}}")
     return (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{_esc(title)}</title>"
             f"<style>{STYLE}{''.join(rules)}</style></head><body><h1>{_esc(title)}</h1>"

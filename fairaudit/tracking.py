@@ -54,6 +54,8 @@ class Tracker:
         mlflow.set_tracking_uri(uri)
         self.uri = uri
         self.experiment_id = mlflow.set_experiment(experiment).experiment_id
+        # MLflow 3's UI opens an experiment of this kind in its "Model training" view (runs, params, metrics)
+        mlflow.MlflowClient(uri).set_experiment_tag(self.experiment_id, "mlflow.experimentKind", "custom_model_development")
         self.run = None
 
     def start(self, run_name: str, tags: dict[str, str], params: dict[str, str], parent_run_id: str | None = None) -> str:
@@ -130,7 +132,7 @@ class SweepCallback(Callback):
         client = MlflowClient(config.tracking.uri)
         run = client.create_run(
             experiment.experiment_id,
-            run_name=sweeps.sweep_run_name(overrides),
+            run_name=sweeps.sweep_run_name(sweeps.swept_of(config.hydra)),
             tags={"fairaudit.kind": "sweep", "fairaudit.sweep_dir": str(sweep_dir), "fairaudit.overrides": json.dumps(overrides),
                   "mlflow.source.git.commit": sweeps.git_commit(config.hydra.runtime.cwd)},
         )
