@@ -49,14 +49,21 @@ def test_store_without_its_module_says_so(monkeypatch, capsys):
                                                "which this installation does not have")
 
 
-def test_bash_completion_completes_groups_and_options():
-    """The documented `eval "$(fairaudit -sc install=bash)"` installs a function that asks the app for completions."""
-    install = fairaudit("-sc", "install=bash")
-    assert install.returncode == 0 and "complete" in install.stdout, install.stderr[-2000:]
-    groups = fairaudit("-sc", "query=bash", COMP_LINE="fairaudit prob")
-    assert "probe=" in groups.stdout.split(), groups.stdout
-    options = fairaudit("-sc", "query=bash", COMP_LINE="fairaudit probe=")
-    assert {"probe=cdpg", "probe=position", "probe=counterfactual", "probe=btm"} <= set(options.stdout.split())
+def complete(line: str) -> list[str]:
+    """What bash offers for `line` after the README's `eval "$(fairaudit -sc install=bash)"`."""
+    script = ('eval "$(fairaudit -sc install=bash)"; COMP_LINE="$LINE"; COMP_POINT=${#COMP_LINE}; '
+              'COMP_WORDS=($COMP_LINE); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); '
+              'hydra_bash_completion; printf "%s\\n" "${COMPREPLY[@]}"')
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # where the console script is
+    done = subprocess.run(["bash", "-c", script], env={**ENV, "PATH": path, "LINE": line}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()
+
+
+def test_bash_completion_of_the_console_script_completes_groups_and_options():
+    assert "probe=" in complete("fairaudit prob")
+    assert complete("fairaudit probe=c") == ["probe=cdpg", "probe=counterfactual"]
 
 
 def test_dry_run_prints_pairs_and_prompts_without_a_model(tmp_path):

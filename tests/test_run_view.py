@@ -1,0 +1,88 @@
+"""What a person sees: run names, short params, the sweep parent's summary, the console's tables and numbers."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import run_app
+from fairaudit.app import job_run_name
+from fairaudit.console import format_number
+from fairaudit.sweeps import sweep_run_name, swept
+from fairaudit.tracking import json_metrics
+
+TAGS = {"model": "smollm2", "dataset": "adult", "probe": "counterfactual", "arm": "think", "seed": "3", "checkpoint": "step100"}
+
+
+@pytest.mark.parametrize("value, shown", [
+    (-5.257e-18, "0"), (float("nan"), "n/a"), (0.123456, "0.1235"), (3.0, "3"), (1.5e-7, "1.5e-07"),
+    (12345678.9, "1.23e+07"), (float("-inf"), "-inf"), (42, "42"), ("Yes", "Yes"),
+])
+def test_numbers_print_rounded_without_float_noise(value, shown):
+    assert format_number(value) == shown
+
+
+def test_metrics_json_is_strict_json():
+    metrics = json_metrics({"asym_c": math.nan, "n_pairs": 20, "ratio": math.inf, "preferred": "A"})
+    assert json.loads(json.dumps(metrics, allow_nan=False)) == {"asym_c": None, "n_pairs": 20, "ratio": None, "preferred": "A"}
+
+
+@pytest.mark.parametrize("varied, name", [
+    (["dataset"], "adult | smollm2 counterfactual think"),
+    (["dataset.seed", "model.checkpoint.label"], "seed 3 step100 | smollm2 adult counterfactual think"),
+    (["model", "arm", "dataset.n"], "smollm2 think | adult counterfactual"),
+    ([], "smollm2 adult counterfactual think"),
+])
+def test_run_names_lead_with_what_differs(varied, name):
+    assert job_run_name(TAGS, varied) == name
+
+
+def test_swept_keys_come_from_the_command_line_and_the_sweeper_params():
+    found = swept(["model=tiny_qwen3", "dataset=adult,compas", "dataset.seed=range(0,3)"], {"probe": "counterfactual,cdpg"})
+    assert found == {"dataset": "adult,compas", "dataset.seed": "range(0,3)", "probe": "counterfactual,cdpg"}
+    assert sweep_run_name(found, datetime(2026, 11, 30, 8, 51)) == (
+        "sweep 2026-11-30 08:51 dataset=adult,compas dataset.seed=range(0,3) probe=counterfactual,cdpg")
+
+
+@pytest.mark.slow
+def test_sweep_parent_children_and_console_at_a_glance(tmp_path):
+    result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=2", "-m", "dataset=adult,compas")
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("fairaudit")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    found = client.search_runs([experiment.experiment_id])
+    (parent,) = [r for r in found if r.data.tags["fairaudit.kind"] == "sweep"]
+    children = {r.info.run_name: r for r in found if r.data.tags["fairaudit.kind"] == "job"}
+
+    assert set(children) == {"adult | tiny_qwen3 counterfactual think", "compas | tiny_qwen3 counterfactual think"}
+    adult = children["adult | tiny_qwen3 counterfactual think"]
+    assert {k: adult.data.params[k] for k in ("model", "dataset", "probe", "arm", "seed", "checkpoint")} == {
+        "model": "tiny_qwen3", "dataset": "adult", "probe": "counterfactual", "arm": "think", "seed": "0", "checkpoint": "base"}
+    artifacts = {a.path for a in client.list_artifacts(adult.info.run_id)}
+    assert {"samples.html", "samples.jsonl", "metrics.json"} <= artifacts
+    metrics_json = client.download_artifacts(adult.info.run_id, "metrics.json", str(tmp_path))
+    metrics = json.loads(open(metrics_json).read(), parse_constant=lambda c: pytest.fail(f"{c} in metrics.json"))
+    assert metrics["n_pairs"] == 2
+    page = open(client.download_artifacts(adult.info.run_id, "samples.html", str(tmp_path))).read()
+    assert page.count("<section class='item") == 2 and "Male" in page and "Female" in page
+
+    assert re.fullmatch(r"sweep \d{4}-\d\d-\d\d \d\d:\d\d dataset=adult,compas", parent.info.run_name)
+    assert parent.data.params["sweep.dataset"] == "adult,compas" and parent.data.params["sweep.model"] == "tiny_qwen3"
+    assert re.fullmatch(r"[0-9a-f]{40}", parent.data.tags["mlflow.source.git.commit"])
+    parent_files = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"multirun.yaml", "sweep_summary.json", "config"} <= parent_files
+    for name, child in (("adult", adult), ("compas", children["compas | tiny_qwen3 counterfactual think"])):
+        assert parent.data.metrics[f"cell_a/{name}"] == child.data.metrics["cell_a"]
+    summary = json.loads(open(client.download_artifacts(parent.info.run_id, "sweep_summary.json", str(tmp_path))).read())
+    assert sorted(row[0] for row in summary["data"]) == sorted(children)
+
+    assert "sweep jobs" in result.stdout and "[HYDRA]" not in result.stdout and "MLflow run" not in result.stdout
+    assert f"sweep parent run {parent.info.run_id}: 2 jobs, 2 finished" in result.stderr
+    assert f"fairaudit report select.parent={parent.info.run_id}" in result.stderr
+    assert " INFO " not in result.stderr and "Launching 2 jobs" in result.stderr
