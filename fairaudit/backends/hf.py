@@ -10,6 +10,7 @@ import torch
 
 from fairaudit.backends import Completion, DepthRequest, GenerationRequest
 from fairaudit.backends.common import last_token_choice_probs, left_pad, nucleus_probs, positions_after_left_pad
+from fairaudit.console import console
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 
@@ -39,6 +40,7 @@ def load_model(model_dir: str, dtype: str, device: torch.device, attn_implementa
         _LOADED.clear()
         if device.type == "cuda":
             torch.cuda.empty_cache()
+        console.print(f"Loading weights of {model_dir} ({dtype} on {device})", style="dim", highlight=False)  # in place of transformers' bar
         _LOADED[key] = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=DTYPES[dtype], attn_implementation=attn_implementation
         ).to(device).eval()
