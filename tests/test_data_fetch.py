@@ -15,6 +15,7 @@ import pytest
 from fairaudit import cli
 from fairaudit.data.files import CHECKSUMS, sha256_of
 from fairaudit.data.mcq import MCQDataset, read_rows, split_lettered_options
+from fairaudit.data.tabular import load_credit
 from fairaudit.errors import AuditError
 
 
@@ -32,9 +33,22 @@ def hub_parquet(lettered: Path, out: Path, layout: str) -> None:
     pd.DataFrame(rows).to_parquet(out)
 
 
+def credit_spreadsheet(csv: Path, out: Path) -> None:
+    """The credit data as UCI lays out its spreadsheet: a row of X1..X23, Y codes above the variable names.
+
+    Written as .xlsx (pandas writes no .xls); pandas reads either by content, so the fetch path is the same.
+    """
+    frame = pd.read_csv(csv).round().astype("int64")
+    with pd.ExcelWriter(out, engine="openpyxl") as writer:
+        codes = ["", *(f"X{i}" for i in range(1, 24)), "Y"]
+        pd.DataFrame([codes, list(frame.columns)]).to_excel(writer, index=False, header=False)
+        frame.to_excel(writer, index=False, header=False, startrow=2)
+
+
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory, data_root):
-    """A loopback server: faithful copies, one corrupt file (adult.test), MCQ parquet on the hub path, no ARC (404)."""
+    """(site folder, source URLs) of a loopback server: faithful copies, one corrupt file (adult.test), MCQ parquet
+    on the hub path, no ARC (404)."""
     site = tmp_path_factory.mktemp("site")
     (site / "uci" / "adult").mkdir(parents=True)
     shutil.copy(data_root / "adult" / "adult.data", site / "uci" / "adult" / "adult.data")
@@ -51,7 +65,7 @@ def mirror(tmp_path_factory, data_root):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
-    yield {"FAIRAUDIT_UCI_URL": f"{base}/uci", "FAIRAUDIT_PROPUBLICA_URL": f"{base}/propublica", "HF_ENDPOINT": f"{base}/hf"}
+    yield site, {"FAIRAUDIT_UCI_URL": f"{base}/uci", "FAIRAUDIT_PROPUBLICA_URL": f"{base}/propublica", "HF_ENDPOINT": f"{base}/hf"}
     server.shutdown()
     server.server_close()
 
@@ -63,7 +77,7 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture
 def fetched(tmp_path, mirror, monkeypatch):
-    for name, url in mirror.items():
+    for name, url in mirror[1].items():
         monkeypatch.setenv(name, url)
     return tmp_path / "data"
 
@@ -96,6 +110,16 @@ def test_mmlu_without_a_published_checksum_is_recorded_and_then_enforced(fetched
     (tampered / "mmlu" / "test.jsonl").write_text('{"question": "q", "options": "A. a\\nB. b\\nC. c\\nD. d", "answer": "A. a"}')
     with pytest.raises(AuditError, match="is corrupt: .*fairaudit data fetch mmlu"):
         MCQDataset(name="mmlu", n=1, seed=0, path="mmlu/test.jsonl", root=str(tampered)).check()
+
+
+@pytest.mark.slow  # writing 30,000 spreadsheet rows takes a while
+def test_credit_spreadsheet_converts_to_the_rows_of_the_published_csv(mirror, fetched, data_root):
+    (mirror[0] / "uci" / "00350").mkdir()
+    credit_spreadsheet(data_root / "credit" / "default_of_credit_card_clients.csv",
+                       mirror[0] / "uci" / "00350" / "default of credit card clients.xls")
+    assert cli.main(["data", "fetch", "credit", "--root", str(fetched)]) == 0
+    assert "credit/default_of_credit_card_clients.csv" in json.loads((fetched / "FETCHED.json").read_text())
+    pd.testing.assert_frame_equal(load_credit(fetched), load_credit(data_root))
 
 
 def test_a_404_is_one_error_line(fetched, capsys):

@@ -40,7 +40,7 @@ def load_model(model_dir: str, dtype: str, device: torch.device, attn_implementa
         _LOADED.clear()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        console.print(f"Loading weights of {model_dir} ({dtype} on {device})", style="dim", highlight=False)  # in place of transformers' bar
+        console.print(f"Loading weights of {model_dir} ({dtype} on {device})", style="dim", highlight=False, soft_wrap=True)  # in place of transformers' bar
         _LOADED[key] = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=DTYPES[dtype], attn_implementation=attn_implementation
         ).to(device).eval()
