@@ -16,10 +16,11 @@ from fairaudit.models import resolve_model_dir
 from fairaudit.probes import AuditContext, ModelSpec, ProbeResult
 from fairaudit.prompts.yesno import Arm, Thinking
 from fairaudit.store import CachedBackend, Store
-from fairaudit.sweeps import AXES, HEADLINE_TAG, swept_in
+from fairaudit.sweeps import HEADLINE_TAG, swept_in
 from fairaudit.tracking import Tracker, flatten, parent_run_id
 
 ANSWER_SOURCES = ("parsed", "forced")
+AXES = ("model", "dataset", "probe", "arm", "seed", "checkpoint")  # the grid's axes: tags, and short params
 AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",), "seed": ("dataset.seed",),
              "checkpoint": ("model.checkpoint", "model.checkpoint.label")}  # grid axis -> override keys that set it
 

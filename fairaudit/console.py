@@ -89,9 +89,7 @@ def print_result(table: Table) -> None:
 
 def format_number(value: Any) -> str:
     """A number as people read it: 4 significant digits, no float noise (-5.3e-18 is 0), NaN as n/a."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, int):
+    if isinstance(value, (bool, int)) or not isinstance(value, float):
         return str(value)
     if math.isnan(value):
         return "n/a"

@@ -15,7 +15,6 @@ from fairaudit.console import console, print_result, summary_frame_table
 
 HEADLINE_TAG = "fairaudit.headline"  # a job's headline metric names (JSON list), set by the job
 SHOWN_METRICS = 6  # headline metrics per job in the console's sweep table
-AXES = ("model", "dataset", "probe", "arm", "seed", "checkpoint")  # the grid's axes, also short params of each job
 
 
 def git_commit(cwd: str | Path = ".") -> str:
