@@ -86,3 +86,17 @@ def test_sweep_parent_children_and_console_at_a_glance(tmp_path):
     assert f"sweep parent run {parent.info.run_id}: 2 jobs, 2 finished" in result.stderr
     assert f"fairaudit report select.parent={parent.info.run_id}" in result.stderr
     assert " INFO " not in result.stderr and "Launching 2 jobs" in result.stderr
+
+
+def test_fig2_draws_float_noise_as_labelled_zero_bars_on_a_readable_scale():
+    import pandas as pd
+
+    from fairaudit.analysis.study_figures import delta_figure
+
+    table9 = pd.DataFrame({"dataset": ["adult", "compas"], "delta_d_cf": [-1.6e-17, 0.05], "delta_d_group": [0.0, float("nan")]})
+    ax = delta_figure(table9, ["dataset"], ("think", "nothink")).axes[0]
+    heights = [bar.get_height() for bar in ax.patches]
+    assert heights == [0.0, 0.05, 0.0, 0.0]
+    assert [text.get_text() for text in ax.texts] == ["0", "+0.050", "0", "n/a"]
+    low, high = ax.get_ylim()
+    assert low <= -0.01 and high >= 0.05 and ax.get_ylabel() == "think − nothink"

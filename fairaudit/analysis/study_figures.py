@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from fairaudit.analysis.contingency_figures import change_bars, readable_range
+
 
 def _label(row: pd.Series, axes: Sequence[str]) -> str:
     return " ".join(str(row[a]) for a in axes)
@@ -17,18 +19,17 @@ def delta_figure(table9: pd.DataFrame, axes: Sequence[str], arms: tuple[str, str
     """ΔD_cf (dark) against ΔD_group (pale) per cell: counterfactual vs group verdicts side by side.
 
     table9: axes, delta_d_cf, delta_d_group; one bar pair per row (the pooled row included).
-    Each bar is labelled with its value, so a zero (or missing) change still shows.
+    Each bar is labelled with its value, so a zero (or missing) change still shows (see `change_bars`).
     """
     labels = [_label(row, axes) for _, row in table9.iterrows()]
     x = np.arange(len(labels))
     fig = Figure(figsize=(max(4.5, 0.7 * len(labels) + 1.5), 3.8), layout="constrained")
     ax = fig.add_subplot()
     for offset, column, colour, name in ((-0.2, "delta_d_cf", "#3b4cc0", "ΔD_cf"), (0.2, "delta_d_group", "#b0c4f5", "ΔD_group")):
-        values = pd.to_numeric(table9[column], errors="coerce").astype(float)
-        bars = ax.bar(x + offset, values.fillna(0.0), width=0.4, color=colour, edgecolor="#222", linewidth=0.5, label=name)
-        ax.bar_label(bars, labels=[f"{v:+.3f}" if v == v else "n/a" for v in values], fontsize=7, padding=2)
+        values = pd.to_numeric(table9[column], errors="coerce")
+        change_bars(ax, x + offset, values, width=0.4, color=colour, edgecolor="#222", linewidth=0.5, label=name)
     ax.axhline(0.0, color="grey", linewidth=0.8)
-    ax.margins(y=0.2)
+    readable_range(ax)
     ax.set_xticks(x, labels, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel(f"{arms[0]} − {arms[1]}")
     ax.legend(frameon=False)
