@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -9,13 +10,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit import __version__
-from fairaudit.console import console, summary_table
-from fairaudit.errors import AuditError
+from fairaudit.console import console, print_error, summary_table
+from fairaudit.errors import AuditError, failure_line, input_error_line
 from fairaudit.models import resolve_model_dir
 from fairaudit.probes import AuditContext, ModelSpec, ProbeResult
 from fairaudit.prompts.yesno import Arm, Thinking
 from fairaudit.store import CachedBackend, Store
-from fairaudit.tracking import Tracker, flatten, parent_run_id
+from fairaudit.tracking import KEY_TAG, Tracker, config_key, flatten, parent_run_id
+from fairaudit.validate import validate
 
 ANSWER_SOURCES = ("parsed", "forced")
 
@@ -51,8 +53,15 @@ def checkpoint_spec(model: DictConfig) -> dict:
 
 
 def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
-    """Tags that let runs be filtered and compared across the grid, seeds and checkpoints."""
+    """Tags that let runs be filtered and compared across the grid, seeds and checkpoints, and that name
+    the job (its key: resolved config and overrides; in a sweep its number and overrides)."""
+    hydra_cfg = HydraConfig.get()
+    overrides = list(hydra_cfg.overrides.task)
+    sweep = {"fairaudit.job_num": str(hydra_cfg.job.num), "fairaudit.job_overrides": " ".join(overrides)[:6000]} \
+        if hydra_cfg.mode == RunMode.MULTIRUN else {}
     return {
+        KEY_TAG: config_key("job", OmegaConf.to_container(cfg, resolve=True), overrides),
+        **sweep,
         "model": cfg.model.name,
         "dataset": cfg.dataset.name,
         "probe": choices.get("probe", "?"),
@@ -66,6 +75,7 @@ def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
 
 def run(cfg: DictConfig) -> ProbeResult:
     """Validate everything cheap first, then load the model, run the probe and log the run."""
+    validate(cfg)
     hydra_cfg = HydraConfig.get()
     choices = dict(hydra_cfg.runtime.choices)
     spec = model_spec(cfg.model)
@@ -90,12 +100,44 @@ def run(cfg: DictConfig) -> ProbeResult:
         result.metrics["model_calls"] = backend.model_calls
         tracker.log_config(cfg, list(hydra_cfg.overrides.task))
         tracker.log_result(result.metrics, result.tables, result.figures, result.records)
-    except BaseException:
-        tracker.end(failed=True)
+    except BaseException as error:
+        tracker.end(failed=True, error=failure_line(error))
         raise
     tracker.end()
     print_summary(run_name, result, run_id, cfg.tracking.uri)
     return result
+
+
+def run_sweep_job(cfg: DictConfig) -> None:
+    """One job of a multirun. A failing job never stops the sweep: it is one error line here (a
+    traceback too when it is not bad input) and a FAILED child run carrying that line."""
+    try:
+        run(cfg)
+    except Exception as error:
+        line = input_error_line(error)
+        if line is None:
+            traceback.print_exc()
+        line = line or failure_line(error)
+        print_error(f"job {HydraConfig.get().job.num}: {line}")
+        record_failed_job(cfg, line)
+
+
+def record_failed_job(cfg: DictConfig, line: str) -> None:
+    """A FAILED child run for a job that failed before its run opened (one that opened has closed itself)."""
+    hydra_cfg = HydraConfig.get()
+    parent = parent_run_id(hydra_cfg.sweep.dir)
+    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+    opened = tracker.client.search_runs([tracker.experiment_id], f"tags.mlflow.parentRunId = '{parent}' AND "
+                                        f"tags.`fairaudit.job_num` = '{hydra_cfg.job.num}'")
+    if opened:
+        return
+    try:
+        tags = job_tags(cfg, dict(hydra_cfg.runtime.choices))
+    except Exception:  # a config that does not even resolve: the failure is still recorded
+        tags = {"fairaudit.kind": "job", "fairaudit.job_num": str(hydra_cfg.job.num),
+                "fairaudit.job_overrides": " ".join(hydra_cfg.overrides.task)}
+    tracker.start(f"failed job {hydra_cfg.job.num}", tags, {}, parent)
+    tracker.end(failed=True, error=line)
 
 
 def print_summary(title: str, result: ProbeResult, run_id: str, uri: str) -> None:

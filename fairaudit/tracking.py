@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
+import shutil
+import socket
+import sqlite3
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,6 +19,14 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 PARENT_ID_FILE = "mlflow_parent_run_id"
+KEY_TAG = "fairaudit.key"                  # hash of a job's resolved config and overrides (a sweep's: its overrides)
+SUPERSEDED_TAG = "fairaudit.superseded_by"  # a later run of the same job that replaces this one
+RESUMES_TAG = "fairaudit.resumes"          # runs of the same job this run closed as KILLED
+ERROR_TAG = "fairaudit.error"
+FAILED_JOBS_TAG = "fairaudit.failed_jobs"
+NOTE_TAG = "mlflow.note.content"           # the run's description in the MLflow UI
+PROCESS_TAGS = ("fairaudit.host", "fairaudit.pid", "fairaudit.pid_start")
+MAX_TAG = 8000
 
 
 def flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
@@ -32,25 +46,178 @@ def finite_metrics(metrics: dict[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
 
 
+def sqlite_path(uri: str) -> Path | None:
+    """The file of a local sqlite tracking URI, else None."""
+    return Path(uri.split(":///", 1)[1]) if uri.startswith("sqlite:///") else None
+
+
+def _schema_head() -> str:
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.utils import _get_alembic_config
+
+    return ScriptDirectory.from_config(_get_alembic_config("sqlite://")).get_current_head()
+
+
+def _query(path: Path, sql: str) -> Any:
+    """The first value `sql` returns on the database at `path`, or None (no file, no table, damaged)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+        try:
+            row = db.execute(sql).fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def _build_schema(path: Path) -> None:
+    """MLflow's tables created (or migrated to head) in the sqlite file at `path`."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    store = SqlAlchemyStore(f"sqlite:///{path}", str(path.parent / "mlruns"))
+    store.engine.dispose()
+
+
+def prepare_tracking(uri: str) -> None:
+    """Create or migrate a local sqlite tracking database once, under a file lock, in a copy renamed into place.
+
+    Concurrent first starts wait for the one that builds it; a kill at any moment leaves either
+    no database or a complete one (a database an older version left half-built is rebuilt).
+    """
+    from fairaudit.models import exclusive
+
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    head = _schema_head()
+    if _query(path, "SELECT version_num FROM alembic_version") == head:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(path.with_name(path.name + ".lock")):
+        if _query(path, "SELECT version_num FROM alembic_version") == head:
+            return
+        for leftover in path.parent.glob(f".{path.name}.building-*"):
+            leftover.unlink()
+        building = path.with_name(f".{path.name}.building-{os.getpid()}")
+        if _query(path, "SELECT count(*) FROM runs"):
+            shutil.copyfile(path, building)  # an older schema holding runs: migrate a copy
+        _build_schema(building)
+        os.replace(building, path)
+
+
+def experiment_id(client, name: str) -> str:
+    """The id of experiment `name`, created if missing (a concurrent creator may win the race)."""
+    from fairaudit.errors import AuditError
+
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        try:
+            return client.create_experiment(name)
+        except Exception:
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if experiment.lifecycle_stage == "deleted":
+        raise AuditError(f"tracking.experiment {name!r} is deleted in {client.tracking_uri}; "
+                         "restore it (mlflow experiments restore) or choose another name")
+    return experiment.experiment_id
+
+
+def config_key(*parts: Any) -> str:
+    """A stable hash naming a job (its resolved config and overrides) or a sweep (its overrides)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot (Linux), to tell a live pid from a reused one."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def process_tags() -> dict[str, str]:
+    """Which process owns a run, so a later run can tell that it died without closing it."""
+    pid = os.getpid()
+    return dict(zip(PROCESS_TAGS, (socket.gethostname(), str(pid), _process_start(pid))))
+
+
+def owner_is_dead(tags: dict[str, str]) -> bool:
+    """The run's process is gone: same host, and its pid is not running (or now belongs to another process).
+    Runs owned by another host are left alone: their liveness cannot be seen from here."""
+    host, pid, started = (tags.get(name) for name in PROCESS_TAGS)
+    if host != socket.gethostname() or not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return bool(started) and _process_start(int(pid)) != started
+
+
+def close_stale_runs(client, experiment: str, key: str, successor: str) -> list[str]:
+    """Runs of the same job (or sweep) left RUNNING by a dead process: closed KILLED, linked to `successor`."""
+    stale = [run for run in client.search_runs([experiment], f"tags.`{KEY_TAG}` = '{key}' AND attributes.status = 'RUNNING'")
+             if run.info.run_id != successor and owner_is_dead(run.data.tags)]
+    for run in stale:
+        client.set_tag(run.info.run_id, SUPERSEDED_TAG, successor)
+        client.set_terminated(run.info.run_id, status="KILLED")
+    return [run.info.run_id for run in stale]
+
+
+def supersede_finished(client, experiment: str, key: str, successor: str) -> None:
+    """Earlier FINISHED runs of the same job are marked replaced by `successor` (the report skips them)."""
+    for run in client.search_runs([experiment], f"tags.`{KEY_TAG}` = '{key}' AND attributes.status = 'FINISHED'"):
+        if run.info.run_id != successor and SUPERSEDED_TAG not in run.data.tags:
+            client.set_tag(run.info.run_id, SUPERSEDED_TAG, successor)
+
+
+def open_tracking(uri: str, experiment: str):
+    """A client on a ready tracking store and the experiment's id."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    prepare_tracking(uri)
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient(uri)
+    return client, experiment_id(client, experiment)
+
+
 class Tracker:
-    """One MLflow run, opened after the inputs are validated and closed FINISHED or FAILED."""
+    """One MLflow run, opened after the inputs are validated and closed FINISHED or FAILED.
+
+    A run tagged with a job key closes the runs of the same job that a killed process left RUNNING
+    (KILLED, superseded by this one) and, when it finishes, supersedes earlier finished runs of that job.
+    """
 
     def __init__(self, uri: str, experiment: str):
         import mlflow
 
         self.mlflow = mlflow
-        mlflow.set_tracking_uri(uri)
         self.uri = uri
-        self.experiment_id = mlflow.set_experiment(experiment).experiment_id
+        self.client, self.experiment_id = open_tracking(uri, experiment)
         self.run = None
+        self.key: str | None = None
 
     def start(self, run_name: str, tags: dict[str, str], params: dict[str, str], parent_run_id: str | None = None) -> str:
         """Open the job's run (as a child of `parent_run_id` in a sweep) and log tags and params."""
-        self.run = self.mlflow.start_run(run_name=run_name, experiment_id=self.experiment_id, parent_run_id=parent_run_id, tags=tags)
+        self.key = tags.get(KEY_TAG)
+        self.run = self.mlflow.start_run(run_name=run_name, experiment_id=self.experiment_id, parent_run_id=parent_run_id,
+                                         tags={**tags, **process_tags()})
+        run_id = self.run.info.run_id
+        if self.key:
+            killed = close_stale_runs(self.client, self.experiment_id, self.key, run_id)
+            if killed:
+                self.mlflow.set_tag(RESUMES_TAG, ",".join(killed))
         items = list(params.items())
         for start in range(0, len(items), 100):
             self.mlflow.log_params(dict(items[start:start + 100]))
-        return self.run.info.run_id
+        return run_id
 
     def log_config(self, cfg: DictConfig, overrides: list[str]) -> None:
         """The resolved config and the command-line overrides, so the run can be repeated exactly."""
@@ -75,10 +242,17 @@ class Tracker:
         for name, figure in figures.items():
             self.mlflow.log_figure(figure, f"figures/{name}.png")
 
-    def end(self, failed: bool = False) -> None:
-        if self.run is not None:
-            self.mlflow.end_run(status="FAILED" if failed else "FINISHED")
-            self.run = None
+    def end(self, failed: bool = False, error: str | None = None) -> None:
+        """Close the run; `error` (one line) becomes its error tag and description."""
+        if self.run is None:
+            return
+        run_id = self.run.info.run_id
+        if error:
+            self.mlflow.set_tags({ERROR_TAG: error[:MAX_TAG], NOTE_TAG: error[:MAX_TAG]})
+        self.mlflow.end_run(status="FAILED" if failed else "FINISHED")
+        self.run = None
+        if self.key and not failed:
+            supersede_finished(self.client, self.experiment_id, self.key, run_id)
 
 
 def _has_named_index(table: pd.DataFrame) -> bool:
@@ -92,35 +266,69 @@ def parent_run_id(sweep_dir: str | Path) -> str | None:
 
 
 class SweepCallback(Callback):
-    """Hydra callback: a parent MLflow run for each multirun, its jobs become children."""
+    """Hydra callback: a parent MLflow run for each multirun, its jobs become children.
+
+    The parent ends FAILED, with a summary of the failed jobs as tag and description, when any child
+    did not finish; the process then exits 1. A parent a killed sweep left RUNNING is closed KILLED
+    by the next run of the same sweep (same overrides).
+    """
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.hydra_config import HydraConfig
-        from mlflow.tracking import MlflowClient
 
-        import mlflow
+        from fairaudit.console import print_error
+        from fairaudit.errors import AuditError
+        from fairaudit.validate import validate_tracking
 
         HydraConfig.instance().set_config(config)  # so ${hydra:runtime.cwd} in tracking.uri resolves
-        mlflow.set_tracking_uri(config.tracking.uri)
-        experiment = mlflow.set_experiment(config.tracking.experiment)
+        try:
+            validate_tracking(config.tracking.uri, config.tracking.experiment)
+            client, experiment = open_tracking(config.tracking.uri, config.tracking.experiment)
+        except AuditError as error:
+            print_error(str(error))
+            sys.exit(2)
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         overrides = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
-        run = MlflowClient(config.tracking.uri).create_run(
-            experiment.experiment_id,
-            run_name=f"sweep {sweep_dir.name}",
-            tags={"fairaudit.kind": "sweep", "fairaudit.sweep_dir": str(sweep_dir), "fairaudit.overrides": json.dumps(overrides)},
-        )
+        key = config_key("sweep", overrides, config.tracking.experiment)
+        run = client.create_run(experiment, run_name=f"sweep {sweep_dir.name}", tags={
+            "fairaudit.kind": "sweep", "fairaudit.sweep_dir": str(sweep_dir), "fairaudit.overrides": json.dumps(overrides),
+            KEY_TAG: key, **process_tags()})
+        killed = close_stale_runs(client, experiment, key, run.info.run_id)
+        if killed:
+            client.set_tag(run.info.run_id, RESUMES_TAG, ",".join(killed))
         (sweep_dir / PARENT_ID_FILE).write_text(run.info.run_id)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from mlflow.tracking import MlflowClient
 
+        from fairaudit.console import print_error
+
         run_id = parent_run_id(config.hydra.sweep.dir)
-        if run_id:
-            client = MlflowClient(config.tracking.uri)
-            children = client.search_runs(
-                [client.get_run(run_id).info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'"
-            )
-            failed = any(child.info.status != "FINISHED" for child in children)
-            client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+        if not run_id:
+            return
+        client = MlflowClient(config.tracking.uri)
+        parent = client.get_run(run_id)
+        children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
+        failed = [child for child in children if child.info.status != "FINISHED"]
+        if not failed:
+            client.set_terminated(run_id, status="FINISHED")
+            supersede_finished(client, parent.info.experiment_id, parent.data.tags[KEY_TAG], run_id)
+            return
+        summary = failure_summary(failed, len(children))
+        client.set_tag(run_id, FAILED_JOBS_TAG, summary[:MAX_TAG])
+        client.set_tag(run_id, NOTE_TAG, summary[:MAX_TAG])
+        client.set_terminated(run_id, status="FAILED")
+        print_error(summary)
+        sys.exit(1)
+
+
+def failure_summary(failed: list, total: int) -> str:
+    """'2 of 3 jobs failed: #1 dataset.n=999999: <error>; ...' in job order."""
+    def describe(run) -> str:
+        tags = run.data.tags
+        error = tags.get(ERROR_TAG) or f"ended {run.info.status}"
+        return f"#{tags.get('fairaudit.job_num', '?')} {tags.get('fairaudit.job_overrides', '')}: {error}"
+
+    ordered = sorted(failed, key=lambda run: int(run.data.tags.get("fairaudit.job_num", "0") or 0))
+    return f"{len(failed)} of {total} jobs failed: " + "; ".join(describe(run) for run in ordered)
