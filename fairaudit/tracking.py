@@ -58,26 +58,42 @@ def _schema_head() -> str:
     return ScriptDirectory.from_config(_get_alembic_config("sqlite://")).get_current_head()
 
 
-def _query(path: Path, sql: str) -> Any:
-    """The first value `sql` returns on the database at `path`, or None (no file, no table, damaged)."""
+def _revision(path: Path) -> str | None:
+    """The schema revision of the database at `path`: a read-only look, None when there is none to read."""
     if not path.exists() or path.stat().st_size == 0:
         return None
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
         try:
-            row = db.execute(sql).fetchone()
+            return db.execute("SELECT version_num FROM alembic_version").fetchone()[0]
         finally:
             db.close()
-    except sqlite3.Error:
+    except (sqlite3.Error, TypeError):
         return None
-    return row[0] if row else None
+
+
+def _holds_runs(path: Path) -> bool:
+    """The database at `path` holds runs (read-write, so a journal left by a killed writer is rolled back first)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    db = sqlite3.connect(path, timeout=60)
+    try:
+        return db.execute("SELECT count(*) FROM runs").fetchone()[0] > 0
+    except sqlite3.OperationalError as error:
+        if "no such table" in str(error):
+            return False
+        raise
+    finally:
+        db.close()
 
 
 def _build_schema(path: Path) -> None:
     """MLflow's tables created (or migrated to head) in the sqlite file at `path`."""
+    from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.utils.uri import resolve_uri_if_local
 
-    store = SqlAlchemyStore(f"sqlite:///{path}", str(path.parent / "mlruns"))
+    store = SqlAlchemyStore(f"sqlite:///{path}", resolve_uri_if_local(DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH))
     store.engine.dispose()
 
 
@@ -93,16 +109,17 @@ def prepare_tracking(uri: str) -> None:
     if path is None:
         return
     head = _schema_head()
-    if _query(path, "SELECT version_num FROM alembic_version") == head:
+    if _revision(path) == head:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     with exclusive(path.with_name(path.name + ".lock")):
-        if _query(path, "SELECT version_num FROM alembic_version") == head:
+        holds_runs = _holds_runs(path)  # first, as it rolls back a journal that a killed writer left
+        if _revision(path) == head:
             return
         for leftover in path.parent.glob(f".{path.name}.building-*"):
             leftover.unlink()
         building = path.with_name(f".{path.name}.building-{os.getpid()}")
-        if _query(path, "SELECT count(*) FROM runs"):
+        if holds_runs:
             shutil.copyfile(path, building)  # an older schema holding runs: migrate a copy
         _build_schema(building)
         os.replace(building, path)
@@ -313,9 +330,10 @@ class SweepCallback(Callback):
         failed = [child for child in children if child.info.status != "FINISHED"]
         if not failed:
             client.set_terminated(run_id, status="FINISHED")
-            supersede_finished(client, parent.info.experiment_id, parent.data.tags[KEY_TAG], run_id)
+            if KEY_TAG in parent.data.tags:
+                supersede_finished(client, parent.info.experiment_id, parent.data.tags[KEY_TAG], run_id)
             return
-        summary = failure_summary(failed, len(children))
+        summary = failure_summary(children)
         client.set_tag(run_id, FAILED_JOBS_TAG, summary[:MAX_TAG])
         client.set_tag(run_id, NOTE_TAG, summary[:MAX_TAG])
         client.set_terminated(run_id, status="FAILED")
@@ -323,12 +341,17 @@ class SweepCallback(Callback):
         sys.exit(1)
 
 
-def failure_summary(failed: list, total: int) -> str:
-    """'2 of 3 jobs failed: #1 dataset.n=999999: <error>; ...' in job order."""
-    def describe(run) -> str:
-        tags = run.data.tags
-        error = tags.get(ERROR_TAG) or f"ended {run.info.status}"
-        return f"#{tags.get('fairaudit.job_num', '?')} {tags.get('fairaudit.job_overrides', '')}: {error}"
+def failure_summary(children: list) -> str:
+    """'2 of 3 jobs failed: #1 dataset.n=999999: <error>; ...' in job order, each job named by the
+    overrides that set it apart from the sweep's other jobs."""
+    overrides = {run.info.run_id: run.data.tags.get("fairaudit.job_overrides", "").split() for run in children}
+    shared = set.intersection(*(set(o) for o in overrides.values()))
+    failed = sorted((run for run in children if run.info.status != "FINISHED"),
+                    key=lambda run: int(run.data.tags.get("fairaudit.job_num", "0") or 0))
 
-    ordered = sorted(failed, key=lambda run: int(run.data.tags.get("fairaudit.job_num", "0") or 0))
-    return f"{len(failed)} of {total} jobs failed: " + "; ".join(describe(run) for run in ordered)
+    def describe(run) -> str:
+        own = " ".join(o for o in overrides[run.info.run_id] if o not in shared)
+        error = run.data.tags.get(ERROR_TAG) or f"ended {run.info.status}"
+        return f"#{run.data.tags.get('fairaudit.job_num', '?')} {own}: {error}"
+
+    return f"{len(failed)} of {len(children)} jobs failed: " + "; ".join(describe(run) for run in failed)

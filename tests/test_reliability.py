@@ -113,9 +113,9 @@ def test_concurrent_first_starts_share_one_tracking_database(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     code = f"from fairaudit.tracking import open_tracking; print(open_tracking({uri!r}, 'fairaudit')[1])"
     procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(3)]
+                              text=True) for _ in range(2)]
     outputs = [proc.communicate(timeout=600) for proc in procs]
-    assert [proc.returncode for proc in procs] == [0, 0, 0], [err[-2000:] for _, err in outputs]
+    assert [proc.returncode for proc in procs] == [0, 0], [err[-2000:] for _, err in outputs]
     assert len({out.strip() for out, _ in outputs}) == 1  # one experiment, found or created by each
     assert integrity(tmp_path / "mlflow.db") == "ok"
     assert not list(tmp_path.glob(".mlflow.db.building-*"))
