@@ -187,9 +187,10 @@ def close_stale_runs(client, experiment: str, key: str, successor: str) -> list[
     return [run.info.run_id for run in stale]
 
 
-def supersede_finished(client, experiment: str, key: str, successor: str) -> None:
-    """Earlier FINISHED runs of the same job are marked replaced by `successor` (the report skips them)."""
-    for run in client.search_runs([experiment], f"tags.`{KEY_TAG}` = '{key}' AND attributes.status = 'FINISHED'"):
+def supersede_ended(client, experiment: str, key: str, successor: str) -> None:
+    """Earlier ended runs (FINISHED or FAILED) of the job that `successor` just finished are marked
+    replaced by it; the report skips them."""
+    for run in client.search_runs([experiment], f"tags.`{KEY_TAG}` = '{key}' AND attributes.status != 'RUNNING'"):
         if run.info.run_id != successor and SUPERSEDED_TAG not in run.data.tags:
             client.set_tag(run.info.run_id, SUPERSEDED_TAG, successor)
 
@@ -209,7 +210,7 @@ class Tracker:
     """One MLflow run, opened after the inputs are validated and closed FINISHED or FAILED.
 
     A run tagged with a job key closes the runs of the same job that a killed process left RUNNING
-    (KILLED, superseded by this one) and, when it finishes, supersedes earlier finished runs of that job.
+    (KILLED, superseded by this one) and, when it finishes, supersedes earlier ended runs of that job.
     """
 
     def __init__(self, uri: str, experiment: str):
@@ -269,7 +270,7 @@ class Tracker:
         self.mlflow.end_run(status="FAILED" if failed else "FINISHED")
         self.run = None
         if self.key and not failed:
-            supersede_finished(self.client, self.experiment_id, self.key, run_id)
+            supersede_ended(self.client, self.experiment_id, self.key, run_id)
 
 
 def _has_named_index(table: pd.DataFrame) -> bool:
@@ -331,7 +332,7 @@ class SweepCallback(Callback):
         if not failed:
             client.set_terminated(run_id, status="FINISHED")
             if KEY_TAG in parent.data.tags:
-                supersede_finished(client, parent.info.experiment_id, parent.data.tags[KEY_TAG], run_id)
+                supersede_ended(client, parent.info.experiment_id, parent.data.tags[KEY_TAG], run_id)
             return
         summary = failure_summary(children)
         client.set_tag(run_id, FAILED_JOBS_TAG, summary[:MAX_TAG])
