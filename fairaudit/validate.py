@@ -162,7 +162,7 @@ def value_problems(cfg: DictConfig) -> list[str]:
         value = OmegaConf.select(container, key, default=ABSENT)
         if value is ABSENT:
             continue
-        value = _plain(value) if isinstance(value, (DictConfig, ListConfig)) else value
+        value = _plain(value)
         problem = check(value)
         if problem:
             problems.append(f"{key}={value!r} {problem}")

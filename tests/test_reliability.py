@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from mlflow.tracking import MlflowClient
 
@@ -68,11 +68,12 @@ OVERRIDES = st.tuples(
 @pytest.mark.slow
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OVERRIDES)
+@example(("dataset.n=1", "dataset.seed=3", None, "model.max_think_tokens=2", None, "backend.device=cpu", None, None, None))
 def test_any_typed_value_finishes_or_is_one_line_with_no_run(drawn):
-    overrides = [o for o in drawn if o is not None]
+    chosen = {o.split("=")[0]: o for o in (*TINY, *drawn) if o is not None}  # a drawn value replaces TINY's
     with tempfile.TemporaryDirectory() as folder:
         tmp_path = Path(folder)
-        result = run_app(tmp_path, *TINY, *overrides, env=ENV)
+        result = run_app(tmp_path, *chosen.values(), env=ENV)
         found = all_runs(tmp_path)
         if result.returncode == 0:
             assert [r.info.status for r in found] == ["FINISHED"], result.stderr[-2000:]
