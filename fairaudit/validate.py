@@ -160,7 +160,7 @@ def value_problems(cfg: DictConfig) -> list[str]:
     problems = [p for p in (_dataset_n(container), _checkpoint(container)) if p]
     for key, check in value_rules(max_context).items():
         value = OmegaConf.select(container, key, default=ABSENT)
-        if value is ABSENT:
+        if value is ABSENT or _interpolated(cfg, key):  # its source key is checked (and named) instead
             continue
         value = _plain(value)
         problem = check(value)
@@ -170,6 +170,12 @@ def value_problems(cfg: DictConfig) -> list[str]:
     if template_kwargs is not ABSENT and not isinstance(template_kwargs, DictConfig):
         problems.append(f"model.template_kwargs={_plain(template_kwargs)!r} must be a mapping")
     return problems
+
+
+def _interpolated(cfg: DictConfig, key: str) -> bool:
+    parent, _, name = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return isinstance(node, DictConfig) and OmegaConf.is_interpolation(node, name)
 
 
 def _plain(node: Any) -> Any:
