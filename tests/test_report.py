@@ -326,6 +326,8 @@ def test_selection_errors(store, tmp_path):
         app.run(report_cfg(store, tmp_path / "a", "select.experiment=nope"))
     with pytest.raises(AuditError, match="not a fairaudit multirun"):
         app.run(report_cfg(store, tmp_path / "a", f"select.sweep_dir={tmp_path}"))
+    with pytest.raises(AuditError, match="unsupported scheme 'foo'"):
+        app.run(report_cfg(store, tmp_path / "a", "tracking.uri=foo://bar"))
     parent = store.sweep()
     store.job(synthetic_records(0, 8), parent)
     with pytest.raises(AuditError, match="no job runs match"):

@@ -14,6 +14,7 @@ from fairaudit.report.build import Report, build
 from fairaudit.report.runs import (MAX_TAG, Selection, left_out_summary, load_records, log_report, select_runs,
                                    source_tags)
 from fairaudit.tracking import flatten
+from fairaudit.validate import validate_tracking
 
 
 @dataclass
@@ -29,6 +30,7 @@ def run(cfg: DictConfig) -> ReportResult:
     """Select, build, write, print and (unless log_to_mlflow=false) log the report."""
     from mlflow import MlflowClient
 
+    validate_tracking(cfg.tracking.uri, cfg.tracking.experiment)  # one line, not a 5-minute retry, for a bad URI
     client = MlflowClient(cfg.tracking.uri)
     selection = select_runs(client, cfg.select)
     report = build(selection.runs, lambda ids: load_records(client, ids), cfg)
