@@ -53,15 +53,8 @@ def checkpoint_spec(model: DictConfig) -> dict:
 
 
 def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
-    """Tags that let runs be filtered and compared across the grid, seeds and checkpoints, and that name
-    the job (its key: resolved config and overrides; in a sweep its number and overrides)."""
-    hydra_cfg = HydraConfig.get()
-    overrides = list(hydra_cfg.overrides.task)
-    sweep = {"fairaudit.job_num": str(hydra_cfg.job.num), "fairaudit.job_overrides": " ".join(overrides)[:6000]} \
-        if hydra_cfg.mode == RunMode.MULTIRUN else {}
+    """Tags that let runs be filtered and compared across the grid, seeds and checkpoints."""
     return {
-        KEY_TAG: config_key("job", OmegaConf.to_container(cfg, resolve=True), overrides),
-        **sweep,
         "model": cfg.model.name,
         "dataset": cfg.dataset.name,
         "probe": choices.get("probe", "?"),
@@ -71,6 +64,15 @@ def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
         "fairaudit.kind": "job",
         "fairaudit.version": __version__,
     }
+
+
+def job_identity(cfg: DictConfig) -> dict[str, str]:
+    """Tags naming the job: its key (resolved config and overrides) and, in a sweep, its number and overrides."""
+    hydra_cfg = HydraConfig.get()
+    overrides = list(hydra_cfg.overrides.task)
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    sweep = {"fairaudit.job_num": str(hydra_cfg.job.num), "fairaudit.job_overrides": " ".join(overrides)[:6000]}
+    return {KEY_TAG: config_key("job", settings, overrides), **(sweep if hydra_cfg.mode == RunMode.MULTIRUN else {})}
 
 
 def run(cfg: DictConfig) -> ProbeResult:
@@ -92,7 +94,7 @@ def run(cfg: DictConfig) -> ProbeResult:
 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     parent = parent_run_id(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
-    tags = job_tags(cfg, choices)
+    tags = {**job_tags(cfg, choices), **job_identity(cfg)}
     run_name = f"{tags['probe']} {tags['model']} {tags['dataset']} {tags['arm']}"
     run_id = tracker.start(run_name, tags, flatten(OmegaConf.to_container(cfg, resolve=True)), parent)
     try:
@@ -132,7 +134,7 @@ def record_failed_job(cfg: DictConfig, line: str) -> None:
     if opened:
         return
     try:
-        tags = job_tags(cfg, dict(hydra_cfg.runtime.choices))
+        tags = {**job_tags(cfg, dict(hydra_cfg.runtime.choices)), **job_identity(cfg)}
     except Exception:  # a config that does not even resolve: the failure is still recorded
         tags = {"fairaudit.kind": "job", "fairaudit.job_num": str(hydra_cfg.job.num),
                 "fairaudit.job_overrides": " ".join(hydra_cfg.overrides.task)}
