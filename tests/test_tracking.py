@@ -21,6 +21,11 @@ SELECT_ALL = OmegaConf.create({"experiment": None, "parent": None, "sweep_dir": 
                                "status": None})
 
 
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MLflow's default artifact root is ./mlruns
+
+
 @pytest.fixture
 def tracker(tmp_path):
     return Tracker(f"sqlite:///{tmp_path}/mlflow.db", "fairaudit")
