@@ -3,6 +3,8 @@
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from fairaudit import CONF_DIR, app
@@ -20,7 +22,10 @@ def hoist_multirun_flag(argv: list[str]) -> list[str]:
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
-    run_or_exit(app.run, cfg)
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        app.run_sweep_job(cfg)  # a failing job is recorded and the sweep goes on; the exit code comes at its end
+    else:
+        run_or_exit(app.run, cfg)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import traceback
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -10,14 +11,15 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit import __version__, dry_run, samples
-from fairaudit.console import console, print_result, summary_table
-from fairaudit.errors import AuditError
+from fairaudit.console import console, print_error, print_result, summary_table
+from fairaudit.errors import AuditError, failure_line, input_error_line
 from fairaudit.models import resolve_model_dir
 from fairaudit.probes import AuditContext, ModelSpec, ProbeResult
 from fairaudit.prompts.yesno import Arm, Thinking
 from fairaudit.store import CachedBackend, Store
 from fairaudit.sweeps import HEADLINE_TAG, swept_in
-from fairaudit.tracking import Tracker, flatten, parent_run_id
+from fairaudit.tracking import KEY_TAG, Tracker, config_key, flatten, parent_run_id
+from fairaudit.validate import validate
 
 ANSWER_SOURCES = ("parsed", "forced")
 AXES = ("model", "dataset", "probe", "arm", "seed", "checkpoint")  # the grid's axes: tags, and short params
@@ -87,8 +89,18 @@ def varied_keys(hydra_cfg) -> list[str]:
     return [o.lstrip("+~").split("=", 1)[0] for o in hydra_cfg.overrides.task]
 
 
+def job_identity(cfg: DictConfig) -> dict[str, str]:
+    """Tags naming the job: its key (resolved config and overrides) and, in a sweep, its number and overrides."""
+    hydra_cfg = HydraConfig.get()
+    overrides = list(hydra_cfg.overrides.task)
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    sweep = {"fairaudit.job_num": str(hydra_cfg.job.num), "fairaudit.job_overrides": " ".join(overrides)[:6000]}
+    return {KEY_TAG: config_key("job", settings, overrides), **(sweep if hydra_cfg.mode == RunMode.MULTIRUN else {})}
+
+
 def run(cfg: DictConfig) -> ProbeResult:
     """Validate everything cheap first, then load the model, run the probe and log the run."""
+    validate(cfg)
     hydra_cfg = HydraConfig.get()
     choices = dict(hydra_cfg.runtime.choices)
     spec = model_spec(cfg.model)
@@ -108,7 +120,7 @@ def run(cfg: DictConfig) -> ProbeResult:
 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     parent = parent_run_id(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
-    tags = job_tags(cfg, choices)
+    tags = {**job_tags(cfg, choices), **job_identity(cfg)}
     run_name = job_run_name(tags, varied_keys(hydra_cfg))
     axes = {axis: tags[axis] for axis in AXES}  # short params, so Compare can plot against the grid's axes
     run_id = tracker.start(run_name, tags, {**axes, **flatten(OmegaConf.to_container(cfg, resolve=True))}, parent)
@@ -120,8 +132,8 @@ def run(cfg: DictConfig) -> ProbeResult:
         tracker.log_result(result.metrics, result.tables, result.figures, result.records)
         tracker.log_texts(samples.artifacts(result.records["records"], run_name))
         tracker.set_tags({HEADLINE_TAG: json.dumps(result.headline)})
-    except BaseException:
-        tracker.end(failed=True)
+    except BaseException as error:
+        tracker.end(failed=True, error=failure_line(error))
         raise
     tracker.end()
     print_summary(run_name, result, run_id, cfg.tracking.uri)
@@ -139,6 +151,38 @@ def preview(model: DictConfig, checkpoint: dict, dataset, arms: list[Arm], spec:
     tokenizer = dry_run.load_tokenizer(model.source, checkpoint["path"] or model.path, checkpoint["revision"] or model.revision)
     count = dry_run.show(tokenizer, dataset, arms, spec, think_instruction)
     console.print(f"dry run: {count} prompts, no model loaded, nothing logged")
+
+
+def run_sweep_job(cfg: DictConfig) -> None:
+    """One job of a multirun. A failing job never stops the sweep: it is one error line here (a
+    traceback too when it is not bad input) and a FAILED child run carrying that line."""
+    try:
+        run(cfg)
+    except Exception as error:
+        line = input_error_line(error)
+        if line is None:
+            traceback.print_exc()
+        line = line or failure_line(error)
+        print_error(f"job {HydraConfig.get().job.num}: {line}")
+        record_failed_job(cfg, line)
+
+
+def record_failed_job(cfg: DictConfig, line: str) -> None:
+    """A FAILED child run for a job that failed before its run opened (one that opened has closed itself)."""
+    hydra_cfg = HydraConfig.get()
+    parent = parent_run_id(hydra_cfg.sweep.dir)
+    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+    opened = tracker.client.search_runs([tracker.experiment_id], f"tags.mlflow.parentRunId = '{parent}' AND "
+                                        f"tags.`fairaudit.job_num` = '{hydra_cfg.job.num}'")
+    if opened:
+        return
+    try:
+        tags = {**job_tags(cfg, dict(hydra_cfg.runtime.choices)), **job_identity(cfg)}
+    except Exception:  # a config that does not even resolve: the failure is still recorded
+        tags = {"fairaudit.kind": "job", "fairaudit.job_num": str(hydra_cfg.job.num),
+                "fairaudit.job_overrides": " ".join(hydra_cfg.overrides.task)}
+    tracker.start(f"failed job {hydra_cfg.job.num}", tags, {}, parent)
+    tracker.end(failed=True, error=line)
 
 
 def print_summary(title: str, result: ProbeResult, run_id: str, uri: str) -> None:

@@ -32,15 +32,23 @@ def quiet_libraries() -> None:
 
 
 def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
-    """Run a Hydra task; an AuditError becomes one `error:` line and exit code 2."""
-    from fairaudit.errors import AuditError
+    """Run a Hydra task; bad input (an AuditError, also inside Hydra's instantiate) becomes one
+    `error:` line and exit code 2. Anything else is a bug and keeps its traceback."""
+    from fairaudit.errors import input_error_line
 
     quiet_libraries()
     try:
         job(cfg)
-    except AuditError as error:
-        console.print(f"[bold red]error:[/bold red] {error}", highlight=False, soft_wrap=True)
+    except Exception as error:
+        line = input_error_line(error)
+        if line is None:
+            raise
+        print_error(line)
         sys.exit(2)
+
+
+def print_error(line: str) -> None:
+    console.print(f"[bold red]error:[/bold red] {line}", highlight=False, soft_wrap=True)
 
 
 class RateColumn(ProgressColumn):

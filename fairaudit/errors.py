@@ -1,5 +1,34 @@
-"""The one error type users see as a single line."""
+"""The one error type users see as a single line, and how any error becomes that line."""
+
+from __future__ import annotations
 
 
 class AuditError(Exception):
     """Bad input or an unusable resource, reported as one line before any model loads."""
+
+
+def input_error_line(error: BaseException) -> str | None:
+    """The one line for bad input: an AuditError (also when Hydra's instantiate wrapped it), a target
+    that refused its arguments, or a config that does not resolve. None for anything else (a bug)."""
+    from hydra.errors import InstantiationException
+    from omegaconf.errors import OmegaConfBaseException
+
+    wrapped = None
+    while isinstance(error, InstantiationException) and error.__cause__ is not None:
+        wrapped, error = error, error.__cause__
+    if isinstance(error, AuditError):
+        return one_line(str(error))
+    if wrapped is not None or isinstance(error, OmegaConfBaseException):
+        where = f" ({one_line(str(wrapped).splitlines()[0])})" if wrapped is not None else ""
+        return one_line(f"{type(error).__name__}: {error}{where}")
+    return None
+
+
+def one_line(message: str) -> str:
+    """`message` with its whitespace (newlines included) collapsed."""
+    return " ".join(message.split())
+
+
+def failure_line(error: BaseException) -> str:
+    """Any error as one line: the input error's own line, else its type and message."""
+    return input_error_line(error) or one_line(f"{type(error).__name__}: {error}")

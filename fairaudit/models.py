@@ -38,7 +38,8 @@ def package_dir(module: str, pip_hint: str) -> Path:
 
 
 @contextlib.contextmanager
-def _exclusive(lock_path: Path):
+def exclusive(lock_path: Path):
+    """Hold an exclusive lock on `lock_path` (released by the kernel if the process dies)."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -52,7 +53,7 @@ def _materialise(target: Path, build) -> Path:
     """Build `target` once: under a file lock, into a temp folder renamed into place (never half-written)."""
     if (target / "config.json").exists():
         return target
-    with _exclusive(target.with_suffix(".lock")):
+    with exclusive(target.with_suffix(".lock")):
         if (target / "config.json").exists():
             return target
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))

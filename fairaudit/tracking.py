@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
+import shutil
+import socket
+import sqlite3
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,6 +22,14 @@ from fairaudit import sweeps
 from fairaudit.console import quiet_libraries
 
 PARENT_ID_FILE = "mlflow_parent_run_id"
+KEY_TAG = "fairaudit.key"                  # hash of a job's resolved config and overrides (a sweep's: its overrides)
+SUPERSEDED_TAG = "fairaudit.superseded_by"  # a later run of the same job that replaces this one
+RESUMES_TAG = "fairaudit.resumes"          # runs of the same job this run closed as KILLED
+ERROR_TAG = "fairaudit.error"
+FAILED_JOBS_TAG = "fairaudit.failed_jobs"
+NOTE_TAG = "mlflow.note.content"           # the run's description in the MLflow UI
+PROCESS_TAGS = ("fairaudit.host", "fairaudit.pid", "fairaudit.pid_start")
+MAX_TAG = 8000
 
 
 def flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
@@ -44,27 +58,198 @@ def json_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: value(v) for k, v in metrics.items()}
 
 
+def sqlite_path(uri: str) -> Path | None:
+    """The file of a local sqlite tracking URI, else None."""
+    return Path(uri.split(":///", 1)[1]) if uri.startswith("sqlite:///") else None
+
+
+def _schema_head() -> str:
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.utils import _get_alembic_config
+
+    return ScriptDirectory.from_config(_get_alembic_config("sqlite://")).get_current_head()
+
+
+def _revision(path: Path) -> str | None:
+    """The schema revision of the database at `path`: a read-only look, None when there is none to read."""
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+        try:
+            return db.execute("SELECT version_num FROM alembic_version").fetchone()[0]
+        finally:
+            db.close()
+    except (sqlite3.Error, TypeError):
+        return None
+
+
+def _holds_runs(path: Path) -> bool:
+    """The database at `path` holds runs (read-write, so a journal left by a killed writer is rolled back first)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    db = sqlite3.connect(path, timeout=60)
+    try:
+        return db.execute("SELECT count(*) FROM runs").fetchone()[0] > 0
+    except sqlite3.OperationalError as error:
+        if "no such table" in str(error):
+            return False
+        raise
+    finally:
+        db.close()
+
+
+def _build_schema(path: Path) -> None:
+    """MLflow's tables created (or migrated to head) in the sqlite file at `path`."""
+    from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.utils.uri import resolve_uri_if_local
+
+    store = SqlAlchemyStore(f"sqlite:///{path}", resolve_uri_if_local(DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH))
+    store.engine.dispose()
+
+
+def prepare_tracking(uri: str) -> None:
+    """Create or migrate a local sqlite tracking database once, under a file lock, in a copy renamed into place.
+
+    Concurrent first starts wait for the one that builds it; a kill at any moment leaves either
+    no database or a complete one (a database an older version left half-built is rebuilt).
+    """
+    from fairaudit.models import exclusive
+
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    head = _schema_head()
+    if _revision(path) == head:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(path.with_name(path.name + ".lock")):
+        holds_runs = _holds_runs(path)  # first, as it rolls back a journal that a killed writer left
+        if _revision(path) == head:
+            return
+        for leftover in path.parent.glob(f".{path.name}.building-*"):
+            leftover.unlink()
+        building = path.with_name(f".{path.name}.building-{os.getpid()}")
+        if holds_runs:
+            shutil.copyfile(path, building)  # an older schema holding runs: migrate a copy
+        _build_schema(building)
+        os.replace(building, path)
+
+
+def experiment_id(client, name: str) -> str:
+    """The id of experiment `name`, created if missing (a concurrent creator may win the race)."""
+    from fairaudit.errors import AuditError
+
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        try:
+            return client.create_experiment(name)
+        except Exception:
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if experiment.lifecycle_stage == "deleted":
+        raise AuditError(f"tracking.experiment {name!r} is deleted in {client.tracking_uri}; "
+                         "restore it (mlflow experiments restore) or choose another name")
+    return experiment.experiment_id
+
+
+def config_key(*parts: Any) -> str:
+    """A stable hash naming a job (its resolved config and overrides) or a sweep (its overrides)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot (Linux), to tell a live pid from a reused one."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def process_tags() -> dict[str, str]:
+    """Which process owns a run, so a later run can tell that it died without closing it."""
+    pid = os.getpid()
+    return dict(zip(PROCESS_TAGS, (socket.gethostname(), str(pid), _process_start(pid))))
+
+
+def owner_is_dead(tags: dict[str, str]) -> bool:
+    """The run's process is gone: same host, and its pid is not running (or now belongs to another process).
+    Runs owned by another host are left alone: their liveness cannot be seen from here."""
+    host, pid, started = (tags.get(name) for name in PROCESS_TAGS)
+    if host != socket.gethostname() or not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return bool(started) and _process_start(int(pid)) != started
+
+
+def close_stale_runs(client, experiment: str, key: str, successor: str) -> list[str]:
+    """Runs of the same job (or sweep) left RUNNING by a dead process: closed KILLED, linked to `successor`."""
+    stale = [run for run in client.search_runs([experiment], f"tags.`{KEY_TAG}` = '{key}' AND attributes.status = 'RUNNING'")
+             if run.info.run_id != successor and owner_is_dead(run.data.tags)]
+    for run in stale:
+        client.set_tag(run.info.run_id, SUPERSEDED_TAG, successor)
+        client.set_terminated(run.info.run_id, status="KILLED")
+    return [run.info.run_id for run in stale]
+
+
+def supersede_ended(client, experiment: str, key: str, successor: str) -> None:
+    """Earlier ended runs (FINISHED or FAILED) of the job that `successor` just finished are marked
+    replaced by it; the report skips them."""
+    for run in client.search_runs([experiment], f"tags.`{KEY_TAG}` = '{key}' AND attributes.status != 'RUNNING'"):
+        if run.info.run_id != successor and SUPERSEDED_TAG not in run.data.tags:
+            client.set_tag(run.info.run_id, SUPERSEDED_TAG, successor)
+
+
+def open_tracking(uri: str, experiment: str):
+    """A client on a ready tracking store and the experiment's id."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    prepare_tracking(uri)
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient(uri)
+    return client, experiment_id(client, experiment)
+
+
 class Tracker:
-    """One MLflow run, opened after the inputs are validated and closed FINISHED or FAILED."""
+    """One MLflow run, opened after the inputs are validated and closed FINISHED or FAILED.
+
+    A run tagged with a job key closes the runs of the same job that a killed process left RUNNING
+    (KILLED, superseded by this one) and, when it finishes, supersedes earlier ended runs of that job.
+    """
 
     def __init__(self, uri: str, experiment: str):
         import mlflow
 
         self.mlflow = mlflow
-        mlflow.set_tracking_uri(uri)
         self.uri = uri
-        self.experiment_id = mlflow.set_experiment(experiment).experiment_id
+        self.client, self.experiment_id = open_tracking(uri, experiment)
         # MLflow 3's UI opens an experiment of this kind in its "Model training" view (runs, params, metrics)
-        mlflow.MlflowClient(uri).set_experiment_tag(self.experiment_id, "mlflow.experimentKind", "custom_model_development")
+        self.client.set_experiment_tag(self.experiment_id, "mlflow.experimentKind", "custom_model_development")
         self.run = None
+        self.key: str | None = None
 
     def start(self, run_name: str, tags: dict[str, str], params: dict[str, str], parent_run_id: str | None = None) -> str:
         """Open the job's run (as a child of `parent_run_id` in a sweep) and log tags and params."""
-        self.run = self.mlflow.start_run(run_name=run_name, experiment_id=self.experiment_id, parent_run_id=parent_run_id, tags=tags)
+        self.key = tags.get(KEY_TAG)
+        self.run = self.mlflow.start_run(run_name=run_name, experiment_id=self.experiment_id, parent_run_id=parent_run_id,
+                                         tags={**tags, **process_tags()})
+        run_id = self.run.info.run_id
+        if self.key:
+            killed = close_stale_runs(self.client, self.experiment_id, self.key, run_id)
+            if killed:
+                self.mlflow.set_tag(RESUMES_TAG, ",".join(killed))
         items = list(params.items())
         for start in range(0, len(items), 100):
             self.mlflow.log_params(dict(items[start:start + 100]))
-        return self.run.info.run_id
+        return run_id
 
     def log_config(self, cfg: DictConfig, overrides: list[str]) -> None:
         """The resolved config and the command-line overrides, so the run can be repeated exactly."""
@@ -97,10 +282,17 @@ class Tracker:
         for name, text in texts.items():
             self.mlflow.log_text(text, name)
 
-    def end(self, failed: bool = False) -> None:
-        if self.run is not None:
-            self.mlflow.end_run(status="FAILED" if failed else "FINISHED")
-            self.run = None
+    def end(self, failed: bool = False, error: str | None = None) -> None:
+        """Close the run; `error` (one line) becomes its error tag and description."""
+        if self.run is None:
+            return
+        run_id = self.run.info.run_id
+        if error:
+            self.mlflow.set_tags({ERROR_TAG: error[:MAX_TAG], NOTE_TAG: error[:MAX_TAG]})
+        self.mlflow.end_run(status="FAILED" if failed else "FINISHED")
+        self.run = None
+        if self.key and not failed:
+            supersede_ended(self.client, self.experiment_id, self.key, run_id)
 
 
 def _has_named_index(table: pd.DataFrame) -> bool:
@@ -114,44 +306,67 @@ def parent_run_id(sweep_dir: str | Path) -> str | None:
 
 
 class SweepCallback(Callback):
-    """Hydra callback: a parent MLflow run for each multirun, its jobs become children."""
+    """Hydra callback: a parent MLflow run for each multirun, its jobs become children.
+
+    The parent ends FAILED, with a summary of the failed jobs as tag and description, when any child
+    did not finish; the process then exits 1. A parent a killed sweep left RUNNING is closed KILLED
+    by the next run of the same sweep (same overrides).
+    """
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.hydra_config import HydraConfig
-        from mlflow.tracking import MlflowClient
 
-        import mlflow
+        from fairaudit.console import print_error
+        from fairaudit.errors import AuditError
+        from fairaudit.validate import validate_tracking
 
         HydraConfig.instance().set_config(config)  # so ${hydra:runtime.cwd} in tracking.uri resolves
         quiet_libraries()
-        mlflow.set_tracking_uri(config.tracking.uri)
-        experiment = mlflow.set_experiment(config.tracking.experiment)
+        try:
+            validate_tracking(config.tracking.uri, config.tracking.experiment)
+            client, experiment = open_tracking(config.tracking.uri, config.tracking.experiment)
+        except AuditError as error:
+            print_error(str(error))
+            sys.exit(2)
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         overrides = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
-        client = MlflowClient(config.tracking.uri)
-        run = client.create_run(
-            experiment.experiment_id,
-            run_name=sweeps.sweep_run_name(sweeps.swept_of(config.hydra)),
-            tags={"fairaudit.kind": "sweep", "fairaudit.sweep_dir": str(sweep_dir), "fairaudit.overrides": json.dumps(overrides),
-                  "mlflow.source.git.commit": sweeps.git_commit(config.hydra.runtime.cwd)},
-        )
+        key = config_key("sweep", overrides, config.tracking.experiment)
+        run = client.create_run(experiment, run_name=sweeps.sweep_run_name(sweeps.swept_of(config.hydra)), tags={
+            "fairaudit.kind": "sweep", "fairaudit.sweep_dir": str(sweep_dir), "fairaudit.overrides": json.dumps(overrides),
+            "mlflow.source.git.commit": sweeps.git_commit(config.hydra.runtime.cwd), KEY_TAG: key, **process_tags()})
+        killed = close_stale_runs(client, experiment, key, run.info.run_id)
+        if killed:
+            client.set_tag(run.info.run_id, RESUMES_TAG, ",".join(killed))
         (sweep_dir / PARENT_ID_FILE).write_text(run.info.run_id)
-        for key, value in sweeps.override_params(overrides).items():
-            client.log_param(run.info.run_id, key, value)
+        for name, value in sweeps.override_params(overrides).items():
+            client.log_param(run.info.run_id, name, value)
         client.log_text(run.info.run_id, "\n".join(overrides) + "\n", "config/overrides.txt")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from mlflow.tracking import MlflowClient
 
+        from fairaudit.console import print_error
+
         run_id = parent_run_id(config.hydra.sweep.dir)
-        if run_id:
-            client = MlflowClient(config.tracking.uri)
-            children = client.search_runs(
-                [client.get_run(run_id).info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'"
-            )
-            failed = any(child.info.status != "FINISHED" for child in children)
-            summary = sweeps.children_summary(client, run_id)
-            sweeps.log_summary(client, run_id, summary, Path(config.hydra.sweep.dir))
-            client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+        if not run_id:
+            return
+        client = MlflowClient(config.tracking.uri)
+        parent = client.get_run(run_id)
+        children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
+        failed = [child for child in children if child.info.status != "FINISHED"]
+        summary = sweeps.children_summary(client, run_id)
+        sweeps.log_summary(client, run_id, summary, Path(config.hydra.sweep.dir))
+        if not failed:
+            client.set_terminated(run_id, status="FINISHED")
+            if KEY_TAG in parent.data.tags:
+                supersede_ended(client, parent.info.experiment_id, parent.data.tags[KEY_TAG], run_id)
             sweeps.print_summary(summary, run_id, config.tracking.uri)
+            return
+        line = failure_summary(children)
+        client.set_tag(run_id, FAILED_JOBS_TAG, line[:MAX_TAG])
+        client.set_tag(run_id, NOTE_TAG, line[:MAX_TAG])
+        client.set_terminated(run_id, status="FAILED")
+        sweeps.print_summary(summary, run_id, config.tracking.uri)
+        print_error(line)
+        sys.exit(1)

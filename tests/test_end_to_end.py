@@ -155,7 +155,7 @@ def test_killed_run_resumes_where_it_stopped(tmp_path):
     (["dataset.attribute=race"], "dataset 'adult' has no protected attribute 'race'"),
     (["model.path=/nonexistent/model"], "model.path '/nonexistent/model' is not a model folder"),
     (["arm=nothink", "probe.baseline_arm.think=true", "model.thinking.style=none"], "needs a model that thinks"),
-    (["model.answer_source=guess"], "model.answer_source 'guess' is not one of"),
+    (["model.answer_source=guess"], "model.answer_source='guess' must be one of ['parsed', 'forced']"),
     (["probe=position"], "probe 'position' takes mcq datasets; dataset 'adult' is a decision dataset"),
     (["arm=cot"], "probe 'counterfactual' takes decision arms; arm 'cot' is a mcq arm"),
 ])

@@ -298,7 +298,7 @@ def test_selection_latest_sweep_tags_and_status(store, tmp_path):
     assert latest.selection.parent == new
     assert set(latest.selection.runs["run_id"]) == set(kept)
     assert latest.selection.left_out["run_id"].tolist() == [failed]
-    assert "Left out for their status: 1 FAILED" in (tmp_path / "a" / "report.md").read_text()
+    assert "Left out: 1 FAILED" in (tmp_path / "a" / "report.md").read_text()
 
     by_parent = app.run(report_cfg(store, tmp_path / "b", "log_to_mlflow=false", f"select.parent={old}"))
     assert by_parent.selection.runs["model"].tolist() == ["old"]
@@ -326,6 +326,8 @@ def test_selection_errors(store, tmp_path):
         app.run(report_cfg(store, tmp_path / "a", "select.experiment=nope"))
     with pytest.raises(AuditError, match="not a fairaudit multirun"):
         app.run(report_cfg(store, tmp_path / "a", f"select.sweep_dir={tmp_path}"))
+    with pytest.raises(AuditError, match="unsupported scheme 'foo'"):
+        app.run(report_cfg(store, tmp_path / "a", "tracking.uri=foo://bar"))
     parent = store.sweep()
     store.job(synthetic_records(0, 8), parent)
     with pytest.raises(AuditError, match="no job runs match"):

@@ -11,8 +11,10 @@ from fairaudit import __version__
 from fairaudit.console import console
 from fairaudit.report import render
 from fairaudit.report.build import Report, build
-from fairaudit.report.runs import MAX_TAG, Selection, load_records, log_report, select_runs, source_tags
+from fairaudit.report.runs import (MAX_TAG, Selection, left_out_summary, load_records, log_report, select_runs,
+                                   source_tags)
 from fairaudit.tracking import flatten
+from fairaudit.validate import validate_tracking
 
 
 @dataclass
@@ -28,6 +30,7 @@ def run(cfg: DictConfig) -> ReportResult:
     """Select, build, write, print and (unless log_to_mlflow=false) log the report."""
     from mlflow import MlflowClient
 
+    validate_tracking(cfg.tracking.uri, cfg.tracking.experiment)  # one line, not a 5-minute retry, for a bad URI
     client = MlflowClient(cfg.tracking.uri)
     selection = select_runs(client, cfg.select)
     report = build(selection.runs, lambda ids: load_records(client, ids), cfg)
@@ -103,8 +106,7 @@ def markdown_report(report: Report, selection: Selection, uri: str) -> str:
     if selection.parent:
         lines.append(f"Parent (sweep) run: `{selection.parent}`.")
     if not selection.left_out.empty:
-        statuses = ", ".join(f"{n} {s}" for s, n in selection.left_out["status"].value_counts().items())
-        lines.append(f"Left out for their status: {statuses}.")
+        lines.append(f"Left out: {left_out_summary(selection.left_out)}.")
     for section in report.sections:
         if section.shown is None and not section.note:
             continue
@@ -129,7 +131,7 @@ def show(report: Report, selection: Selection) -> None:
     if any(s.name == "sign_test" for s in report.sections):
         console.print(report.section("sign_test").note, highlight=False)
     if not selection.left_out.empty:
-        console.print(f"[yellow]{len(selection.left_out)} matching runs left out for their status[/yellow]")
+        console.print(f"[yellow]matching runs left out: {left_out_summary(selection.left_out)}[/yellow]")
 
 
 def print_table(table) -> None:

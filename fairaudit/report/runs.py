@@ -12,7 +12,7 @@ import pandas as pd
 
 from fairaudit.analysis.study import AXES
 from fairaudit.errors import AuditError
-from fairaudit.tracking import finite_metrics, parent_run_id
+from fairaudit.tracking import SUPERSEDED_TAG, finite_metrics, parent_run_id
 
 RECORDS_ARTIFACT = "records/records.parquet"
 BASELINE_PARAM = "probe.baseline_arm.name"
@@ -27,7 +27,7 @@ class Selection:
     filter_string: str
     experiment_ids: list[str]
     parent: str | None = None
-    left_out: pd.DataFrame = field(default_factory=pd.DataFrame)  # matching runs dropped for their status
+    left_out: pd.DataFrame = field(default_factory=pd.DataFrame)  # matching runs dropped: status, KILLED, superseded
 
 
 def _quote(value: Any) -> str:
@@ -106,6 +106,7 @@ def runs_frame(runs: Iterable) -> pd.DataFrame:
                "experiment_id": run.info.experiment_id, "status": run.info.status, "start_time": run.info.start_time}
         row.update({axis: tags.get(axis, "") for axis in AXES})
         row["baseline"] = run.data.params.get(BASELINE_PARAM)
+        row["superseded_by"] = tags.get(SUPERSEDED_TAG)
         row.update(run.data.metrics)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -128,10 +129,18 @@ def select_runs(client, select) -> Selection:
     if frame.empty:
         raise AuditError(f"no job runs match {filter_str!r} in {client.tracking_uri}")
     keep = frame["status"] == select.status if select.status else pd.Series(True, index=frame.index)
+    keep &= (frame["status"] != "KILLED") & frame["superseded_by"].isna()  # a later run of the same job replaced them
     if not keep.any():
-        raise AuditError(f"{len(frame)} job runs match {filter_str!r} but none has status {select.status}")
+        raise AuditError(f"{len(frame)} job runs match {filter_str!r} but none has status {select.status or 'other than KILLED'} "
+                         "without being superseded by a later run of the same job")
     kept, dropped = frame[keep].reset_index(drop=True), frame[~keep].reset_index(drop=True)
     return Selection(kept, filter_str, exp_ids, parent, dropped)
+
+
+def left_out_summary(left_out: pd.DataFrame) -> str:
+    """'2 superseded by a later run of the same job, 1 KILLED' for the runs a selection dropped."""
+    reasons = left_out["status"].where(left_out["superseded_by"].isna(), "superseded by a later run of the same job")
+    return ", ".join(f"{n} {reason}" for reason, n in reasons.value_counts().items())
 
 
 def load_records(client, run_ids: Iterable[str]) -> dict[str, pd.DataFrame]:

@@ -1,0 +1,304 @@
+"""One validation step for every config value a user can type, run before any MLflow run opens or model loads.
+
+Each problem is a short phrase naming the key and what it accepts; `validate` raises them together
+as one AuditError (one `error:` line). Checks that need the data files (n against the data set's
+size, the protected attribute's values) stay with the dataset's own `check()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sqlite3
+import string
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from fairaudit.errors import AuditError
+
+ABSENT = object()
+MIN_BOOT = 100                 # fewer bootstrap resamples give meaningless percentile intervals
+REACH_TIMEOUT_S = 3.0          # a tracking server must answer within this
+THINKING_STYLES = ("native", "prompted", "none")
+ANSWER_SOURCES = ("parsed", "forced")
+ARM_FAMILIES = ("decision", "mcq")
+HF_BACKEND = "fairaudit.backends.hf.HFBackend"
+HF_DTYPES = ("float32", "bfloat16", "float16")
+HF_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+SQL_SERVER_SCHEMES = ("postgresql", "mysql", "mssql")   # SQLAlchemy URLs MLflow and the store accept as they are
+
+Check = Callable[[Any], "str | None"]
+
+
+def integer(lo: int | None = None, hi: int | None = None, why: str = "") -> Check:
+    """An int (not a bool) in [lo, hi]; `why` explains the bound."""
+    def check(value: Any) -> str | None:
+        bad = isinstance(value, bool) or not isinstance(value, int)
+        bad = bad or (lo is not None and value < lo) or (hi is not None and value > hi)
+        return f"must be an integer{_bounds(lo, hi)}{why}" if bad else None
+    return check
+
+
+def number(lo: float | None = None, hi: float | None = None, lo_open: bool = False) -> Check:
+    """A finite int or float in [lo, hi] ((lo, hi] when lo_open)."""
+    def check(value: Any) -> str | None:
+        bad = isinstance(value, bool) or not isinstance(value, (int, float)) or value != value
+        if not bad:
+            bad = (lo is not None and (value <= lo if lo_open else value < lo)) or (hi is not None and value > hi)
+        return f"must be a number in {'(' if lo_open else '['}{lo}, {hi}]" if bad else None
+    return check
+
+
+def text(empty: bool = False, null: bool = False) -> Check:
+    def check(value: Any) -> str | None:
+        if value is None and null:
+            return None
+        if not isinstance(value, str) or (not empty and not value.strip()):
+            return "must be a non-empty string" if not empty else "must be a string"
+        return None
+    return check
+
+
+def one_of(*choices: Any) -> Check:
+    return lambda value: None if value in choices else f"must be one of {list(choices)}"
+
+
+def boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "must be true or false"
+
+
+def optional(inner: Check) -> Check:
+    return lambda value: None if value is None else inner(value)
+
+
+def list_of(inner: Check, nonempty: bool = True) -> Check:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, (list, tuple)) or (nonempty and not value):
+            return "must be a non-empty list"
+        problems = [inner(item) for item in value]
+        return next((f"items {p}" for p in problems if p), None)
+    return check
+
+
+def _bounds(lo: int | None, hi: int | None) -> str:
+    if lo is not None and hi is not None:
+        return f" in {lo}..{hi}"
+    return f" >= {lo}" if lo is not None else (f" <= {hi}" if hi is not None else "")
+
+
+def template_fields(allowed: set[str], required: set[str]) -> Check:
+    """A str.format template whose fields are among `allowed` and include `required`."""
+    def check(value: Any) -> str | None:
+        if not isinstance(value, str):
+            return "must be a string"
+        try:
+            fields = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+        except ValueError as error:
+            return f"is not a valid template ({error})"
+        if not fields <= allowed or not required <= fields:
+            return f"must use the fields {sorted(required)} (allowed: {sorted(allowed)}), not {sorted(fields)}"
+        return None
+    return check
+
+
+def value_rules(max_context: Any) -> dict[str, Check]:
+    """Key -> check for every typed value; a key that the composed config lacks is skipped."""
+    fits = isinstance(max_context, int) and not isinstance(max_context, bool)
+    budget = integer(1, max_context - 1, " (below model.max_context)") if fits else integer(1)
+    arm = {"name": text(), "think": boolean, "max_new_tokens": budget, "family": one_of(*ARM_FAMILIES)}
+    rules = {
+        "model.name": text(), "model.source": text(), "model.path": text(null=True), "model.revision": text(null=True),
+        "model.batch_size": integer(1), "model.max_context": integer(2), "model.max_think_tokens": budget,
+        "model.thinking.style": one_of(*THINKING_STYLES), "model.thinking.open": text(),
+        "model.thinking.close": text(), "model.thinking.instruction": text(empty=True),
+        "model.answer_prefix": text(empty=True), "model.answer_source": one_of(*ANSWER_SOURCES),
+        "dataset.name": text(), "dataset.seed": integer(0, 2**32 - 1), "dataset.root": text(null=True),
+        "dataset.attribute": text(), "dataset.alpha": text(), "dataset.alpha_prime": text(),
+        "dataset.question": text(), "dataset.path": text(null=True),
+        "dataset.user_template": template_fields({"description", "question"}, {"description"}),
+        "probe.n_boot": integer(MIN_BOOT), "probe.seed": integer(0, 2**32 - 1), "probe.K": integer(1),
+        "probe.k_list": list_of(integer(1)), "probe.identity_atol": number(0),
+        "probe.think_instruction": text(empty=True), "probe.letter_fallback": boolean,
+        "probe.truncation.enabled": boolean, "probe.truncation.arms": list_of(text(), nonempty=False),
+        "probe.truncation.offsets": list_of(number(-1, 1)), "probe.truncation.samples": integer(1),
+        "probe.truncation.temperature": number(0, 10, lo_open=True), "probe.truncation.top_p": number(0, 1, lo_open=True),
+        "probe.truncation.seed": integer(0, 2**32 - 1), "probe.truncation.max_new_tokens": optional(budget),
+        "store.path": text(), "tracking.uri": text(), "tracking.experiment": text(), "data.root": text(null=True),
+    }
+    rules.update({f"arm.{key}": check for key, check in arm.items()})
+    rules.update({f"probe.baseline_arm.{key}": check for key, check in arm.items()})
+    return rules
+
+
+def _dataset_n(cfg: DictConfig) -> str | None:
+    """n counts records: an integer (MCQ data sets also take null: every question). Its range depends on
+    the data set's size, which the dataset's check() knows."""
+    value = OmegaConf.select(cfg, "dataset.n", default=ABSENT)
+    if value is ABSENT or (value is None and str(cfg.dataset.get("_target_", "")).endswith("MCQDataset")):
+        return None
+    return None if integer()(value) is None else f"dataset.n={value!r} must be an integer"
+
+
+def _checkpoint(cfg: DictConfig) -> str | None:
+    value = _plain(OmegaConf.select(cfg, "model.checkpoint", default=ABSENT))
+    if value is ABSENT or isinstance(value, str):
+        return None
+    if not isinstance(value, dict) or not {"label", "path", "revision"} <= set(value):
+        return f"model.checkpoint={value!r} must be a label string or {{label, path, revision}}"
+    return None
+
+
+def value_problems(cfg: DictConfig) -> list[str]:
+    """Type and range problems of every typed value (resolved)."""
+    container = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    max_context = OmegaConf.select(container, "model.max_context", default=None)
+    problems = [p for p in (_dataset_n(container), _checkpoint(container)) if p]
+    for key, check in value_rules(max_context).items():
+        value = OmegaConf.select(container, key, default=ABSENT)
+        if value is ABSENT or _interpolated(cfg, key):  # its source key is checked (and named) instead
+            continue
+        value = _plain(value)
+        problem = check(value)
+        if problem:
+            problems.append(f"{key}={value!r} {problem}")
+    template_kwargs = OmegaConf.select(container, "model.template_kwargs", default=ABSENT)
+    if template_kwargs is not ABSENT and not isinstance(template_kwargs, DictConfig):
+        problems.append(f"model.template_kwargs={_plain(template_kwargs)!r} must be a mapping")
+    return problems
+
+
+def _interpolated(cfg: DictConfig, key: str) -> bool:
+    parent, _, name = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return isinstance(node, DictConfig) and OmegaConf.is_interpolation(node, name)
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node) if isinstance(node, (DictConfig, ListConfig)) else node
+
+
+def device_problem(device: Any) -> str | None:
+    """backend.device: auto, cpu, mps, cuda or cuda:N, and present on this machine."""
+    import torch
+
+    if not isinstance(device, str):
+        return f"backend.device={device!r} must be one of auto, cpu, cuda, cuda:N, mps"
+    kind, _, index = device.partition(":")
+    if device in ("auto", "cpu"):
+        return None
+    if kind == "cuda" and (not index or index.isdigit()):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if int(index or 0) >= count:
+            return f"backend.device={device!r} is not available: this machine has {count} CUDA device(s); use auto or cpu"
+        return None
+    if device == "mps":
+        return None if torch.backends.mps.is_available() else "backend.device='mps' is not available on this machine"
+    return f"backend.device={device!r} must be one of auto, cpu, cuda, cuda:N, mps"
+
+
+def backend_problems(backend: DictConfig, dtype: Any) -> list[str]:
+    """Checks of the hf backend's own values (other backends validate their own keys)."""
+    if backend.get("_target_") != HF_BACKEND:
+        return []
+    checks = {"device": device_problem(backend.get("device", "auto")),
+              "attn_implementation": one_of(*HF_ATTENTION)(backend.get("attn_implementation", "sdpa")),
+              "depth_token_budget": integer(1)(backend.get("depth_token_budget", 1))}
+    problems = [p if p.startswith("backend.") else f"backend.{key}={backend.get(key)!r} {p}"
+                for key, p in checks.items() if p]
+    if dtype not in HF_DTYPES:
+        problems.append(f"model.dtype={dtype!r} is not supported by the hf backend; choices: {list(HF_DTYPES)}")
+    return problems
+
+
+def writable_location(key: str, path: Path) -> str | None:
+    """`path` is (or can be created as) a file in a folder this process can write: tried, not inferred
+    from permission bits (root passes those everywhere, /proc included)."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if path.exists() and not path.is_file():
+        return f"{key}: {path} is not a file"
+    try:
+        if path.exists():
+            open(path, "ab").close()
+        else:
+            tempfile.TemporaryFile(dir=folder).close()
+    except OSError as error:
+        return f"{key}: cannot write {path} ({error.strerror or error} in {folder})"
+    return None
+
+
+def sqlite_problem(key: str, path: Path) -> str | None:
+    """A writable location holding nothing or a readable sqlite database."""
+    problem = writable_location(key, path)
+    if problem or not path.exists() or path.stat().st_size == 0:
+        return problem
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)) as db:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as error:
+        return f"{key}: {path} is not a readable sqlite database ({error}); move it away or choose another path"
+    return None
+
+
+def store_problem(path: str) -> str | None:
+    if "://" in path and path.split("://")[0].split("+")[0] in SQL_SERVER_SCHEMES:
+        return None
+    return sqlite_problem("store.path", Path(path).expanduser())
+
+
+def tracking_problem(uri: str) -> str | None:
+    """tracking.uri: a local sqlite file or folder we can write, or a server that answers within a few seconds."""
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.split("+")[0]
+    if scheme == "sqlite":
+        path = uri.split(":///", 1)[1] if ":///" in uri else ""
+        return sqlite_problem("tracking.uri", Path(path)) if path and path != ":memory:" else (
+            f"tracking.uri={uri!r} must name a database file: sqlite:////absolute/path.db")
+    if scheme in ("", "file"):
+        folder = Path(parsed.path if scheme == "file" else uri).expanduser()
+        return writable_location("tracking.uri", folder / "meta.yaml")
+    if scheme in ("http", "https"):
+        return reach_problem(uri, parsed.hostname, parsed.port or (443 if scheme == "https" else 80))
+    if scheme in SQL_SERVER_SCHEMES or scheme == "databricks":
+        return None
+    return (f"tracking.uri={uri!r}: unsupported scheme {parsed.scheme!r}; use sqlite:////path/mlflow.db, "
+            "a folder, http(s)://host:port or an SQLAlchemy database URL")
+
+
+def reach_problem(uri: str, host: str | None, port: int) -> str | None:
+    """A TCP connection to the tracking server opens within REACH_TIMEOUT_S."""
+    if not host:
+        return f"tracking.uri={uri!r} names no host"
+    try:
+        socket.create_connection((host, port), timeout=REACH_TIMEOUT_S).close()
+    except OSError as error:
+        return f"tracking.uri={uri!r}: no tracking server answers at {host}:{port} ({error.strerror or error})"
+    return None
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise one AuditError listing every problem of the typed config, before anything is opened or loaded."""
+    try:
+        problems = value_problems(cfg)
+    except Exception as error:  # an interpolation that does not resolve, a malformed node
+        raise AuditError(f"config does not resolve: {' '.join(str(error).split())}") from None
+    if not problems:
+        problems = backend_problems(cfg.backend, cfg.model.dtype) if "backend" in cfg else []
+        problems += [p for p in (store_problem(cfg.store.path), tracking_problem(cfg.tracking.uri)) if p]
+    if problems:
+        raise AuditError("; ".join(problems))
+
+
+def validate_tracking(uri: Any, experiment: Any) -> None:
+    """The tracking location alone (a sweep checks it before opening its parent run)."""
+    problems = [f"{key}={value!r} {p}" for key, value in (("tracking.uri", uri), ("tracking.experiment", experiment))
+                for p in [text()(value)] if p]
+    problems += [p for p in [None if problems else tracking_problem(uri)] if p]
+    if problems:
+        raise AuditError("; ".join(problems))

@@ -1,0 +1,224 @@
+"""Reliability as a user meets it: bad values, failing sweep jobs, concurrent first starts, kill -9 at many moments.
+
+Everything runs `python -m fairaudit` in subprocesses against real sqlite MLflow and store files.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from mlflow.tracking import MlflowClient
+
+from conftest import DATA_ROOT, REPO, run_app
+
+TINY = ("model=tiny_qwen3", "model.max_think_tokens=4", "probe.n_boot=100")
+ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def all_runs(tmp_path: Path) -> list:
+    """Every run in tmp_path's tracking database (none when it was never created)."""
+    if not (tmp_path / "mlflow.db").exists():
+        return []
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    ids = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(ids) if ids else []
+
+
+def integrity(path: Path) -> str:
+    with sqlite3.connect(path) as db:
+        return db.execute("PRAGMA integrity_check").fetchone()[0]
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+# ---------------------------------------------------------------- every typed value: FINISHED or one line
+
+
+def maybe(key: str, values: st.SearchStrategy) -> st.SearchStrategy:
+    return st.one_of(st.none(), values.map(lambda value: f"{key}={value}"))
+
+
+OVERRIDES = st.tuples(
+    st.one_of(st.integers(1, 2), st.integers(-2, 0), st.sampled_from(["1.5", "abc", "null", "99999999"])).map(
+        lambda n: f"dataset.n={n}"),
+    maybe("dataset.seed", st.sampled_from([0, 3, -1, 4294967296])),
+    maybe("model.batch_size", st.sampled_from([1, 4, 0, -3, 2.5])),
+    maybe("model.max_think_tokens", st.sampled_from([2, 6, 0, -1, 4096, "1e8"])),
+    maybe("probe.n_boot", st.sampled_from([100, 0, 99])),
+    maybe("backend.device", st.sampled_from(["cpu", "auto", "tpu", "cuda:7"])),
+    maybe("model.dtype", st.sampled_from(["float32", "int8"])),
+    maybe("tracking.experiment", st.sampled_from(["other", "''"])),
+    maybe("model.answer_source", st.sampled_from(["forced", "parsed", "guess"])),
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(OVERRIDES)
+@example(("dataset.n=1", "dataset.seed=3", None, "model.max_think_tokens=2", None, "backend.device=cpu", None, None, None))
+def test_any_typed_value_finishes_or_is_one_line_with_no_run(drawn):
+    chosen = {o.split("=")[0]: o for o in (*TINY, *drawn) if o is not None}  # a drawn value replaces TINY's
+    with tempfile.TemporaryDirectory() as folder:
+        tmp_path = Path(folder)
+        result = run_app(tmp_path, *chosen.values(), env=ENV)
+        found = all_runs(tmp_path)
+        if result.returncode == 0:
+            assert [r.info.status for r in found] == ["FINISHED"], result.stderr[-2000:]
+        else:
+            assert result.returncode == 2, result.stderr[-3000:]
+            assert len(error_lines(result.stderr)) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+            assert found == [] and "Loading weights" not in result.stderr
+
+
+# ---------------------------------------------------------------- a failing job inside a sweep
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", [(), ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2")], ids=["sequential", "joblib"])
+def test_failing_sweep_jobs_become_failed_children_and_the_rest_run(tmp_path, launcher):
+    result = run_app(tmp_path, *TINY, *launcher, "-m", "dataset.n=2,999999,1.5,1", env=ENV)
+    assert result.returncode == 1, result.stderr[-3000:]
+    found = all_runs(tmp_path)
+    (parent,) = [r for r in found if r.data.tags["fairaudit.kind"] == "sweep"]
+    children = {r.data.tags["fairaudit.job_num"]: r for r in found if r.data.tags["fairaudit.kind"] == "job"}
+    assert {num: run.info.status for num, run in children.items()} == {
+        "0": "FINISHED", "1": "FAILED", "2": "FAILED", "3": "FINISHED"}
+    assert "dataset.n=999999 is out of range for 'adult'" in children["1"].data.tags["fairaudit.error"]
+    assert children["2"].data.tags["fairaudit.error"] == "dataset.n=1.5 must be an integer"
+    assert children["2"].data.tags["mlflow.note.content"] == "dataset.n=1.5 must be an integer"
+    assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in children.values())
+    assert parent.info.status == "FAILED"
+    summary = parent.data.tags["fairaudit.failed_jobs"]
+    assert summary.startswith("2 of 4 jobs failed: #1 ") and "dataset.n=999999" in summary and "#2 " in summary
+    assert error_lines(result.stderr)[-1] == f"error: {summary}"
+
+
+# ---------------------------------------------------------------- first starts on a new tracking database
+
+
+def test_concurrent_first_starts_share_one_tracking_database(tmp_path):
+    """Processes opening a new sqlite tracking database at once: one builds it, the others wait and use it."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    code = f"from fairaudit.tracking import open_tracking; print(open_tracking({uri!r}, 'fairaudit')[1])"
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outputs = [proc.communicate(timeout=600) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert len({out.strip() for out, _ in outputs}) == 1  # one experiment, found or created by each
+    assert integrity(tmp_path / "mlflow.db") == "ok"
+    assert not list(tmp_path.glob(".mlflow.db.building-*"))
+
+
+@pytest.mark.slow
+def test_two_concurrent_first_runs_both_finish(tmp_path):
+    places = [f"store.path={tmp_path}/store.sqlite", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
+    procs = [subprocess.Popen([sys.executable, "-m", "fairaudit", *places, f"hydra.run.dir={tmp_path}/out{i}", *TINY,
+                               "dataset.n=1", f"dataset.seed={i}"], cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    errors = [proc.communicate(timeout=900)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [err[-2000:] for err in errors]
+    assert sorted(r.info.status for r in all_runs(tmp_path)) == ["FINISHED", "FINISHED"]
+    assert integrity(tmp_path / "mlflow.db") == "ok"
+
+
+# ---------------------------------------------------------------- kill -9 at many moments, then run again
+
+
+def count(path: Path, sql: str) -> int:
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1) as db:
+            return db.execute(sql).fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def building(tmp: Path) -> bool:
+    return bool(list(tmp.glob(".mlflow.db.building-*")))
+
+
+def run_open(tmp: Path) -> bool:
+    return count(tmp / "mlflow.db", "SELECT count(*) FROM runs WHERE status = 'RUNNING'") > 0
+
+
+def mid_generation(tmp: Path) -> bool:
+    return count(tmp / "store.sqlite", "SELECT count(*) FROM results") >= 4
+
+
+def logging_artifacts(tmp: Path) -> bool:
+    return any((tmp / "mlruns").glob("*/*/artifacts/tables"))
+
+
+def sweep_parent_open(tmp: Path) -> bool:
+    return count(tmp / "mlflow.db", "SELECT count(*) FROM tags WHERE key = 'fairaudit.kind' AND value = 'sweep'") > 0
+
+
+def between_sweep_jobs(tmp: Path) -> bool:
+    return count(tmp / "mlflow.db", "SELECT count(*) FROM runs WHERE status = 'FINISHED'") >= 1
+
+
+SINGLE = ("dataset.n=6", "model.batch_size=2", "model.max_think_tokens=24")
+SWEEP = ("-m", "dataset.n=1,2")
+MOMENTS: dict[str, tuple[Callable[[Path], bool], tuple[str, ...]]] = {
+    "tracking_db_creation": (building, SINGLE),
+    "run_open": (run_open, SINGLE),
+    "mid_generation": (mid_generation, SINGLE),
+    "logging_artifacts": (logging_artifacts, SINGLE),
+    "sweep_parent_open": (sweep_parent_open, SWEEP),
+    "between_sweep_jobs": (between_sweep_jobs, SWEEP),
+}
+
+
+def kill_when(tmp_path: Path, moment: Callable[[Path], bool], overrides: tuple[str, ...]) -> None:
+    """Start the run and SIGKILL it (its whole process group) the moment `moment` holds."""
+    args = [sys.executable, "-m", "fairaudit", f"store.path={tmp_path}/store.sqlite",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
+            f"hydra.sweep.dir={tmp_path}/multirun", *TINY, *overrides]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 600
+    while proc.poll() is None and time.time() < deadline and not moment(tmp_path):
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "the run ended before the moment came"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MOMENTS))
+def test_kill_9_then_the_same_run_again_leaves_nothing_running_or_counted_twice(tmp_path, name):
+    from fairaudit.report.runs import select_runs
+    from omegaconf import OmegaConf
+
+    moment, overrides = MOMENTS[name]
+    kill_when(tmp_path, moment, overrides)
+    rerun = subprocess.run([sys.executable, "-m", "fairaudit", f"store.path={tmp_path}/store.sqlite",
+                            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
+                            f"hydra.sweep.dir={tmp_path}/multirun2", *TINY, *overrides], cwd=tmp_path, env=ENV,
+                           capture_output=True, text=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert integrity(tmp_path / "mlflow.db") == "ok"
+    found = all_runs(tmp_path)
+    assert "RUNNING" not in {r.info.status for r in found}
+    finished = {r.info.run_id for r in found if r.info.status == "FINISHED"}
+    for run in found:
+        if run.info.status == "KILLED":  # closed by the re-run of the same job, which links to it
+            successor = run.data.tags["fairaudit.superseded_by"]
+            assert successor in finished
+            assert run.info.run_id in next(r for r in found if r.info.run_id == successor).data.tags["fairaudit.resumes"]
+    jobs = 2 if overrides == SWEEP else 1
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    select = OmegaConf.create({"experiment": None, "parent": None, "sweep_dir": None, "tags": {}, "filter": None,
+                               "status": None})
+    assert len(select_runs(client, select).runs) == jobs  # what a report pools: one run per job

@@ -1,0 +1,109 @@
+"""Tracking against a real sqlite MLflow store: stale runs closed KILLED, superseded runs, the database built once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from conftest import REPO
+from fairaudit.report.runs import select_runs
+from fairaudit.tracking import KEY_TAG, PROCESS_TAGS, SUPERSEDED_TAG, Tracker, process_tags
+
+SELECT_ALL = OmegaConf.create({"experiment": None, "parent": None, "sweep_dir": None, "tags": {}, "filter": None,
+                               "status": None})
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MLflow's default artifact root is ./mlruns
+
+
+@pytest.fixture
+def tracker(tmp_path):
+    return Tracker(f"sqlite:///{tmp_path}/mlflow.db", "fairaudit")
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def left_running(tracker: Tracker, key: str, owner: dict[str, str]) -> str:
+    """A run of job `key` that its owner left RUNNING (as kill -9 leaves it)."""
+    tags = {"fairaudit.kind": "job", KEY_TAG: key, **owner}
+    return tracker.client.create_run(tracker.experiment_id, tags=tags).info.run_id
+
+
+def test_next_run_of_the_same_job_closes_a_dead_process_run_as_killed(tracker):
+    host = process_tags()["fairaudit.host"]
+    killed = left_running(tracker, "job-a", dict(zip(PROCESS_TAGS, (host, str(dead_pid()), "1"))))
+    alive = left_running(tracker, "job-a", process_tags())                       # still running here: kept
+    elsewhere = left_running(tracker, "job-a", dict(zip(PROCESS_TAGS, ("other-node", "1", "1"))))  # unseen: kept
+    other_job = left_running(tracker, "job-b", dict(zip(PROCESS_TAGS, (host, str(dead_pid()), "1"))))
+
+    new = tracker.start("rerun", {"fairaudit.kind": "job", KEY_TAG: "job-a"}, {})
+    tracker.end()
+
+    client = tracker.client
+    assert client.get_run(killed).info.status == "KILLED"
+    assert client.get_run(killed).data.tags[SUPERSEDED_TAG] == new
+    assert client.get_run(new).data.tags["fairaudit.resumes"] == killed
+    assert [client.get_run(r).info.status for r in (alive, elsewhere, other_job)] == ["RUNNING"] * 3
+
+
+def test_a_finished_rerun_supersedes_the_earlier_one_and_the_report_counts_it_once(tracker):
+    tags = {"fairaudit.kind": "job", KEY_TAG: "job-a", "model": "m", "dataset": "adult", "probe": "counterfactual",
+            "arm": "think", "seed": "0", "checkpoint": "base"}
+    first = tracker.start("first", tags, {})
+    tracker.end()
+    failed = tracker.start("failed", tags, {})
+    tracker.end(failed=True, error="dataset.n=3 is out of range")
+    second = tracker.start("second", tags, {})
+    tracker.end()
+
+    client = tracker.client
+    assert client.get_run(first).data.tags[SUPERSEDED_TAG] == second
+    assert client.get_run(failed).data.tags["fairaudit.error"] == "dataset.n=3 is out of range"
+    assert client.get_run(failed).data.tags["mlflow.note.content"] == "dataset.n=3 is out of range"
+    selection = select_runs(client, SELECT_ALL)
+    assert selection.runs["run_id"].tolist() == [second]
+    assert sorted(selection.left_out["run_id"]) == sorted([first, failed])
+
+
+def test_kill_during_the_tracking_database_creation_leaves_one_the_next_start_uses(tmp_path):
+    db = tmp_path / "mlflow.db"
+    code = f"from fairaudit.tracking import prepare_tracking; prepare_tracking('sqlite:///{db}')"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stderr=subprocess.DEVNULL)
+    while proc.poll() is None and not list(tmp_path.glob(".mlflow.db.building-*")):
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "the database was built before the kill"
+    assert not db.exists()  # only the copy being built was touched
+
+    tracker = Tracker(f"sqlite:///{db}", "fairaudit")
+    run_id = tracker.start("after the kill", {"fairaudit.kind": "job"}, {})
+    tracker.end()
+    assert MlflowClient(f"sqlite:///{db}").get_run(run_id).info.status == "FINISHED"
+    assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert not list(tmp_path.glob(".mlflow.db.building-*"))
+
+
+def test_a_database_an_older_version_left_half_built_is_rebuilt(tmp_path):
+    db = tmp_path / "mlflow.db"
+    with sqlite3.connect(db) as half:  # what a kill during MLflow's own first setup left behind
+        half.execute("CREATE TABLE experiments (experiment_id INTEGER PRIMARY KEY, name TEXT)")
+        half.execute("CREATE TABLE _alembic_tmp_metrics (x)")
+    tracker = Tracker(f"sqlite:///{db}", "fairaudit")
+    run_id = tracker.start("after", {"fairaudit.kind": "job"}, {})
+    tracker.end()
+    assert tracker.client.get_run(run_id).info.status == "FINISHED"
