@@ -25,7 +25,8 @@ def influence_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _total(runs: pd.DataFrame, column: str) -> float:
-    return float(runs[column].sum()) if column in runs else math.nan
+    """Sum of a metric over runs; NaN when no run logged it."""
+    return float(runs[column].sum()) if column in runs and runs[column].notna().any() else math.nan
 
 
 def _ratio(runs: pd.DataFrame, k: str, n: str) -> float:
@@ -55,7 +56,8 @@ def table2(runs: pd.DataFrame, condition: str = "masked") -> pd.DataFrame:
     """Table 2: hardened (length-matched) validation on one condition, pooled over runs."""
     c = condition
     metrics = [
-        ("Valid traces", f"{int(_total(runs, f'n_valid_{c}'))}/{int(_total(runs, f'n_traces_{c}'))}"),
+        ("Valid traces", _total(runs, f"n_valid_{c}")),
+        ("Sampled traces", _total(runs, f"n_traces_{c}")),
         ("Overall influence rate (%)", 100 * _ratio(runs, f"influence_k_{c}", f"n_contrasts_{c}")),
         ("A-to-B influence rate (%)", 100 * _ratio(runs, f"influence_k_a_to_b_{c}", f"n_contrasts_a_to_b_{c}")),
         ("A-to-B mean delta (nats/token)", _weighted(runs, f"mean_delta_a_to_b_{c}", f"n_contrasts_a_to_b_{c}")),
@@ -84,7 +86,7 @@ def table3(runs: pd.DataFrame, condition: str = "masked", rate: str = "substanti
         row = dict(zip(axes, key if isinstance(key, tuple) else (key,)))
         for d in ("a_to_b", "b_to_a"):
             k, n = _total(group, f"{rate}_k_{d}_{condition}"), _total(group, f"n_contrasts_{d}_{condition}")
-            low, high = wilson_interval(int(k), int(n)) if n == n else (math.nan, math.nan)
+            low, high = wilson_interval(int(k), int(n)) if n > 0 and math.isfinite(k) else (math.nan, math.nan)
             row.update({f"k_{d}": k, f"n_{d}": n, f"rate_{d}": k / n if n else math.nan, f"ci_low_{d}": low,
                         f"ci_high_{d}": high,
                         f"mean_delta_{d}": _weighted(group, f"mean_delta_{d}_{condition}", f"n_contrasts_{d}_{condition}")})
@@ -112,7 +114,7 @@ def pooled_rates(runs: pd.DataFrame, conditions=("unmasked", "masked")) -> pd.Da
         for name, threshold in (("influence", 0.0), ("substantive", 0.05)):
             for d in ("a_to_b", "b_to_a"):
                 k, n = _total(runs, f"{name}_k_{d}_{condition}"), _total(runs, f"n_contrasts_{d}_{condition}")
-                if n and n == n:
+                if n > 0 and math.isfinite(k):
                     low, high = wilson_interval(int(k), int(n))
                     rows.append({"condition": condition, "direction": d, "threshold": threshold, "n": n, "k": k,
                                  "rate": k / n, "ci_low": low, "ci_high": high})

@@ -105,7 +105,7 @@ class InfluenceProbe:
         items = ctx.dataset.variants().query("permutation == 0").reset_index(drop=True)
         traces = self.write(ctx, items)
         valid = {t.trace_id for t in traces if t.canary is None and self.valid(t, ctx.backend.tokenizer)}
-        contrasts = self.contrasts(ctx, [t for t in traces if t.trace_id in valid])
+        contrasts = self.contrasts(ctx, [t for t in traces if t.canary is None and t.trace_id in valid])
         trace_rows = self.trace_records(ctx, traces, valid)
         report = influence(contrasts, trace_rows, self.thresholds)
         return ProbeResult(metrics=report["metrics"], tables=report["tables"],

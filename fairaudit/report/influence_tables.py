@@ -46,7 +46,7 @@ def add_influence_tables(report: Report, runs: pd.DataFrame, condition: str = "m
     report.sections.append(Section("influence_table1", "Table 1: probe comparison (%)", t1, shown1,
                                    "Pooled counts over the selected runs; influence pools both directions at Δ_NLL > 0."))
     t2 = tables.table2(runs, condition)
-    shown2 = t2.assign(value=[v if isinstance(v, str) else _num(v, 3 if "delta" in m else 1)
+    shown2 = t2.assign(value=[_num(v, 0 if "traces" in m else 3 if "delta" in m else 1)
                               for m, v in zip(t2["metric"], t2["value"])])
     report.sections.append(Section("influence_table2", f"Table 2: length-matched validation ({condition})", t2, shown2))
     add_table3(report, runs, condition, rate)
