@@ -25,6 +25,7 @@ def influence_rates_figure(rates: pd.DataFrame) -> Figure:
             x = np.arange(len(directions)) + (c - (len(conditions) - 1) / 2) * width
             rate = 100 * mine["rate"].to_numpy(float)
             errors = 100 * np.vstack([mine["rate"] - mine["ci_low"], mine["ci_high"] - mine["rate"]]).astype(float)
+            errors = np.clip(errors, 0.0, None)  # a Wilson bound can sit a rounding error past the rate at k = 0 or n
             ax.bar(x, rate, width, label=condition)
             ax.errorbar(x, rate, yerr=errors, fmt="none", color="black", capsize=3)
         ax.set_xticks(np.arange(len(directions)), [d.replace("_to_", "→").upper() for d in directions])

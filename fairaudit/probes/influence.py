@@ -77,7 +77,7 @@ class InfluenceProbe:
     family = "mcq"
 
     def __init__(self, conditions=GRAPHS, system_prompt: str = "", tags: dict | None = None,
-                 max_block_tokens: int = 48, length_match: bool = True, bridge: str = "", donor_seed: int = 0,
+                 max_block_tokens: int = 24, length_match: bool = True, bridge: str = "", donor_seed: int = 0,
                  thresholds=THRESHOLDS, ngram: int = 4, control: bool = True, canary: dict | None = None):
         unknown = [c for c in conditions if c not in GRAPHS]
         if unknown or not conditions:
@@ -132,16 +132,17 @@ class InfluenceProbe:
     def write(self, ctx: AuditContext, items: pd.DataFrame) -> list[Trace]:
         """Every transcript, block by block, each block batched over all traces (and their canary copies).
 
-        Canary copies branch off after A_private: the planted string is appended to its text.
+        Canary copies branch off before B writes: the planted string is appended to A_private's text,
+        A_public is held fixed (as the counterfactual test holds public tokens), B's blocks are regenerated.
         """
         tok = ctx.backend.tokenizer
         traces = [Trace(len(self.conditions) * i + c, int(item.question_id), condition,
                         (self._prompt(ctx, item.question, list(item.options)),))
                   for i, item in enumerate(items.itertuples(index=False)) for c, condition in enumerate(self.conditions)]
         for role, channel in FIRST_EXCHANGE:
-            self._extend(ctx, traces, role, channel)
-            if (role, channel) == ("A", "private") and self.canary["enabled"]:
+            if (role, channel) == ("B", "private") and self.canary["enabled"]:
                 traces += [self._plant(t, tok) for t in list(traces)]
+            self._extend(ctx, traces, role, channel)
         self._next_a_turn(ctx, traces)
         return traces
 
@@ -150,7 +151,8 @@ class InfluenceProbe:
         block = trace.blocks[A_PRIVATE]
         close = self._tag("close", "A", "private", tokenizer)
         content = block.ids[:len(block.ids) - len(close)] + encode(tokenizer, self.canary["text"].format(canary=canary))
-        return replace(trace, canary=canary, blocks=trace.blocks[:A_PRIVATE] + (replace(block, ids=content + close),))
+        planted = replace(block, ids=content + close)
+        return replace(trace, canary=canary, blocks=trace.blocks[:A_PRIVATE] + (planted,) + trace.blocks[A_PRIVATE + 1:])
 
     def _extend(self, ctx: AuditContext, traces: list[Trace], role: str, channel: str, bridge: dict | None = None) -> None:
         """Generate one block (opening tag pre-filled, up to its closing tag) for every trace, under its graph."""
