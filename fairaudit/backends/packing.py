@@ -321,9 +321,10 @@ def check_nll_request(request) -> None:
     n = len(request.blocks)
     if not request.target or any(not 0 <= b < n for b in request.target):
         raise ValueError(f"target blocks {request.target} must be indices into the {n} blocks")
-    if any(not request.blocks[b].ids for b in request.target) or request.blocks[request.target[0]].ids and \
-            sum(len(b.ids) for b in request.blocks[:min(request.target)]) == 0:
-        raise ValueError("target blocks must be non-empty and follow at least one token")
+    if any(not request.blocks[b].ids for b in request.target):
+        raise ValueError("target blocks must be non-empty")
+    if not any(block.ids for block in request.blocks[:min(request.target)]):
+        raise ValueError("the target must follow at least one token (its first token is predicted from the one before)")
     if request.visibility is not None and (len(request.visibility) != n or
                                            any(not 0 <= j < i for i, row in enumerate(request.visibility) for j in row)):
         raise ValueError("visibility must hold one row per block, naming earlier blocks only")

@@ -29,6 +29,8 @@ from fairaudit.prompts.yesno import Arm
 GRAPHS = ("masked", "unmasked")
 FIRST_EXCHANGE = (("A", "private"), ("A", "public"), ("B", "private"), ("B", "public"))
 A_PRIVATE, A_PUBLIC, B_PRIVATE, B_PUBLIC = 1, 2, 3, 4  # block indices after the prompt block 0
+RECORD_COLUMNS = ["trace_id", "question_id", "condition", "direction", "donor_trace", "donor_question_id", "x_tokens",
+                  "donor_tokens", "context_tokens", "public_tokens", "target_tokens", "bridge_used"]
 HEADLINE = ["validity_rate", "n_contrasts_a_to_b", "influence_rate_a_to_b", "substantive_rate_a_to_b",
             "mean_delta_a_to_b", "n_contrasts_b_to_a", "influence_rate_b_to_a", "substantive_rate_b_to_a",
             "mean_delta_b_to_a", "control_zero_rate", "bridge_share", "ngram_raw_rate", "ngram_corrected_rate",
@@ -154,7 +156,7 @@ class InfluenceProbe:
         planted = replace(block, ids=content + close)
         return replace(trace, canary=canary, blocks=trace.blocks[:A_PRIVATE] + (planted,) + trace.blocks[A_PRIVATE + 1:])
 
-    def _extend(self, ctx: AuditContext, traces: list[Trace], role: str, channel: str, bridge: dict | None = None) -> None:
+    def _extend(self, ctx: AuditContext, traces: list[Trace], role: str, channel: str) -> None:
         """Generate one block (opening tag pre-filled, up to its closing tag) for every trace, under its graph."""
         tok = ctx.backend.tokenizer
         opening, close = self._tag("open", role, channel, tok), self._tag("close", role, channel, tok)
@@ -235,7 +237,7 @@ class InfluenceProbe:
                     cut = visibility(blocks, t.condition, cut_role=blocks[x].role)
                     control += [NLLRequest(blocks, target, cut, shared_prefix=False),
                                 NLLRequest(swapped, target, cut, shared_prefix=False)]
-        out = pd.DataFrame(rows)
+        out = pd.DataFrame(rows, columns=RECORD_COLUMNS)
         has_donor = out["donor_trace"].notna().to_numpy()
         scores = ctx.backend.target_nll(primary, label="target nll").reshape(-1, 2)
         controls = (ctx.backend.target_nll(control, label="graph-cut control").reshape(-1, 2)
