@@ -1,4 +1,4 @@
-"""Exact tests in log space, bootstrap intervals, partial correlation."""
+"""Exact tests in log space, Wilson and bootstrap intervals, partial correlation."""
 
 from __future__ import annotations
 
@@ -44,6 +44,21 @@ def sign_test_log10_p(successes: int, n: int, alternative: str = "greater") -> f
     else:
         raise ValueError(f"alternative must be 'greater' or 'two-sided', got {alternative!r}")
     return min(0.0, log_p / LN10)
+
+
+def wilson_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion k/n; (nan, nan) when n = 0.
+
+    center = (p + z^2/2n) / (1 + z^2/n), half width = z sqrt(p(1-p)/n + z^2/4n^2) / (1 + z^2/n),
+    z the (1 + level)/2 normal quantile (paper 002 Table 3: 546/2311 -> [0.219, 0.254]).
+    """
+    if n == 0:
+        return (math.nan, math.nan)
+    z = float(stats.norm.ppf(0.5 + level / 2.0))
+    p, z2 = k / n, z * z
+    center = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return (max(0.0, center - half), min(1.0, center + half))
 
 
 def bootstrap_ci(

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fairaudit.backends import Backend, Completion, DepthRequest, GenerationRequest
+from fairaudit.backends import Backend, Completion, DepthRequest, GenerationRequest, NLLRequest
 from fairaudit.console import progress
 
 STORE_VERSION = 1
@@ -138,3 +138,12 @@ class CachedBackend:
             return [a.tolist() for a in self.inner.depth_choice_probs([requests[i] for i in idx], choice_lists)]
 
         return [np.array(r, dtype=float) for r in self._cached("depth_choice_probs", payloads, compute, label)]
+
+    def target_nll(self, requests: Sequence[NLLRequest], label: str = "target nll") -> np.ndarray:
+        """Target NLL (nats/token) per request, from the store where present; keyed by blocks, target and graph."""
+        payloads = [asdict(r) for r in requests]
+
+        def compute(idx: list[int]) -> list[float]:
+            return self.inner.target_nll([requests[i] for i in idx]).tolist()
+
+        return np.array(self._cached("target_nll", payloads, compute, label), dtype=float)

@@ -48,14 +48,68 @@ class DepthRequest:
     cuts: tuple[int, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class Block:
+    """A labelled span of a role-channel transcript.
+
+    role: "A", "B", ... or "" for text no role owns (the prompt, a bridge); channel: "private" or "public".
+    """
+
+    ids: tuple[int, ...]
+    role: str = ""
+    channel: str = "public"
+
+
+Visibility = tuple[tuple[int, ...], ...]  # visibility[i]: indices of the earlier blocks block i may attend
+
+
+@dataclass(frozen=True)
+class GraphGenerationRequest:
+    """Continue the last block of `blocks` greedily under a visibility graph.
+
+    The new tokens belong to blocks[-1]: they attend what it attends (visibility[-1]) plus itself.
+    visibility None is ordinary causal attention. Generation stops at EOS, after `stop_ids`
+    (a token sequence, left out of the completion) or after max_new_tokens.
+    """
+
+    blocks: tuple[Block, ...]
+    visibility: Visibility | None
+    max_new_tokens: int
+    stop_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class NLLRequest:
+    """Score the target blocks of one block sequence under a visibility graph (paper 002 Eq. 3).
+
+    blocks: the whole sequence in order; target: indices of the blocks scored (teacher-forced);
+    visibility: None for ordinary causal attention, else one tuple per block naming the earlier
+    blocks it may attend (a block always attends its own earlier tokens). Position ids are those
+    of the full sequence. shared_prefix True lets a backend compute leading blocks that other
+    requests share once (a tree-packed pass, equal to a separate pass up to float rounding);
+    False gives the request a pass of its own, unpadded, so two requests with the same block
+    lengths that differ only in tokens the target cannot reach under the graph score bit-identically.
+    """
+
+    blocks: tuple[Block, ...]
+    target: tuple[int, ...]
+    visibility: Visibility | None = None
+    shared_prefix: bool = True
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A loaded model. `fingerprint` names weights and numerics (dtype, device kind, backend version)."""
 
     fingerprint: str
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
-        """Continue each prompt; results in request order."""
+    def generate(self, requests: Sequence[GenerationRequest | GraphGenerationRequest]) -> list[Completion]:
+        """Continue each prompt; results in request order.
+
+        A GraphGenerationRequest is decoded greedily under its visibility graph (one 4D attention
+        mask, full-sequence position ids); a backend that cannot apply a custom mask refuses it
+        with an AuditError naming the backend.
+        """
 
     def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]]) -> np.ndarray:
         """Softmax over the given answer choices only (not the vocabulary) at the next position.
@@ -69,4 +123,14 @@ class Backend(Protocol):
         """choice_probs at every cut of each trace: one (len(cuts), len(choices)) array per request.
 
         Must equal calling choice_probs on each prompt + trace[:cut] + suffix (the naive re-feed).
+        """
+
+    def target_nll(self, requests: Sequence[NLLRequest]) -> np.ndarray:
+        """Mean negative log-likelihood per target token, in nats, of each request (paper 002 Eq. 3).
+
+        For request r with target tokens t_1..t_n (the target blocks' ids, in order, tags included):
+        -1/n * sum_i ln p(t_i | every earlier token it may see under r.visibility), where the first
+        token of a target block is predicted at the last token before it. Returns a float64 array of
+        len(requests), in request order. A backend that cannot apply a custom attention mask refuses
+        a request whose visibility is not None with an AuditError.
         """

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from fairaudit.backends import Completion, DepthRequest, GenerationRequest
+from fairaudit.backends import Completion, DepthRequest, GenerationRequest, GraphGenerationRequest, NLLRequest
 from fairaudit.backends.common import last_token_choice_probs, left_pad, nucleus_probs, positions_after_left_pad
 from fairaudit.console import console
 from fairaudit.errors import AuditError
@@ -45,6 +46,18 @@ def load_model(model_dir: str, dtype: str, device: torch.device, attn_implementa
             model_dir, dtype=DTYPES[dtype], attn_implementation=attn_implementation
         ).to(device).eval()
     return _LOADED[key]
+
+
+def _kind(request) -> str:
+    if isinstance(request, GraphGenerationRequest):
+        return "graph"
+    return "sampled" if request.temperature > 0.0 else "greedy"
+
+
+def _prompt_length(request) -> int:
+    if isinstance(request, GraphGenerationRequest):
+        return sum(len(block.ids) for block in request.blocks)
+    return len(request.prompt_ids)
 
 
 class HFBackend:
@@ -87,12 +100,15 @@ class HFBackend:
             yield order[start:start + self.batch_size]
 
     @torch.inference_mode()
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
-        """Greedy and sampled requests, each kind batched by prompt length; results in request order."""
+    def generate(self, requests: Sequence[GenerationRequest | GraphGenerationRequest]) -> list[Completion]:
+        """Greedy, sampled and graph requests, each kind batched by prompt length; results in request order."""
         out: list[Completion | None] = [None] * len(requests)
-        for sampled, run in ((False, self._greedy_batch), (True, self._sample_batch)):
-            group = [i for i, r in enumerate(requests) if (r.temperature > 0.0) == sampled]
-            for batch in self._batches([len(requests[i].prompt_ids) for i in group]):
+        kinds = (("greedy", self._greedy_batch), ("sampled", self._sample_batch), ("graph", self._graph_batch))
+        for kind, run in kinds:
+            group = [i for i, r in enumerate(requests) if _kind(r) == kind]
+            if kind == "graph" and group:
+                self._check_graphs()
+            for batch in self._batches([_prompt_length(requests[i]) for i in group]):
                 idx = [group[j] for j in batch]
                 for i, completion in zip(idx, run([requests[i] for i in idx])):
                     out[i] = completion
@@ -130,6 +146,72 @@ class HFBackend:
             step = self.model(input_ids=tokens, attention_mask=mask, position_ids=next_position, cache=step.cache, use_cache=True)
             next_position = next_position + 1
         return [self._completion(row, r.max_new_tokens) for row, r in zip(new, requests)]
+
+    def _check_graphs(self) -> None:
+        from fairaudit.backends.packing import check_packable
+
+        try:
+            check_packable(self.model)
+        except ValueError as err:
+            raise AuditError(f"the hf backend cannot apply a visibility graph to this model: {err}") from None
+
+    def _graph_batch(self, requests: Sequence[GraphGenerationRequest]) -> list[Completion]:
+        """Greedy decoding under each request's visibility graph, with a KV cache.
+
+        The prompt blocks run as one 4D mask; every new token attends what blocks[-1] may attend
+        (its own earlier tokens included) plus the tokens generated before it, at the next position
+        of the full sequence.
+        """
+        from fairaudit.backends.packing import _additive_mask, graph_allowed, pad_allowed
+
+        rows, step_rows = [], []
+        for r in requests:
+            block_of = [b for b, block in enumerate(r.blocks) for _ in block.ids]
+            new_token = graph_allowed(block_of + [len(r.blocks) - 1], r.visibility)
+            rows.append(SimpleNamespace(ids=[t for block in r.blocks for t in block.ids], positions=list(range(len(block_of))),
+                                        allowed=new_token[:-1, :-1]))
+            step_rows.append(new_token[-1, :-1])
+        ids, positions, allowed, offsets = pad_allowed(rows, self.pad_id)
+        step_allowed = torch.zeros((len(requests), ids.shape[1]), dtype=torch.bool)
+        for b, (offset, row) in enumerate(zip(offsets, step_rows)):
+            step_allowed[b, offset:] = row
+        device, dtype = self.device, self.model.dtype
+        step_allowed = step_allowed.to(device)
+        step = self.model(input_ids=ids.to(device), attention_mask=_additive_mask(allowed.to(device), dtype),
+                          position_ids=positions.to(device), use_cache=True, logits_to_keep=1)
+        next_position = positions[:, -1:].to(device) + 1
+        stop_ids, new = self.stop_ids, [[] for _ in requests]
+        open_rows = set(range(len(requests)))
+        for _ in range(max(r.max_new_tokens for r in requests)):
+            tokens = step.logits[:, -1].argmax(-1)
+            for i in sorted(open_rows):
+                new[i].append(int(tokens[i]))
+                stop = requests[i].stop_ids
+                if new[i][-1] in stop_ids or len(new[i]) >= requests[i].max_new_tokens or \
+                        (stop and tuple(new[i][-len(stop):]) == stop):
+                    open_rows.discard(i)
+            if not open_rows:
+                break
+            step_allowed = torch.cat([step_allowed, torch.ones_like(step_allowed[:, :1])], dim=1)
+            step = self.model(input_ids=tokens[:, None], attention_mask=_additive_mask(step_allowed[:, None], dtype),
+                              position_ids=next_position, cache=step.cache, use_cache=True)
+            next_position = next_position + 1
+        return [self._graph_completion(row, r) for row, r in zip(new, requests)]
+
+    def _graph_completion(self, new_ids: list[int], request: GraphGenerationRequest) -> Completion:
+        stop = request.stop_ids
+        if stop and tuple(new_ids[-len(stop):]) == stop:
+            kept = new_ids[:-len(stop)]
+            return Completion(self.tokenizer.decode(kept, skip_special_tokens=False), tuple(kept), "stop")
+        return self._completion(new_ids, request.max_new_tokens)
+
+    @torch.inference_mode()
+    def target_nll(self, requests: Sequence[NLLRequest]) -> np.ndarray:
+        """Mean target NLL in nats/token under each request's graph, tree-packed (see the protocol)."""
+        from fairaudit.backends.packing import packed_target_nll
+
+        self._check_graphs()
+        return packed_target_nll(self.model, requests, pad_id=self.pad_id, token_budget=self.depth_token_budget)
 
     def _completion(self, new_ids: list[int], budget: int) -> Completion:
         stop_ids = self.stop_ids

@@ -50,13 +50,16 @@ def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:
     """
     report = Report()
     add_paper_tables(report, runs, load_records, list(cfg.tables.probes))
+    from fairaudit.report.influence_tables import add_influence_tables  # paper 002; imports this module
+
+    add_influence_tables(report, runs, cfg.influence.condition, cfg.influence.rate)
     if "seed" in study.varying_axes(runs):
         add_seed_summary(report, runs, list(cfg.seeds.metrics), float(cfg.seeds.level))
     add_sign_test(report, runs, cfg.sign_test.greater, cfg.sign_test.than, cfg.sign_test.alternative)
     if "checkpoint" in study.varying_axes(runs):
         add_checkpoint_curves(report, runs, list(cfg.curves.metrics), cfg.curves.order, float(cfg.seeds.level))
     add_runs(report, runs)
-    report.main = next((s.name for s in report.sections if s.name in ("table2", "seeds")), "runs")
+    report.main = next((s.name for s in report.sections if s.name in ("table2", "influence_table3", "seeds")), "runs")
     return report
 
 
