@@ -130,7 +130,7 @@ def run(cfg: DictConfig) -> ProbeResult:
         title_figures(result.figures, f"{spec.name}, {dataset.name}: {' vs '.join(a.name for a in arms)}")
         tracker.log_config(cfg, list(hydra_cfg.overrides.task))
         tracker.log_result(result.metrics, result.tables, result.figures, result.records)
-        tracker.log_texts(samples.artifacts(result.records["records"], run_name))
+        tracker.log_texts(samples.artifacts(result.records, run_name))
         tracker.set_tags({HEADLINE_TAG: json.dumps(result.headline)})
     except BaseException as error:
         tracker.end(failed=True, error=failure_line(error))

@@ -37,8 +37,13 @@ details summary{cursor:pointer;color:#555}
 """
 
 
-def artifacts(records: pd.DataFrame, title: str) -> dict[str, str]:
-    """{artifact file: text}: samples.html and samples.jsonl of a run's records frame."""
+def artifacts(frames: dict[str, pd.DataFrame], title: str) -> dict[str, str]:
+    """{artifact file: text}: samples.html and samples.jsonl of a run's records frames."""
+    if "traces" in frames:  # role-channel transcripts (influence probe)
+        labelled, items = _transcript_items(frames["traces"])
+        return {"samples.html": _page(title, sorted(set(labelled["group"])), items),
+                "samples.jsonl": labelled.to_json(orient="records", lines=True, force_ascii=False)}
+    records = frames["records"]
     if "pair_id" in records:
         labelled, items = _pair_items(records)
     else:
@@ -114,6 +119,20 @@ def _question_cell(row: dict) -> str:
              f"<details open><summary>output</summary><pre>{_esc(row.get('text', ''))}</pre></details>",
              f"<details><summary>prompt</summary><pre>{_esc(row.get('prompt', ''))}</pre></details>" if "prompt" in row else ""]
     return "<td>" + "".join(parts) + "</td>"
+
+
+def _transcript_items(traces: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    # traces: trace_id, question_id, condition, valid, *_tokens, ngram_raw, ngram_corrected, canary(_reproduced), text
+    labelled = traces.assign(group=traces["condition"].astype(str))
+    items = []
+    for row in labelled.sort_values(["question_id", "condition"]).to_dict("records"):
+        lengths = " &middot; ".join(f"{name} {int(row[f'{name}_tokens'])}" for name in ("a_private", "a_public", "b_private", "b_public"))
+        facts = (f"{'valid' if row['valid'] else 'invalid'} &middot; tokens: {lengths} &middot; 4-gram overlap raw "
+                 f"{_num(row['ngram_raw'])}, corrected {_num(row['ngram_corrected'])}"
+                 + (f" &middot; canary {'reproduced' if row['canary_reproduced'] else 'not reproduced'}" if row.get("canary") else ""))
+        items.append(_item(row["group"], f"trace {row['trace_id']} &middot; question {_esc(row['question_id'])}"
+                           f"<span class=tag>{_esc(row['group'])}</span>", f"<p>{facts}</p><pre>{_esc(row['text'])}</pre>"))
+    return labelled, items
 
 
 def _item(group: str, heading: str, body: str) -> str:
