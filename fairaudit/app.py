@@ -13,7 +13,7 @@ from fairaudit.console import console, summary_table
 from fairaudit.errors import AuditError
 from fairaudit.models import resolve_model_dir
 from fairaudit.probes import AuditContext, ModelSpec, ProbeResult
-from fairaudit.prompts.yesno import Arm, Thinking
+from fairaudit.prompts.yesno import P_YES_READINGS, Arm, Thinking
 from fairaudit.store import CachedBackend, Store
 from fairaudit.tracking import Tracker, flatten, parent_run_id
 
@@ -27,8 +27,10 @@ def model_spec(model: DictConfig) -> ModelSpec:
     thinking = Thinking(**OmegaConf.to_container(model.thinking, resolve=True))
     if thinking.style not in ("native", "prompted", "none"):
         raise AuditError(f"model.thinking.style {thinking.style!r} is not one of ['native', 'prompted', 'none']")
+    if model.p_yes not in P_YES_READINGS:
+        raise AuditError(f"model.p_yes {model.p_yes!r} is not one of {list(P_YES_READINGS)}")
     return ModelSpec(name=model.name, thinking=thinking, template_kwargs=dict(model.template_kwargs),
-                     answer_prefix=model.answer_prefix, answer_source=model.answer_source)
+                     answer_prefix=model.answer_prefix, answer_source=model.answer_source, p_yes=model.p_yes)
 
 
 def check_fit(arms: list[Arm], dataset, family: str, spec: ModelSpec, probe_name: str) -> None:
@@ -76,7 +78,7 @@ def run(cfg: DictConfig) -> ProbeResult:
     dataset.check()
     checkpoint = checkpoint_spec(cfg.model)
     model_dir = resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
-                                  checkpoint["revision"] or cfg.model.revision)
+                                  checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"))
     inner = instantiate(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
     backend = CachedBackend(inner, Store(cfg.store.path), chunk_size=cfg.model.batch_size)
 

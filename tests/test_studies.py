@@ -34,7 +34,7 @@ def sweep_jobs(params: dict, command_line: tuple[str, ...] = ()) -> list[list[st
 
 
 def test_studies_exist():
-    assert {"thinking_fairness", "thinking_fairness_smoke", "seed_sweep"} <= set(STUDIES)
+    assert {"thinking_fairness", "thinking_fairness_bf16", "thinking_fairness_smoke", "seed_sweep"} <= set(STUDIES)
 
 
 @pytest.mark.parametrize("study", STUDIES)
@@ -49,11 +49,13 @@ def test_every_job_of_every_study_composes(study):
         assert job_cfg.tracking.experiment == study
 
 
-def test_thinking_fairness_is_paper_000s_grid():
-    cfg = compose_job("+experiment=thinking_fairness")
+@pytest.mark.parametrize("study, suffix", [("thinking_fairness", "_awq"), ("thinking_fairness_bf16", "")])
+def test_thinking_fairness_is_paper_000s_grid(study, suffix):
+    """§4.1 ran every model at 4-bit AWQ; the bf16 grid is a study of its own."""
+    cfg = compose_job(f"+experiment={study}")
     jobs = sweep_jobs(OmegaConf.to_container(cfg.hydra.sweeper.params))
     assert len(jobs) == 27
-    assert {j[0] for j in jobs} == {"model=qwen3", "model=qwq", "model=r1_distill_qwen"}
+    assert {j[0] for j in jobs} == {f"model={m}{suffix}" for m in ("qwen3", "qwq", "r1_distill_qwen")}
     assert {j[1] for j in jobs} == {"dataset=adult", "dataset=compas", "dataset=credit"}
     assert {j[2] for j in jobs} == {"probe=counterfactual", "probe=cdpg", "probe=btm"}
     assert cfg.dataset.n == 5000 and cfg.arm.name == "think"
