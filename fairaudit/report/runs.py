@@ -14,7 +14,6 @@ from fairaudit.analysis.study import AXES
 from fairaudit.errors import AuditError
 from fairaudit.tracking import finite_metrics, parent_run_id
 
-RECORDS_ARTIFACT = "records/records.parquet"
 BASELINE_PARAM = "probe.baseline_arm.name"
 MAX_TAG = 8000  # MLflow's limit on a tag value
 
@@ -134,16 +133,17 @@ def select_runs(client, select) -> Selection:
     return Selection(kept, filter_str, exp_ids, parent, dropped)
 
 
-def load_records(client, run_ids: Iterable[str]) -> dict[str, pd.DataFrame]:
-    """Each run's records/records.parquet artifact."""
+def load_records(client, run_ids: Iterable[str], name: str = "records") -> dict[str, pd.DataFrame]:
+    """Each run's records/{name}.parquet artifact (records, depth_records, continuations)."""
     records = {}
+    artifact = f"records/{name}.parquet"
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     with tempfile.TemporaryDirectory() as tmp:
         for run_id in run_ids:
             try:
-                path = client.download_artifacts(run_id, RECORDS_ARTIFACT, str(Path(tmp) / run_id))
+                path = client.download_artifacts(run_id, artifact, str(Path(tmp) / run_id))
             except Exception as error:
-                raise AuditError(f"run {run_id} has no {RECORDS_ARTIFACT} artifact to pool: {error}") from error
+                raise AuditError(f"run {run_id} has no {artifact} artifact to pool: {error}") from error
             records[run_id] = pd.read_parquet(path)
     return records
 
