@@ -141,6 +141,8 @@ class PositionProbe:
             "truncated": [c.finish_reason == "length" for c in completions],
             "prompt_hash": [generation_key(ctx.backend.fingerprint, r) for r in requests],
             "text": [c.text for c in completions],
+            "model": model.name,
+            "dataset": ctx.dataset.name,
         })
         return with_trajectory_metrics(records, self.mention_case), [r.prompt_ids for r in requests]
 
@@ -148,7 +150,7 @@ class PositionProbe:
         """§3.4: continuations resampled from CCP + offset of the trajectories `truncation_trajectories` picks.
 
         records: the arm's records from `answer` (text, ccp, answer_position). One row per
-        continuation: question_id, permutation, gold_position, arm, offset, position, cut_char,
+        continuation: question_id, permutation, gold_position, arm, model, dataset, offset, position, cut_char,
         sample, seed, answer_position (the original answer), new_answer_position (of prefix +
         continuation), new_answer_source, preferred_position, truncated, prompt_hash, text.
         """
@@ -165,13 +167,14 @@ class PositionProbe:
                     seed = continuation_seed(spec.seed, record.question_id, record.permutation, cut.offset, sample)
                     requests.append(GenerationRequest(prefix_ids, budget, spec.temperature, spec.top_p, seed))
                     rows.append({"question_id": record.question_id, "permutation": record.permutation,
-                                 "gold_position": record.gold_position, "arm": record.arm, "offset": cut.offset,
+                                 "gold_position": record.gold_position, "arm": record.arm, "model": record.model,
+                                 "dataset": record.dataset, "offset": cut.offset,
                                  "position": cut.position, "cut_char": cut.char, "sample": sample, "seed": seed,
                                  "answer_position": record.answer_position, "prefix": record.text[:cut.char]})
         completions = ctx.backend.generate(requests, label=f"resume {ctx.arm.name}")
         out = pd.DataFrame(rows, columns=[
-            "question_id", "permutation", "gold_position", "arm", "offset", "position", "cut_char", "sample", "seed",
-            "answer_position", "prefix"])
+            "question_id", "permutation", "gold_position", "arm", "model", "dataset", "offset", "position", "cut_char",
+            "sample", "seed", "answer_position", "prefix"])
         answers = [final_answer(prefix + c.text, self.letter_fallback, self.mention_case)
                    for prefix, c in zip(out["prefix"], completions)]
         return out.drop(columns="prefix").assign(
