@@ -1,6 +1,6 @@
 """How far the two readings of P(Yes) differ on the embedded model: paper 000 §3.3's single Yes / No token against pooled spellings.
 
-    python benchmarks/p_yes_readings.py [--n 50] [--dataset adult] [--model smollm2]
+    python benchmarks/p_yes_readings.py [--n 50] [--dataset adult] [--model smollm2] [--store PATH]
 
 Generates the think and nothink arms once (through a temporary store) and reads P(Yes) at each
 answer position under both readings; prints the per-row differences and what they do to the
@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--dataset", default="adult")
     parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--store", default=None, help="a store file to keep the generations in (default: temporary)")
     args = parser.parse_args()
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose("config", overrides=[f"model={args.model}", f"dataset={args.dataset}", f"dataset.n={args.n}"])
@@ -45,7 +46,8 @@ def main() -> None:
     arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
     baseline = Arm(**OmegaConf.to_container(cfg.probe.baseline_arm, resolve=True))
     with tempfile.TemporaryDirectory() as tmp:
-        backend = CachedBackend(inner, Store(Path(tmp) / "store.sqlite"), chunk_size=cfg.model.batch_size)
+        store = Store(Path(args.store or Path(tmp) / "store.sqlite"))
+        backend = CachedBackend(inner, store, chunk_size=cfg.model.batch_size)
         spec = model_spec(cfg.model)
         readings = {}
         for reading in ("single", "pooled"):
