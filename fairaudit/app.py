@@ -15,7 +15,7 @@ from fairaudit.console import console, print_error, print_result, summary_table
 from fairaudit.errors import AuditError, failure_line, input_error_line
 from fairaudit.models import resolve_model_dir
 from fairaudit.probes import AuditContext, ModelSpec, ProbeResult
-from fairaudit.prompts.yesno import Arm, Thinking
+from fairaudit.prompts.yesno import P_YES_READINGS, Arm, Thinking
 from fairaudit.store import CachedBackend, Store
 from fairaudit.sweeps import HEADLINE_TAG, swept_in
 from fairaudit.tracking import KEY_TAG, Tracker, config_key, flatten, parent_run_id
@@ -34,8 +34,10 @@ def model_spec(model: DictConfig) -> ModelSpec:
     thinking = Thinking(**OmegaConf.to_container(model.thinking, resolve=True))
     if thinking.style not in ("native", "prompted", "none"):
         raise AuditError(f"model.thinking.style {thinking.style!r} is not one of ['native', 'prompted', 'none']")
+    if model.p_yes not in P_YES_READINGS:
+        raise AuditError(f"model.p_yes {model.p_yes!r} is not one of {list(P_YES_READINGS)}")
     return ModelSpec(name=model.name, thinking=thinking, template_kwargs=dict(model.template_kwargs),
-                     answer_prefix=model.answer_prefix, answer_source=model.answer_source)
+                     answer_prefix=model.answer_prefix, answer_source=model.answer_source, p_yes=model.p_yes)
 
 
 def check_fit(arms: list[Arm], dataset, family: str, spec: ModelSpec, probe_name: str) -> None:
@@ -114,7 +116,7 @@ def run(cfg: DictConfig) -> ProbeResult:
     if cfg.dry_run:
         return preview(cfg.model, checkpoint, dataset, arms, spec, getattr(probe, "think_instruction", ""))
     model_dir = resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
-                                  checkpoint["revision"] or cfg.model.revision)
+                                  checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"))
     inner = instantiate(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
     backend = CachedBackend(inner, Store(cfg.store.path), chunk_size=cfg.model.batch_size)
 

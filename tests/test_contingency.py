@@ -142,3 +142,25 @@ def test_bootstrap_interval_is_reproducible_and_covers_the_mean():
     first = bootstrap_ci(lambda i: values[i].mean(), 100, n_boot=500, seed=1)
     assert first == bootstrap_ci(lambda i: values[i].mean(), 100, n_boot=500, seed=1)
     assert first[0] < 49.5 < first[1] and first[1] - first[0] < 20
+
+
+def test_answer_accounting_counts_pairs_dropped_per_cause_and_arm():
+    """§6 compliance and the budget cut: both drop pairs like unparsed answers, counted per arm."""
+    from fairaudit.analysis.pairs import answer_accounting
+
+    rows = []
+    for pair in (1, 2, 3):
+        for arm in ("think", "nothink"):
+            for side in ("alpha", "alpha_prime"):
+                truncated = (pair, arm, side) == (2, "think", "alpha")
+                noncompliant = (pair, arm, side) == (3, "nothink", "alpha_prime")
+                rows.append({"pair_id": pair, "side": side, "arm": arm, "parsed_answer": None if truncated else "Yes",
+                             "answer": None if truncated or noncompliant else "Yes", "p_yes": 0.5, "truncated": truncated,
+                             "compliant": None if arm == "think" else not noncompliant})
+    records = pd.DataFrame(rows).astype({"compliant": "boolean"})
+    m = answer_accounting(records, "think", "nothink")
+    assert m["n_dropped_truncated_think"] == 1 and m["n_dropped_truncated_nothink"] == 0
+    assert m["n_dropped_noncompliant_nothink"] == 1 and m["compliance_rate_nothink"] == pytest.approx(5 / 6)
+    assert "compliance_rate_think" not in m and m["parse_rate_think"] == pytest.approx(5 / 6)
+    assert m["parse_rate_nothink"] == 1.0
+    assert contingency(records, n_boot=0)["n_pairs"] == 1

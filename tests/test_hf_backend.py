@@ -69,16 +69,19 @@ def test_choice_probs_batched_equal_single_and_sum_to_one(backend):
     np.testing.assert_allclose(batched.sum(axis=1), 1.0)
 
 
-def test_choice_probs_equal_a_hand_softmax_over_pooled_logits(backend):
+def test_choice_probs_equal_a_hand_softmax_over_the_yes_and_no_logits(backend):
+    """single (the default, paper 000 §3.3): softmax over the two token logits; pooled: over logsumexps."""
     import torch
 
     prefix = prompt_ids(backend, PROMPTS[0])
-    yes, no = choice_token_ids(backend.tokenizer)
     with torch.inference_mode():
         logits = backend.model(torch.tensor([prefix])).logits[0, -1].double()
+    (yes,), (no,) = choice_token_ids(backend.tokenizer)
+    expected = torch.softmax(logits[[yes, no]], 0).numpy()
+    np.testing.assert_allclose(backend.choice_probs([prefix], [[yes], [no]])[0], expected, atol=1e-5)
+    yes, no = choice_token_ids(backend.tokenizer, reading="pooled")
     pooled = torch.stack([torch.logsumexp(logits[yes], 0), torch.logsumexp(logits[no], 0)])
-    expected = torch.softmax(pooled, 0).numpy()
-    np.testing.assert_allclose(backend.choice_probs([prefix], [yes, no])[0], expected, atol=1e-5)
+    np.testing.assert_allclose(backend.choice_probs([prefix], [yes, no])[0], torch.softmax(pooled, 0).numpy(), atol=1e-5)
 
 
 def test_fingerprint_names_weights_and_numerics(backend):

@@ -97,12 +97,28 @@ def test_cascade_order_last_match_and_no_match():
     (7, "I believe C", "C"),
     (8, "\\boxed{D}", "D"),
 ])
-def test_trajectory_pattern_matches_its_documented_example(index, text, letter):
-    assert TRAJECTORY_PATTERNS[index].findall(text)[-1] == letter
+@pytest.mark.parametrize("case", ["insensitive", "strict"])
+def test_trajectory_pattern_matches_its_documented_example(case, index, text, letter):
+    assert TRAJECTORY_PATTERNS[case][index].findall(text)[-1] == letter
+    assert TRAJECTORY_PATTERNS["insensitive"][index].findall(text.lower())[-1] == letter.lower()
 
 
-def test_lower_case_letters_are_not_mentions():
-    assert trajectory("a. I think a cat would pick a dog") == []
+def test_a3_scans_case_insensitively_by_default_and_strict_keeps_letters_upper_case():
+    """A.3: "(case-insensitive)": "option b" and "(c)" are mentions, and so is the article "a" after "pick"."""
+    text = "a. I think option b, or (c), would pick a dog"
+    assert [(m.letter, m.char) for m in trajectory(text)] == [("A", 0), ("B", 18), ("C", 25), ("A", 40)]
+    assert trajectory(text, "strict") == []
+    assert trajectory(text.upper(), "strict") == trajectory(text)
+    with pytest.raises(AuditError, match="mention_case 'upper'"):
+        trajectory(text, "upper")
+
+
+def test_lower_case_mentions_move_ccp():
+    """The insensitive reading adds mentions the strict one ignores; here a late "so a" pushes CCP to the end."""
+    text = "Option B looks right.\nThe answer is (B), so a fine choice."
+    strict, insensitive = trajectory(text, "strict"), trajectory(text)
+    assert commitment_change_point(strict, "B") == 0.0
+    assert commitment_change_point(insensitive, "B") == 1.0
 
 
 def test_trajectory_is_ordered_and_deduplicated_by_position():
@@ -309,3 +325,24 @@ def test_figures_draw_the_table_values():
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and len(ax.collections) == 2 and len(ax.lines) == 1
     assert ax.lines[0].get_ydata()[[0, -1]] == pytest.approx([0.2, 0.25])
+
+
+def test_truncation_trajectories_pick_interior_ccps_of_one_permutation():
+    """§3.4: questions with a detectable CCP; CCP = 0 or 1 has no change point to cut around (by default)."""
+    from fairaudit.analysis.position import truncation_trajectories
+
+    records = pd.DataFrame({"question_id": [5, 5, 3, 3, 9, 9, 7, 7], "permutation": [0, 1] * 4,
+                            "ccp": [0.4, 0.5, 0.0, 0.3, 1.0, 0.6, np.nan, 0.2]})
+    assert truncation_trajectories(records)["question_id"].tolist() == [5]
+    assert truncation_trajectories(records, include_ccp_bounds=True)["question_id"].tolist() == [5, 3, 9]
+    assert truncation_trajectories(records, permutation=1)["question_id"].tolist() == [5, 3, 9, 7]
+    assert truncation_trajectories(records, n_questions=2, permutation=None)["question_id"].tolist() == [5, 5, 3]
+
+
+def test_extraction_rate_counts_the_cascade_alone():
+    """Appendix B: extraction rate = records the A.2 cascade answers; the fallback is reported apart."""
+    records = pd.DataFrame({"arm": "cot", "question_id": [0] * 4, "permutation": range(4), "gold_position": 0,
+                            "answer_position": [0, 1, 2, None], "answer_source": ["cascade", "cascade", "fallback", None],
+                            "length_chars": 10, "ccp": 0.5, "eff_sw": 0.1})
+    m = position(records)["metrics"]
+    assert (m["extraction_rate_cot"], m["fallback_rate_cot"], m["answered_rate_cot"]) == (0.5, 0.25, 0.75)

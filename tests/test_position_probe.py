@@ -184,20 +184,34 @@ def test_records_and_metrics_of_scripted_answers(tmp_path, dataset):
     m = result.metrics
     assert m["n_records_reason"] == 12 and m["n_questions_complete_reason"] == 2
     assert m["extraction_rate_reason"] == 11 / 12 and m["fallback_rate_reason"] == 0.0
+    assert m["answered_rate_reason"] == 11 / 12
     assert m["truncated_rate_reason"] == 1 / 12
     assert m["pbs_reason"] == pytest.approx((SQRT_075 + 0.0) / 2)  # q0 always A, q1 always gold; q2 incomplete
     assert m["accuracy_reason"] == pytest.approx(5 / 11)  # q0 once (gold at A), q1 four times, q2 never
     assert m["preferred_position_reason"] == 0
     assert set(result.headline) - set(m) == {f"{name}_reason" for name in (
-        "trunc_n", "trunc_change_rate", "trunc_directional_shift", "trunc_change_rate_before_ccp",
+        "trunc_n_questions", "trunc_n", "trunc_change_rate", "trunc_directional_shift", "trunc_change_rate_before_ccp",
         "trunc_change_rate_after_ccp", "trunc_ccp_chi2_p")}
     assert set(result.tables) == {"per_question", "pbs_by_length", "position_summary"}
     assert set(result.figures) == {"pbs_by_length", "pbs_length"}
 
 
+def test_truncation_cuts_one_permutation_of_the_first_questions_with_a_ccp(tmp_path, dataset):
+    """§5.3: n questions x 4 offsets x 3 continuations, each question's permutation 0 by default."""
+    ctx, inner = context(tmp_path, dataset)
+    continuations = probe().run(ctx).records["continuations"]
+    assert len(continuations) == 3 * 4 * 3 and set(continuations["permutation"]) == {0}
+    assert continuations.groupby("question_id").size().tolist() == [12, 12, 12]
+    ctx, inner = context(tmp_path, dataset)
+    result = probe(n_questions=2, permutation=2).run(ctx)
+    assert result.metrics["trunc_n_questions_reason"] == 2
+    assert set(result.records["continuations"]["permutation"]) == {2}
+    assert sorted(result.records["continuations"]["question_id"].unique()) == [0, 1]
+
+
 def test_truncation_continuations_are_exact_and_cached(tmp_path, dataset):
     ctx, inner = context(tmp_path, dataset)
-    result = probe().run(ctx)
+    result = probe(permutation=None).run(ctx)
     records, continuations = result.records["records"], result.records["continuations"]
     # 11 trajectories with a CCP near 0.45: all four offsets fall inside, 3 samples each
     assert len(continuations) == 11 * 4 * 3 and len(inner.calls) == 12 + 132
@@ -234,13 +248,13 @@ def test_truncation_continuations_are_exact_and_cached(tmp_path, dataset):
 
     # a second run over the same store makes no model call and gives the same records
     again_ctx, again_inner = context(tmp_path, dataset)
-    again = probe().run(again_ctx)
+    again = probe(permutation=None).run(again_ctx)
     assert again_inner.calls == [] and again_ctx.backend.model_calls == 0
     pd.testing.assert_frame_equal(again.records["records"], records)
     pd.testing.assert_frame_equal(again.records["continuations"], continuations)
     # a new base seed resamples every continuation but not the greedy answers
     reseeded_ctx, reseeded_inner = context(tmp_path, dataset)
-    probe(seed=1).run(reseeded_ctx)
+    probe(seed=1, permutation=None).run(reseeded_ctx)
     assert len(reseeded_inner.calls) == 132 and all(r.temperature > 0 for r in reseeded_inner.calls)
 
 
@@ -317,6 +331,14 @@ def test_missing_arc_path_is_one_line_from_the_cli(tmp_path):
 # --- end to end -------------------------------------------------------------------------------------
 
 @pytest.mark.slow
+def test_a_gguf_model_that_cannot_be_fetched_is_one_line(tmp_path):
+    """Q4_K_M configs fetch one GGUF file from the hub; offline and absent from the cache, that is one error line."""
+    result = run_app(tmp_path, "model=r1_distill_qwen_7b_q4km", "probe=position", "dataset=mmlu", "arm=reason",
+                     env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert result.returncode == 2, result.stderr
+    assert "error: cannot get 'DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf' from 'bartowski/DeepSeek-R1-Distill-Qwen-7B-GGUF'" in result.stderr
+
+
 def test_position_sweep_end_to_end(tmp_path):
     """Three arms on two MMLU questions with the tiny Qwen3 (junk outputs: we check the plumbing, not the values)."""
     from mlflow.tracking import MlflowClient

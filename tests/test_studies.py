@@ -34,7 +34,7 @@ def sweep_jobs(params: dict, command_line: tuple[str, ...] = ()) -> list[list[st
 
 
 def test_studies_exist():
-    assert {"thinking_fairness", "thinking_fairness_smoke", "seed_sweep"} <= set(STUDIES)
+    assert {"thinking_fairness", "thinking_fairness_bf16", "thinking_fairness_smoke", "seed_sweep"} <= set(STUDIES)
 
 
 @pytest.mark.parametrize("study", STUDIES)
@@ -49,11 +49,13 @@ def test_every_job_of_every_study_composes(study):
         assert job_cfg.tracking.experiment == study
 
 
-def test_thinking_fairness_is_paper_000s_grid():
-    cfg = compose_job("+experiment=thinking_fairness")
+@pytest.mark.parametrize("study, suffix", [("thinking_fairness", "_awq"), ("thinking_fairness_bf16", "")])
+def test_thinking_fairness_is_paper_000s_grid(study, suffix):
+    """§4.1 ran every model at 4-bit AWQ; the bf16 grid is a study of its own."""
+    cfg = compose_job(f"+experiment={study}")
     jobs = sweep_jobs(OmegaConf.to_container(cfg.hydra.sweeper.params))
     assert len(jobs) == 27
-    assert {j[0] for j in jobs} == {"model=qwen3", "model=qwq", "model=r1_distill_qwen"}
+    assert {j[0] for j in jobs} == {f"model={m}{suffix}" for m in ("qwen3", "qwq", "r1_distill_qwen")}
     assert {j[1] for j in jobs} == {"dataset=adult", "dataset=compas", "dataset=credit"}
     assert {j[2] for j in jobs} == {"probe=counterfactual", "probe=cdpg", "probe=btm"}
     assert cfg.dataset.n == 5000 and cfg.arm.name == "think"
@@ -133,3 +135,21 @@ def test_smoke_study_then_report_end_to_end(tmp_path, data_root):
     assert len(reports) == 1 and reports[0].data.tags["fairaudit.source_parent"] == parent
     assert len(reports[0].data.tags["fairaudit.source_runs"].split(",")) == 3
     assert "table2.csv" in {a.path for a in client.list_artifacts(reports[0].info.run_id)}
+
+
+def test_position_bias_is_the_papers_matched_pairs_modes_and_benchmarks():
+    """§3.1: each reasoning model in reasoning mode, each Instruct model direct and CoT; §3.5 sizes; §4: Q4_K_M, 8192 tokens."""
+    cfg = compose_job("+experiment=position_bias")
+    jobs = sweep_jobs(OmegaConf.to_container(cfg.hydra.sweeper.params))
+    assert len(jobs) == 18
+    cells = set()
+    for job in jobs:
+        job_cfg = compose_job("+experiment=position_bias", *job)
+        cells.add((job_cfg.model.name, job_cfg.arm.name, job_cfg.dataset.name, job_cfg.dataset.n))
+        assert job_cfg.probe._target_.endswith("PositionProbe") and job_cfg.model.max_think_tokens == 8192
+        assert job_cfg.model.gguf_file.endswith("Q4_K_M.gguf")
+    pairs = {(m, a) for m, a, _, _ in cells}
+    assert pairs == {("r1_distill_qwen_7b_q4km", "reason"), ("qwen25_7b_instruct_q4km", "direct"),
+                     ("qwen25_7b_instruct_q4km", "cot"), ("r1_distill_llama_8b_q4km", "reason"),
+                     ("llama31_8b_q4km", "direct"), ("llama31_8b_q4km", "cot")}
+    assert {(d, n) for _, _, d, n in cells} == {("mmlu", 1000), ("arc", 496), ("gpqa", 198)}

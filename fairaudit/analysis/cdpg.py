@@ -165,14 +165,16 @@ def _side_trajectories(traj: pd.DataFrame) -> pd.DataFrame:
     return grouped.agg(depth=("depth", "first"), n=("pair_id", "size"), p_yes=("p_yes", "mean")).reset_index()
 
 
-def pair_slopes(traj: pd.DataFrame) -> pd.DataFrame:
-    """OLS slope of |CDPG_k| on k/K over k = 1..K, per pair and K (NaN when K = 1).
+def pair_slopes(traj: pd.DataFrame, first_k: int = 1) -> pd.DataFrame:
+    """OLS slope of |CDPG_k| on k/K over k = first_k..K, per pair and K (NaN with fewer than two depths).
 
-    Every pair of a K shares the same depths, so a cell's mean of these slopes equals the
-    slope of the cell's mean trajectory.  # -> [model, dataset,] pair_id, K, cell, slope
+    first_k = 1 fits the trace's depths only; first_k = 0 also the baseline arm at k = 0 (the
+    paper leaves open which it fitted). Every pair of a K shares the same depths, so a cell's
+    mean of these slopes equals the slope of the cell's mean trajectory.
+    # -> [model, dataset,] pair_id, K, cell, slope
     """
     keys = [c for c in GROUP_COLUMNS if c in traj] + ["pair_id", "K", "cell"]
-    rows = traj[traj["k"] >= 1]
+    rows = traj[traj["k"] >= first_k]
     centred = rows["depth"] - rows.groupby(keys)["depth"].transform("mean")
     covariance = (centred * rows["abs_cdpg"]).groupby([rows[c] for c in keys]).sum()
     variance = (centred**2).groupby([rows[c] for c in keys]).sum()
@@ -201,26 +203,48 @@ def _k_sensitivity(slopes_table: pd.DataFrame, k_list: Sequence[int], group_cols
     return wide.reindex(columns=ordered).reset_index()
 
 
-def _slope_metrics(slopes_table: pd.DataFrame, K: int, k_list: Sequence[int], group_cols: list[str]) -> dict:
-    """Pooled metrics at the headline K and the slope per K in k_list (names in `cdpg`)."""
-    pooled = slopes_table
+def _pooled_lookup(table: pd.DataFrame, group_cols: list[str]):
+    """value(K, cell, column) from a slopes table's pooled rows; NaN where the cell is absent."""
     for c in group_cols:
-        pooled = pooled[pooled[c] == POOLED]
-    by_key = pooled.set_index(["K", "cell"])
+        table = table[table[c] == POOLED]
+    by_key = table.set_index(["K", "cell"])
 
     def value(segments: int, cell: str, column: str) -> float:
         return float(by_key.at[(segments, cell), column]) if (segments, cell) in by_key.index else math.nan
 
+    return value
+
+
+def _slope_metrics(slopes: pd.DataFrame, from0: pd.DataFrame, sensitivity: pd.DataFrame, K: int,
+                   k_list: Sequence[int], group_cols: list[str]) -> dict:
+    """Pooled metrics at the headline K, from k = 0, and per K in k_list (names in `cdpg`)."""
+    value, value0, value_k = (_pooled_lookup(t, group_cols) for t in (slopes, from0, sensitivity))
     m: dict = {}
     for cell in CELLS:
-        m[f"cdpg_n_{cell}"] = int(value(K, cell, "n")) if (K, cell) in by_key.index else 0
-        m[f"cdpg_slope_{cell}"] = value(K, cell, "slope")
-        m[f"cdpg_slope_{cell}_ci_low"] = value(K, cell, "ci_low")
-        m[f"cdpg_slope_{cell}_ci_high"] = value(K, cell, "ci_high")
+        n = value(K, cell, "n")
+        m[f"cdpg_n_{cell}"] = 0 if math.isnan(n) else int(n)
+        for suffix, lookup in (("", value), ("_from0", value0)):
+            m[f"cdpg_slope_{cell}{suffix}"] = lookup(K, cell, "slope")
+            m[f"cdpg_slope_{cell}{suffix}_ci_low"] = lookup(K, cell, "ci_low")
+            m[f"cdpg_slope_{cell}{suffix}_ci_high"] = lookup(K, cell, "ci_high")
         for segments in sorted(set(k_list)):
-            m[f"cdpg_slope_{cell}_k{segments}"] = value(segments, cell, "slope")
+            m[f"cdpg_slope_{cell}_k{segments}"] = value_k(segments, cell, "slope")
     m["cdpg_n_pairs"] = sum(m[f"cdpg_n_{cell}"] for cell in CELLS)
     return m
+
+
+def subsample_pairs(traj: pd.DataFrame, n: int | None, seed: int = 0) -> pd.DataFrame:
+    """The trajectories of `n` pairs drawn without replacement (seeded) per (model, dataset); all when n is None.
+
+    Appendix C's "rerun subsample": the K-sensitivity of Table 6 was refitted on a subsample.
+    """
+    if n is None:
+        return traj
+    group_cols = [c for c in GROUP_COLUMNS if c in traj]
+    keys = traj[group_cols + ["pair_id"]].drop_duplicates()
+    groups = keys.groupby(group_cols, sort=True) if group_cols else [((), keys)]
+    chosen = pd.concat([g.sample(n=min(n, len(g)), random_state=seed) for _, g in groups])
+    return traj.merge(chosen, on=group_cols + ["pair_id"])
 
 
 def cdpg(
@@ -233,6 +257,7 @@ def cdpg(
     seed: int = 0,
     K: int = 10,
     identity_atol: float = 1e-9,
+    k_sensitivity_subsample: int | None = None,
 ) -> dict[str, dict]:
     """CDPG trajectories, per-cell propagation slopes and their sensitivity to K.
 
@@ -244,10 +269,13 @@ def cdpg(
     Returns {"metrics": {...}, "tables": {...}}. Metrics, at the headline K:
     cdpg_n_pairs, cdpg_n_{cell}; cdpg_slope_{cell} (OLS slope of the cell's mean |CDPG_k|
     on k/K over k = 1..K) with cdpg_slope_{cell}_ci_low/_ci_high (percentile bootstrap over
-    the cell's pairs); and cdpg_slope_{cell}_k{K'} for each K' in k_list.
+    the cell's pairs); cdpg_slope_{cell}_from0 (and its interval), the same fit over
+    k = 0..K, the baseline arm included; and cdpg_slope_{cell}_k{K'} for each K' in k_list,
+    fitted on `k_sensitivity_subsample` pairs per (model, dataset) when set (all pairs when None).
     Tables: cdpg_by_cell (K, cell, k, depth, n, mean_abs_cdpg; Figs. 3 and 6), cdpg_sides
     (K, cell, anchor_answer, role, k, depth, n, p_yes; Fig. 4), cdpg_slopes (K, cell, n,
-    slope, ci_low, ci_high) and cdpg_k_sensitivity (cell, n_k{K'}, slope_k{K'}; Table 6);
+    slope, ci_low, ci_high), cdpg_slopes_from0 (the same from k = 0) and cdpg_k_sensitivity
+    (cell, n_k{K'}, slope_k{K'}; Table 6, on the subsample);
     their k = 0 rows are the baseline arm. Raises AuditError when a K is missing from the
     depth records or |CDPG_K| departs from the treatment arm's D_disp by more than
     `identity_atol` (exact for the same forward pass; the packed depth pass and the plain
@@ -255,11 +283,17 @@ def cdpg(
     """
     traj = trajectories(depth_records, records, treatment, baseline, Ks=[K, *k_list], atol=identity_atol)
     group_cols = [c for c in GROUP_COLUMNS if c in traj]
-    slopes_table = _with_scopes(pair_slopes(traj), group_cols, lambda s: _cell_slopes(s, n_boot, seed))
+    def cell_slopes(frame: pd.DataFrame, first_k: int = 1) -> pd.DataFrame:
+        return _with_scopes(pair_slopes(frame, first_k), group_cols, lambda s: _cell_slopes(s, n_boot, seed))
+
+    slopes, from0 = cell_slopes(traj), cell_slopes(traj, first_k=0)
+    sampled = subsample_pairs(traj[traj["K"].isin(list(k_list))], k_sensitivity_subsample, seed)
+    sensitivity = slopes if k_sensitivity_subsample is None else cell_slopes(sampled)
     tables = {
         "cdpg_by_cell": _with_scopes(traj, group_cols, _cell_trajectories),
         "cdpg_sides": _with_scopes(traj, group_cols, _side_trajectories),
-        "cdpg_slopes": slopes_table,
-        "cdpg_k_sensitivity": _k_sensitivity(slopes_table, k_list, group_cols),
+        "cdpg_slopes": slopes,
+        "cdpg_slopes_from0": from0,
+        "cdpg_k_sensitivity": _k_sensitivity(sensitivity, k_list, group_cols),
     }
-    return {"metrics": _slope_metrics(slopes_table, K, k_list, group_cols), "tables": tables}
+    return {"metrics": _slope_metrics(slopes, from0, sensitivity, K, k_list, group_cols), "tables": tables}

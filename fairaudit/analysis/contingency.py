@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, SIDES, complete_pairs, flips
+from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, answer_accounting, complete_pairs, flips
 from fairaudit.stats import bootstrap_ci, mcnemar_exact_log10_p
 
 CELLS = ("a", "b", "c", "d")
@@ -39,19 +39,6 @@ def _direction_counts(pairs: pd.DataFrame, arm: str) -> tuple[int, int]:
     return int(((a == "Yes") & (ap == "No")).sum()), int(((a == "No") & (ap == "Yes")).sum())
 
 
-def _parse_rates(records: pd.DataFrame, arms: tuple[str, ...]) -> dict[str, float]:
-    """Share of rows whose output held a parsable answer, per arm and per arm x side."""
-    parsed_col = "parsed_answer" if "parsed_answer" in records else "answer"
-    out: dict[str, float] = {}
-    for arm in arms:
-        rows = records[records["arm"] == arm]
-        out[f"parse_rate_{arm}"] = float(rows[parsed_col].notna().mean()) if len(rows) else math.nan
-        for side in SIDES:
-            side_rows = rows[rows["side"] == side]
-            out[f"parse_rate_{arm}_{side}"] = float(side_rows[parsed_col].notna().mean()) if len(side_rows) else math.nan
-    return out
-
-
 def _ratio(num: float, den: float) -> float:
     return num / den if den else math.inf if num else math.nan
 
@@ -68,7 +55,8 @@ def contingency(
     records: the long records frame of DESIGN.md (pair_id, side, arm, answer, p_yes, ...).
     Pairs are kept when the answer parses on both sides of both arms. Returns flat
     snake_case metrics: cells, McNemar, D_cf / D_group per arm and deltas, mean D_disp in
-    cells b and c per arm, the directional split of cells c and d, parse rates and
+    cells b and c per arm, the directional split of cells c and d, `answer_accounting`
+    (parse and compliance rates, pairs dropped for a truncated or non-compliant output) and
     paired-bootstrap 95% intervals for delta_d_cf and the c/b ratio.
     """
     pairs = complete_pairs(records, treatment, baseline)
@@ -97,7 +85,7 @@ def contingency(
         m[f"asym_{cell}"] = abs(up_alpha - up_alpha_prime) / counts[cell] if counts[cell] else math.nan
         m[f"delta_{cell}"] = (up_alpha - up_alpha_prime) / n if n else math.nan
 
-    m.update(_parse_rates(records, (treatment, baseline)))
+    m.update(answer_accounting(records, treatment, baseline))
     m.update(_bootstrap(pairs, cells, treatment, baseline, n_boot, seed))
     return m
 

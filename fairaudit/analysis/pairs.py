@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 ALPHA, ALPHA_PRIME = "alpha", "alpha_prime"
@@ -54,3 +56,33 @@ def complete_instances(records: pd.DataFrame, treatment: str, baseline: str) -> 
     answers = wide_pairs(records, arms, "answer")
     per_side = {side: answers[[f"{arm}_{side}" for arm in arms]].set_axis(list(arms), axis=1).dropna() for side in SIDES}
     return pd.concat(per_side, names=["side"])
+
+
+def answer_accounting(records: pd.DataFrame, treatment: str, baseline: str) -> dict[str, float]:
+    """Why pairs leave the analysis, per arm: parse and compliance rates, and the pairs dropped per cause.
+
+    records: pair_id, side, arm, answer[, parsed_answer, compliant, truncated]. Per arm:
+    parse_rate_{arm} (and per side) is the share of rows whose output parsed (parsed_answer);
+    compliance_rate_{arm}, for arms that do not think (`compliant` is null under thinking arms),
+    the share of completions that respected the empty think block; n_dropped_truncated_{arm} and n_dropped_noncompliant_{arm} count the
+    pairs left out of `complete_pairs` with a side whose output under that arm was cut by the
+    token budget, or broke the no-think instruction.
+    """
+    kept = set(complete_pairs(records, treatment, baseline).index)
+    dropped = records[~records["pair_id"].isin(kept)]
+    parsed_col = "parsed_answer" if "parsed_answer" in records else "answer"
+    out: dict[str, float] = {}
+    for arm in (treatment, baseline):
+        rows = records[records["arm"] == arm]
+        out[f"parse_rate_{arm}"] = float(rows[parsed_col].notna().mean()) if len(rows) else math.nan
+        for side in SIDES:
+            side_rows = rows[rows["side"] == side]
+            out[f"parse_rate_{arm}_{side}"] = float(side_rows[parsed_col].notna().mean()) if len(side_rows) else math.nan
+        lost = dropped[dropped["arm"] == arm]
+        if "truncated" in records:
+            out[f"n_dropped_truncated_{arm}"] = int(lost.loc[lost["truncated"].astype(bool), "pair_id"].nunique())
+        judged = rows["compliant"].dropna() if "compliant" in rows else pd.Series(dtype=object)
+        if len(judged):  # arms that do not think; null for thinking arms
+            out[f"compliance_rate_{arm}"] = float(judged.astype(bool).mean())
+            out[f"n_dropped_noncompliant_{arm}"] = int(lost.loc[lost["compliant"].eq(False), "pair_id"].nunique())
+    return out

@@ -36,14 +36,17 @@ def pbs(distribution):
     return float(distance) if distance.ndim == 0 else distance
 
 
-def trajectory_metrics(text: str, answer_position: float) -> tuple[float, float]:
-    """(CCP, Eff-Sw) of one generated text whose extracted answer sits at `answer_position` (NaN: none)."""
-    mentions = trajectory(text)
+def trajectory_metrics(text: str, answer_position: float, case: str = "insensitive") -> tuple[float, float]:
+    """(CCP, Eff-Sw) of one generated text whose extracted answer sits at `answer_position` (NaN: none).
+
+    case: how the A.3 mention patterns read letters (`fairaudit.prompts.mcq.trajectory`).
+    """
+    mentions = trajectory(text, case)
     final = None if pd.isna(answer_position) else LETTERS[int(answer_position)]
     return commitment_change_point(mentions, final), effective_switching(mentions)
 
 
-def with_trajectory_metrics(records: pd.DataFrame) -> pd.DataFrame:
+def with_trajectory_metrics(records: pd.DataFrame, case: str = "insensitive") -> pd.DataFrame:
     """Records with `ccp` and `eff_sw`, computed from `text` where the columns are absent.
 
     records: text, answer_position[, ccp, eff_sw]
@@ -52,7 +55,7 @@ def with_trajectory_metrics(records: pd.DataFrame) -> pd.DataFrame:
     if not missing:
         return records
     computed = pd.DataFrame(
-        [trajectory_metrics(text, answer) for text, answer in zip(records["text"], records["answer_position"])],
+        [trajectory_metrics(text, answer, case) for text, answer in zip(records["text"], records["answer_position"])],
         columns=["ccp", "eff_sw"], index=records.index,
     )
     return records.assign(**{column: computed[column] for column in missing})
@@ -149,11 +152,14 @@ def _arm_metrics(records: pd.DataFrame, questions: pd.DataFrame) -> tuple[dict[s
     """
     complete = questions.dropna(subset=["pbs"])
     extracted = records[records["extracted"]]
+    source = records["answer_source"] if "answer_source" in records else records["extracted"].map({True: "cascade"})
     m: dict[str, float] = {
         "n_records": len(records),
         "n_questions": len(questions),
         "n_questions_complete": len(complete),
-        "extraction_rate": float(records["extracted"].mean()),
+        "extraction_rate": float((source == "cascade").mean()),
+        "fallback_rate": float((source == "fallback").mean()),
+        "answered_rate": float(records["extracted"].mean()),
         "accuracy": float(extracted["correct"].mean()),
         "pbs": float(complete["pbs"].mean()),
         "ccp": float(records["ccp"].mean()),
@@ -178,10 +184,13 @@ def position(records: pd.DataFrame) -> dict:
 
     records: one row per question x permutation x arm with question_id, permutation,
     gold_position, answer_position (0..3 or None), length_chars, arm, and either text or
-    precomputed ccp (and eff_sw).
+    precomputed ccp (and eff_sw); answer_source ("cascade", "fallback" or null) when the
+    letter-frequency fallback may have answered (without it every answer counts as the cascade's).
 
     Returns {"metrics": {...}, "tables": {...}}. Metrics, each suffixed `_{arm}`:
-    n_records, n_questions, n_questions_complete, extraction_rate, accuracy (over extracted
+    n_records, n_questions, n_questions_complete, extraction_rate (Appendix B: the share of
+    records the A.2 cascade answers), fallback_rate (the share only the fallback answers),
+    answered_rate (their sum: records with any answer, all used by the metrics), accuracy (over extracted
     answers), pbs (mean per-question Eq. 1 over complete questions; at most sqrt(0.75)),
     ccp, eff_sw, length_chars (means over records), answer_share_a..d, preferred_position,
     pbs_q1..pbs_q4 (length quartiles), pbs_monotonic_k{k}, pbs_first_violation_k{k},
@@ -243,6 +252,25 @@ class Cut(NamedTuple):
     char: int  # the prefix is text[:char]
 
 
+def truncation_trajectories(records: pd.DataFrame, n_questions: int | None = 200, permutation: int | None = 0,
+                            include_ccp_bounds: bool = False) -> pd.DataFrame:
+    """§3.4 / §5.3: the trajectories the intervention cuts, one per question with a detectable CCP.
+
+    records: question_id, permutation, ccp (in the questions' sampled order). Keeps the
+    `permutation` asked (None: every permutation) whose CCP is detectable, strictly inside
+    (0, 1) unless `include_ccp_bounds`: CCP = 0 (committed from the first mention) and CCP = 1
+    (the last mention is not the answer) mark no change point to cut around, and would
+    contribute only after- or only before-CCP cuts. Then the first `n_questions` such
+    questions (None: all); the paper cut 200.
+    """
+    rows = records if permutation is None else records[records["permutation"] == permutation]
+    ccp = rows["ccp"].astype(float)
+    rows = rows[ccp.notna() & (((ccp > 0) & (ccp < 1)) | include_ccp_bounds)]
+    if n_questions is not None:
+        rows = rows[rows["question_id"].isin(list(dict.fromkeys(rows["question_id"]))[:n_questions])]
+    return rows
+
+
 def truncation_cuts(text: str, ccp: float, offsets=OFFSETS) -> list[Cut]:
     """Cut points at CCP + offset (§3.4); none for a NaN CCP, and none that fall outside (0, 1)."""
     if math.isnan(ccp):
@@ -279,7 +307,11 @@ def _change_summary(rows: pd.DataFrame, key) -> pd.DataFrame:
 def ccp_chi_square(rows: pd.DataFrame) -> tuple[float, float]:
     """Chi-square (Yates-corrected, scipy's 2x2 default) of changed vs unchanged before vs after CCP.
 
-    rows: offset, changed. (NaN, NaN) when a row or column of the 2x2 table is empty.
+    rows: offset, changed; one row per continuation, before = negative offset, after = positive.
+    Cuts that would fall at or beyond an end of the text were never made, so a trajectory
+    with CCP = 0 adds after-CCP continuations only and one with CCP = 1 before-CCP ones only
+    (`truncation_trajectories` leaves both out by default). (NaN, NaN) when a row or column
+    of the 2x2 table is empty.
     """
     rows = rows[rows["offset"] != 0]
     table = pd.crosstab(rows["offset"] > 0, rows["changed"])
@@ -296,7 +328,7 @@ def truncation(continuations: pd.DataFrame, buckets=POSITION_BUCKETS) -> dict:
     continuations: one row per resampled continuation with question_id, permutation, offset,
     position (CCP + offset), sample, answer_position (the original trajectory's answer),
     new_answer_position (None if not extractable), preferred_position. Continuations without
-    an extracted answer are excluded. Metrics: trunc_n_continuations, trunc_extraction_rate,
+    an extracted answer are excluded. Metrics: trunc_n_questions, trunc_n_continuations, trunc_extraction_rate,
     trunc_n, trunc_change_rate, trunc_directional_shift (share of changes that land on the
     preferred position), trunc_change_rate_before_ccp / _after_ccp (offset < 0 / > 0),
     trunc_ccp_chi2, trunc_ccp_chi2_p. Tables: truncation_by_position (buckets of absolute
@@ -313,6 +345,7 @@ def truncation(continuations: pd.DataFrame, buckets=POSITION_BUCKETS) -> dict:
     chi2, p = ccp_chi_square(rows)
     n_changed = int(rows["changed"].sum())
     metrics = {
+        "trunc_n_questions": int(continuations["question_id"].nunique()),
         "trunc_n_continuations": len(continuations),
         "trunc_extraction_rate": len(rows) / len(continuations) if len(continuations) else math.nan,
         "trunc_n": len(rows),

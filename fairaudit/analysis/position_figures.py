@@ -75,3 +75,32 @@ def pbs_length_figure(summary: pd.DataFrame, label: str = "arm", baseline_arms=(
     ax.set_ylabel("PBS")
     fig.tight_layout()
     return fig
+
+
+def length_pbs_panels(length_bins: pd.DataFrame, metrics: pd.DataFrame, arms=("cot", "reason"), k: int = 4) -> Figure:
+    """Fig. 2: per configuration, mean PBS per length quartile with SE bars and a dashed linear fit on
+    the quartile centres, the partial rho(length, PBS | accuracy) annotated; one panel per
+    (model, arm, dataset) of the reasoning modes in `arms`.
+
+    length_bins: model, arm, dataset, k, bin, length_mean, pbs_mean, pbs_se; metrics: model, arm,
+    dataset, partial_rho_length_pbs (`analysis.position_tables`).
+    """
+    keys = ["model", "arm", "dataset"]
+    configurations = metrics[metrics["arm"].isin(arms)][keys + ["partial_rho_length_pbs"]]
+    n = max(len(configurations), 1)
+    fig = Figure(figsize=(3.2 * min(n, 4), 2.8 * -(-n // 4)), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(-(-n // 4), min(n, 4), squeeze=False)).ravel()
+    for ax, row in zip(axes, configurations.itertuples(index=False)):
+        bins = length_bins[(length_bins[keys] == pd.Series(row[:3], index=keys)).all(axis=1) & (length_bins["k"] == k)]
+        ax.errorbar(bins["length_mean"], bins["pbs_mean"], yerr=bins["pbs_se"], marker="o", capsize=3, linestyle="none")
+        if len(bins) >= 2:
+            slope, intercept = np.polyfit(bins["length_mean"].astype(float), bins["pbs_mean"].astype(float), 1)
+            xs = np.array([bins["length_mean"].min(), bins["length_mean"].max()], dtype=float)
+            ax.plot(xs, intercept + slope * xs, linestyle="--", color="grey")
+        ax.set_title(f"{row.model} {row.arm}, {row.dataset}", fontsize=8)
+        ax.annotate(f"partial ρ = {row.partial_rho_length_pbs:.2f}", (0.05, 0.9), xycoords="axes fraction", fontsize=8)
+        ax.set_xlabel("mean length (chars)")
+        ax.set_ylabel("PBS")
+    for ax in axes[len(configurations):]:
+        ax.set_axis_off()
+    return fig

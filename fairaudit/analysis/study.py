@@ -37,6 +37,12 @@ def table9_columns(treatment: str, baseline: str) -> list[str]:
 TABLE5_COLUMNS = ["cell_c", "c_alpha_up", "c_alpha_prime_up", "asym_c", "delta_c"]
 
 
+def table7_columns(treatment: str) -> list[str]:
+    """Table 7 (Appendix D): N, cells a-d, c:b, McNemar, mean D_disp at full treatment depth in cells c and b."""
+    return ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "c_b_ratio", "mcnemar_log10_p",
+            f"d_disp_c_{treatment}", f"d_disp_b_{treatment}"]
+
+
 def natural_key(label: object) -> tuple:
     """Sort key that orders step2 before step10 (digits compare as numbers)."""
     parts = re.split(r"(\d+)", str(label))
@@ -111,11 +117,13 @@ def study_table(runs: pd.DataFrame, columns: Sequence[str], axes: Sequence[str],
 
 def paper_tables(runs: pd.DataFrame, pooled: Mapping[str, float] | None, treatment: str, baseline: str,
                  axes: Sequence[str]) -> dict[str, pd.DataFrame]:
-    """Paper 000's Table 2 (cells, McNemar, D_disp), Table 9 (D_cf, D_group) and Table 5 (direction of cell c)."""
+    """Paper 000's Table 2 (cells, McNemar, D_disp), Table 9 (D_cf, D_group), Table 5 (direction of cell c)
+    and Table 7 (Table 2 in Appendix D's layout)."""
     return {
         "table2": study_table(runs, table2_columns(treatment, baseline), axes, pooled),
         "table9": study_table(runs, table9_columns(treatment, baseline), axes, pooled),
         "table5": study_table(runs, TABLE5_COLUMNS, axes, pooled),
+        "table7": study_table(runs, table7_columns(treatment), axes, pooled),
     }
 
 

@@ -19,6 +19,7 @@ class ModelSpec:
     template_kwargs: dict
     answer_prefix: str = ""
     answer_source: str = "parsed"  # parsed | forced
+    p_yes: str = "single"  # single: the one Yes / No token (paper 000 §3.3) | pooled: six spellings each
 
 
 @dataclass

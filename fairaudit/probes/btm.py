@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fairaudit.analysis.transition_figures import group_transition_heatmaps, tpair_heatmap
+from fairaudit.analysis.pairs import answer_accounting
 from fairaudit.analysis.transitions import transitions
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.probes.decisions import PairedProbe, paired_records
@@ -28,7 +29,8 @@ class BiasTransitionProbe(PairedProbe):
                 tables["t_alpha"], tables["t_alpha_prime"], t, b, labels=tuple(_side_labels(records))
             ),
         }
-        return ProbeResult(metrics=result["metrics"], tables=tables, figures=figures,
+        metrics = result["metrics"] | answer_accounting(records, t, b)
+        return ProbeResult(metrics=metrics, tables=tables, figures=figures,
                            records={"records": records}, headline=HEADLINE)
 
 

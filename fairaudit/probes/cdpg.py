@@ -8,13 +8,14 @@ import pandas as pd
 
 from fairaudit.analysis.cdpg import cdpg, segment_cuts
 from fairaudit.analysis.cdpg_figures import cdpg_figures
+from fairaudit.analysis.pairs import answer_accounting
 from fairaudit.errors import AuditError
 from fairaudit.probes import AuditContext, ProbeResult
-from fairaudit.probes.decisions import PairedProbe, answer_parts, paired_records
-from fairaudit.prompts.yesno import Arm, choice_token_ids
+from fairaudit.probes.decisions import PairedProbe, answer_choices, answer_parts, paired_records
+from fairaudit.prompts.yesno import Arm
 
 HEADLINE = ["cdpg_n_pairs", "cdpg_n_c", "cdpg_slope_a", "cdpg_slope_b", "cdpg_slope_c", "cdpg_slope_c_ci_low",
-            "cdpg_slope_c_ci_high", "cdpg_slope_d"]
+            "cdpg_slope_c_ci_high", "cdpg_slope_c_from0", "cdpg_slope_d"]
 
 
 class CDPGProbe(PairedProbe):
@@ -26,12 +27,16 @@ class CDPGProbe(PairedProbe):
     """
 
     def __init__(self, baseline_arm: dict, K: int = 10, k_list: tuple[int, ...] = (5, 10, 20), n_boot: int = 2000,
-                 seed: int = 0, identity_atol: float = 1e-4):
+                 seed: int = 0, identity_atol: float = 1e-4, k_sensitivity_subsample: int | None = None):
         super().__init__(baseline_arm)
         if K < 1 or any(k < 1 for k in k_list):
             raise AuditError(f"probe.K={K} and probe.k_list={list(k_list)} must be positive segment counts")
+        if k_sensitivity_subsample is not None and k_sensitivity_subsample < 1:
+            raise AuditError(f"probe.k_sensitivity_subsample={k_sensitivity_subsample} must be a positive "
+                             "number of pairs, or null for all pairs")
         self.K, self.k_list = K, tuple(k_list)
         self.n_boot, self.seed, self.identity_atol = n_boot, seed, identity_atol
+        self.k_sensitivity_subsample = k_sensitivity_subsample
 
     def arms(self, arm: Arm) -> list[Arm]:
         if not arm.think:
@@ -43,23 +48,25 @@ class CDPGProbe(PairedProbe):
         depth = self.depth_records(ctx, records)
         t, b = ctx.arm.name, self.baseline.name
         result = cdpg(depth, records, treatment=t, baseline=b, k_list=self.k_list, n_boot=self.n_boot,
-                      seed=self.seed, K=self.K, identity_atol=self.identity_atol)
-        return ProbeResult(metrics=result["metrics"], tables=result["tables"],
+                      seed=self.seed, K=self.K, identity_atol=self.identity_atol,
+                      k_sensitivity_subsample=self.k_sensitivity_subsample)
+        return ProbeResult(metrics=result["metrics"] | answer_accounting(records, t, b), tables=result["tables"],
                            figures=cdpg_figures(result["tables"], K=self.K, k_list=self.k_list),
                            records={"records": records, "depth_records": depth}, headline=HEADLINE)
 
     def depth_records(self, ctx: AuditContext, records: pd.DataFrame) -> pd.DataFrame:
-        """P(Yes) after every cut of every treatment trace. # -> pair_id, side, K, k, p_yes_k"""
+        """P(Yes) after every cut of every treatment trace. # -> pair_id, side, arm, K, k, cut, p_yes_k, model, dataset"""
         rows = records[records["arm"] == ctx.arm.name].reset_index(drop=True)
         parts = [answer_parts(ctx, prompt, trace, ctx.arm) for prompt, trace in zip(rows["prompt"], rows["trace"])]
         Ks = sorted({self.K, *self.k_list})
         cuts = [{K: segment_cuts(len(part.trace_ids), K) for K in Ks} for part in parts]
         requests = [replace(part, cuts=tuple(sorted({c for K in Ks for c in by_k[K]}))) for part, by_k in zip(parts, cuts)]
-        probs = ctx.backend.depth_choice_probs(requests, choice_token_ids(ctx.backend.tokenizer), label=f"depth {ctx.arm.name}")
+        probs = ctx.backend.depth_choice_probs(requests, answer_choices(ctx), label=f"depth {ctx.arm.name}")
         out = []
         for record, request, by_k, p in zip(rows.itertuples(), requests, cuts, probs):
             p_yes_at = dict(zip(request.cuts, p[:, 0]))
             for K in Ks:
                 out += [(record.pair_id, record.side, ctx.arm.name, K, k, by_k[K][k - 1], p_yes_at[by_k[K][k - 1]])
                         for k in range(1, K + 1)]
-        return pd.DataFrame(out, columns=["pair_id", "side", "arm", "K", "k", "cut", "p_yes_k"])
+        frame = pd.DataFrame(out, columns=["pair_id", "side", "arm", "K", "k", "cut", "p_yes_k"])
+        return frame.assign(model=ctx.model.name, dataset=ctx.dataset.name)

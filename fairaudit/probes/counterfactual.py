@@ -8,7 +8,8 @@ from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.probes.decisions import PairedProbe, paired_records
 
 HEADLINE = ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "d_cf_{t}", "d_cf_{b}",
-            "delta_d_cf", "delta_d_group", "d_disp_c_{t}", "asym_c", "parse_rate_{t}", "parse_rate_{b}"]
+            "delta_d_cf", "delta_d_group", "d_disp_c_{t}", "asym_c", "parse_rate_{t}", "parse_rate_{b}",
+            "compliance_rate_{b}", "n_dropped_truncated_{t}", "n_dropped_truncated_{b}", "n_dropped_noncompliant_{b}"]
 
 
 def headline(treatment: str, baseline: str) -> list[str]:

@@ -6,8 +6,8 @@ import pandas as pd
 
 from fairaudit.backends import DepthRequest, GenerationRequest
 from fairaudit.probes import AuditContext
-from fairaudit.prompts.yesno import (Arm, choice_token_ids, force_answer_suffix, parse_yes_no, render_prompt,
-                                     split_output, think_prompt_prefix)
+from fairaudit.prompts.yesno import (Arm, choice_token_ids, complies_with_nothink, force_answer_suffix, parse_yes_no,
+                                     render_prompt, split_output, think_prompt_prefix)
 from fairaudit.store import generation_key
 
 
@@ -30,6 +30,11 @@ def answer_parts(ctx: AuditContext, prompt: str, trace: str, arm: Arm) -> DepthR
     return DepthRequest(encode(tok, prompt), (), encode(tok, ctx.model.answer_prefix))
 
 
+def answer_choices(ctx: AuditContext) -> tuple[list[int], list[int]]:
+    """The Yes and No token ids P(Yes) is read over, by the model's `p_yes` reading."""
+    return choice_token_ids(ctx.backend.tokenizer, ctx.model.answer_prefix, ctx.model.p_yes)
+
+
 def render_prompts(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> list[str]:
     """The full prompt text (pre-fill included) of every row of `pairs` under `arm`."""
     tok = ctx.backend.tokenizer
@@ -41,6 +46,9 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
 
     pairs: pair_id, side, attribute_value, user_message. Each row gets the parsed answer,
     P(Yes) from the Yes/No softmax at the answer position, the exact prompt, the trace and its length.
+    `compliant` (null under thinking arms) is False for a completion that opens a think block
+    or reasons before answering; under `answer_source: parsed` its answer is dropped (None),
+    like an unparsed one. `truncated`: the generation hit the arm's token budget.
     """
     tok = ctx.backend.tokenizer
     prompts = render_prompts(ctx, pairs, arm)
@@ -49,16 +57,21 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
     outputs = [split_output(p, c.text, arm, ctx.model.thinking) for p, c in zip(prompts, completions)]
     parts = [answer_parts(ctx, p, o.trace, arm) for p, o in zip(prompts, outputs)]
     prefixes = [part.prompt_ids + part.trace_ids + part.suffix_ids for part in parts]
-    p_yes = ctx.backend.choice_probs(prefixes, choice_token_ids(tok), label=f"score {arm.name}")[:, 0]
+    p_yes = ctx.backend.choice_probs(prefixes, answer_choices(ctx), label=f"score {arm.name}")[:, 0]
     parsed = [parse_yes_no(o.answer_text) if o.closed else None for o in outputs]
+    compliant = [None if arm.think else complies_with_nothink(o.answer_text, ctx.model.thinking) for o in outputs]
+    kept = [None if ok is False else answer for answer, ok in zip(parsed, compliant)]
     forced = ["Yes" if p >= 0.5 else "No" for p in p_yes]
     return pd.DataFrame({
+        "model": ctx.model.name,
+        "dataset": ctx.dataset.name,
         "pair_id": pairs["pair_id"].to_numpy(),
         "side": pairs["side"].to_numpy(),
         "attribute_value": pairs["attribute_value"].to_numpy(),
         "arm": arm.name,
-        "answer": forced if ctx.model.answer_source == "forced" else parsed,
+        "answer": forced if ctx.model.answer_source == "forced" else kept,
         "parsed_answer": parsed,
+        "compliant": pd.array(compliant, dtype="boolean"),
         "p_yes": p_yes,
         "trace_tokens": [len(part.trace_ids) for part in parts],
         "think_closed": [o.closed for o in outputs],

@@ -15,20 +15,20 @@ from dataclasses import dataclass
 import pandas as pd
 
 from fairaudit.analysis.position import (LETTERS, OFFSETS, position, preferred_position, truncation, truncation_cuts,
-                                         with_trajectory_metrics)
+                                         truncation_trajectories, with_trajectory_metrics)
 from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
 from fairaudit.backends import GenerationRequest
 from fairaudit.data.mcq import MCQDataset
 from fairaudit.errors import AuditError
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.probes.decisions import encode
-from fairaudit.prompts.mcq import MCQ_ARMS, final_answer, render_mcq_prompt
+from fairaudit.prompts.mcq import MCQ_ARMS, MENTION_CASES, final_answer, render_mcq_prompt
 from fairaudit.prompts.yesno import Arm
 from fairaudit.store import generation_key
 
-HEADLINE = ["n_questions_complete", "extraction_rate", "fallback_rate", "accuracy", "pbs", "pbs_q1", "pbs_q2",
+HEADLINE = ["n_questions_complete", "extraction_rate", "fallback_rate", "answered_rate", "accuracy", "pbs", "pbs_q1", "pbs_q2",
             "pbs_q3", "pbs_q4", "partial_rho_length_pbs", "ccp", "eff_sw", "length_chars", "preferred_position",
-            "truncated_rate", "trunc_n", "trunc_change_rate", "trunc_directional_shift", "trunc_change_rate_before_ccp",
+            "truncated_rate", "trunc_n_questions", "trunc_n", "trunc_change_rate", "trunc_directional_shift", "trunc_change_rate_before_ccp",
             "trunc_change_rate_after_ccp", "trunc_ccp_chi2_p"]
 
 
@@ -38,6 +38,9 @@ class Truncation:
 
     enabled: bool = True
     arms: tuple[str, ...] = ("cot", "reason")  # arms whose trajectories are cut (direct answers have none)
+    n_questions: int | None = 200  # questions with a detectable CCP, in sampled order (None: all)
+    permutation: int | None = 0  # the permutation whose trajectory is cut (None: every permutation)
+    include_ccp_bounds: bool = False  # also cut trajectories with CCP = 0 or 1
     offsets: tuple[float, ...] = OFFSETS
     samples: int = 3
     temperature: float = 0.7
@@ -63,9 +66,13 @@ class PositionProbe:
 
     family = "mcq"
 
-    def __init__(self, think_instruction: str = "", letter_fallback: bool = True, truncation: dict | None = None):
+    def __init__(self, think_instruction: str = "", letter_fallback: bool = True, mention_case: str = "insensitive",
+                 truncation: dict | None = None):
+        if mention_case not in MENTION_CASES:
+            raise AuditError(f"probe.mention_case {mention_case!r} is not one of {list(MENTION_CASES)}")
         self.think_instruction = think_instruction
         self.letter_fallback = letter_fallback
+        self.mention_case = mention_case
         spec = dict(truncation or {})
         for key in ("arms", "offsets"):
             if key in spec:
@@ -92,7 +99,6 @@ class PositionProbe:
         report = position(records)
         metrics = dict(report["metrics"])
         metrics[f"truncated_rate_{arm}"] = float(records["truncated"].mean())
-        metrics[f"fallback_rate_{arm}"] = float((records["answer_source"] == "fallback").mean())
         tables = dict(report["tables"])
         figures = {"pbs_by_length": pbs_by_length_figure(tables["pbs_by_length"])}
         summary = tables["position_summary"]
@@ -122,7 +128,7 @@ class PositionProbe:
                    for q, o in zip(variants["question"], variants["options_text"])]
         requests = [GenerationRequest(encode(tok, p), arm.max_new_tokens) for p in prompts]
         completions = ctx.backend.generate(requests, label=f"generate {arm.name}")
-        answers = [final_answer(c.text, self.letter_fallback) for c in completions]
+        answers = [final_answer(c.text, self.letter_fallback, self.mention_case) for c in completions]
         records = pd.DataFrame({
             "question_id": variants["question_id"].to_numpy(),
             "permutation": variants["permutation"].to_numpy(),
@@ -136,36 +142,42 @@ class PositionProbe:
             "prompt_hash": [generation_key(ctx.backend.fingerprint, r) for r in requests],
             "prompt": prompts,
             "text": [c.text for c in completions],
+            "model": model.name,
+            "dataset": ctx.dataset.name,
         })
-        return with_trajectory_metrics(records), [r.prompt_ids for r in requests]
+        return with_trajectory_metrics(records, self.mention_case), [r.prompt_ids for r in requests]
 
     def resume(self, ctx: AuditContext, records: pd.DataFrame, prompt_ids: list[tuple[int, ...]]) -> pd.DataFrame:
-        """§3.4: continuations resampled from CCP + offset of every trajectory with a CCP.
+        """§3.4: continuations resampled from CCP + offset of the trajectories `truncation_trajectories` picks.
 
         records: the arm's records from `answer` (text, ccp, answer_position). One row per
-        continuation: question_id, permutation, gold_position, arm, offset, position, cut_char,
+        continuation: question_id, permutation, gold_position, arm, model, dataset, offset, position, cut_char,
         sample, seed, answer_position (the original answer), new_answer_position (of prefix +
         continuation), new_answer_source, preferred_position, truncated, prompt_hash, text.
         """
         spec, tok = self.truncation, ctx.backend.tokenizer
         budget = spec.max_new_tokens or ctx.arm.max_new_tokens
         preferred = preferred_position(records.dropna(subset=["answer_position"]))
+        chosen = truncation_trajectories(records.reset_index(drop=True), spec.n_questions, spec.permutation,
+                                         spec.include_ccp_bounds)
         rows, requests = [], []
-        for i, record in enumerate(records.itertuples(index=False)):
+        for i, record in zip(chosen.index, chosen.itertuples(index=False)):
             for cut in truncation_cuts(record.text, record.ccp, spec.offsets):
                 prefix_ids = prompt_ids[i] + encode(tok, record.text[:cut.char])
                 for sample in range(spec.samples):
                     seed = continuation_seed(spec.seed, record.question_id, record.permutation, cut.offset, sample)
                     requests.append(GenerationRequest(prefix_ids, budget, spec.temperature, spec.top_p, seed))
                     rows.append({"question_id": record.question_id, "permutation": record.permutation,
-                                 "gold_position": record.gold_position, "arm": record.arm, "offset": cut.offset,
+                                 "gold_position": record.gold_position, "arm": record.arm, "model": record.model,
+                                 "dataset": record.dataset, "offset": cut.offset,
                                  "position": cut.position, "cut_char": cut.char, "sample": sample, "seed": seed,
                                  "answer_position": record.answer_position, "prefix": record.text[:cut.char]})
         completions = ctx.backend.generate(requests, label=f"resume {ctx.arm.name}")
         out = pd.DataFrame(rows, columns=[
-            "question_id", "permutation", "gold_position", "arm", "offset", "position", "cut_char", "sample", "seed",
-            "answer_position", "prefix"])
-        answers = [final_answer(prefix + c.text, self.letter_fallback) for prefix, c in zip(out["prefix"], completions)]
+            "question_id", "permutation", "gold_position", "arm", "model", "dataset", "offset", "position", "cut_char",
+            "sample", "seed", "answer_position", "prefix"])
+        answers = [final_answer(prefix + c.text, self.letter_fallback, self.mention_case)
+                   for prefix, c in zip(out["prefix"], completions)]
         return out.drop(columns="prefix").assign(
             answer_position=pd.array(out["answer_position"], dtype="Int64"),
             new_answer_position=pd.array([_position(letter) for letter, _ in answers], dtype="Int64"),

@@ -47,19 +47,26 @@ ANSWER_PATTERNS = tuple(re.compile(p) for p in (
     r"\b([A-D])\s*\.?\s*$",
 ))
 
-# A.3: the nine trajectory patterns. "Case-insensitive" applies to the words only ((?i:...)):
-# the letter stays upper-case, or the article "a" would count as a mention of option A.
-TRAJECTORY_PATTERNS = tuple(re.compile(p) for p in (
-    r"(?i:option)\s+([A-D])\b",
-    r"(?i:answer|choice|select)\s*(?i:is|[:\uff1a])?\s*[(]?([A-D])\b",
+# A.3: the nine trajectory patterns as printed (pattern 7 also takes a straight apostrophe).
+# The paper scans them case-insensitively, letters included: "option b" and "(c)" are
+# mentions, and so is the article "a" where a pattern allows it ("so a", "I think ... a").
+# The strict reading keeps the letter upper-case (the words stay case-insensitive).
+MENTION_CASES = ("insensitive", "strict")
+_TRAJECTORY_SOURCES = (
+    r"[Oo]ption\s+([A-D])\b",
+    r"(?:[Aa]nswer|[Cc]hoice|[Ss]elect)\s*(?:is|[:\uff1a])?\s*[(]?([A-D])\b",
     r"\(([A-D])\)",
     r"\b([A-D])\.\s",
-    r"\b([A-D])\s+(?i:is|seems?|looks?|appears?)\s+(?i:correct|right|better|more)",
-    r"(?i:choose|pick|go\s+with|lean\w*\s+(?:towards?|to))\s+[(]?([A-D])\b",
-    r"(?i:so)\s+(?i:it[\u2019']?s|the\s+answer\s+is)?\s*[(]?([A-D])\b",
-    r"(?i:I\s+(?:think|believe))\s+.*\b([A-D])\b",
+    r"\b([A-D])\s+(?:is|seems?|looks?|appears?)\s+(?:correct|right|better|more)",
+    r"(?:choose|pick|go\s+with|lean\w*\s+(?:towards?|to))\s+[(]?([A-D])\b",
+    r"[Ss]o\s+(?:it[\u2019']?s|the\s+answer\s+is)?\s*[(]?([A-D])\b",
+    r"(?:I\s+(?:think|believe))\s+.*\b([A-D])\b",
     r"\\boxed\{([A-D])\}",
-))
+)
+TRAJECTORY_PATTERNS = {
+    "insensitive": tuple(re.compile(p, re.IGNORECASE) for p in _TRAJECTORY_SOURCES),
+    "strict": tuple(re.compile(p.replace("([A-D])", "((?-i:[A-D]))"), re.IGNORECASE) for p in _TRAJECTORY_SOURCES),
+}
 
 THINK_SPLIT = re.compile(r"<think>(.*?)</think>(.*)", re.DOTALL)  # A.4
 
@@ -132,10 +139,10 @@ def extract_answer(text: str) -> str | None:
     return None
 
 
-def letter_frequency(text: str) -> str | None:
+def letter_frequency(text: str, case: str = "insensitive") -> str | None:
     """The fallback of §4: the letter the text mentions most often (A.3 mentions); None on a tie or without one."""
     counts: dict[str, int] = {}
-    for mention in trajectory(text):
+    for mention in trajectory(text, case):
         counts[mention.letter] = counts.get(mention.letter, 0) + 1
     ranked = sorted(counts.values(), reverse=True)
     if not ranked or (len(ranked) > 1 and ranked[0] == ranked[1]):
@@ -143,13 +150,13 @@ def letter_frequency(text: str) -> str | None:
     return max(counts, key=counts.get)
 
 
-def final_answer(text: str, fallback: bool = True) -> tuple[str | None, str | None]:
+def final_answer(text: str, fallback: bool = True, case: str = "insensitive") -> tuple[str | None, str | None]:
     """(letter, source): the A.2 cascade ("cascade"), else with `fallback` the letter-frequency
-    fallback of §4 ("fallback"), else (None, None)."""
+    fallback of §4 over the A.3 mentions read by `case` ("fallback"), else (None, None)."""
     letter = extract_answer(text)
     if letter is not None:
         return letter, "cascade"
-    letter = letter_frequency(text) if fallback else None
+    letter = letter_frequency(text, case) if fallback else None
     return (letter, "fallback") if letter is not None else (None, None)
 
 
@@ -159,9 +166,14 @@ def answer_position(text: str) -> int | None:
     return None if letter is None else LETTERS.index(letter)
 
 
-def trajectory(text: str) -> list[Mention]:
-    """Every A.3 mention in order of appearance, one per character offset of the letter."""
-    found = {m.start(1): m.group(1) for pattern in TRAJECTORY_PATTERNS for m in pattern.finditer(text)}
+def trajectory(text: str, case: str = "insensitive") -> list[Mention]:
+    """Every A.3 mention in order of appearance, one per character offset of the letter (upper-cased).
+
+    case: "insensitive" (A.3 as written, the default) or "strict" (the letter must be upper-case).
+    """
+    if case not in TRAJECTORY_PATTERNS:
+        raise AuditError(f"probe.mention_case {case!r} is not one of {list(MENTION_CASES)}")
+    found = {m.start(1): m.group(1).upper() for pattern in TRAJECTORY_PATTERNS[case] for m in pattern.finditer(text)}
     return [Mention(found[char], char, char / len(text)) for char in sorted(found)]
 
 

@@ -13,9 +13,33 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-YES_SPELLINGS = ("Yes", " Yes", "yes", " yes", "YES", " YES")
+from fairaudit.errors import AuditError
+
+P_YES_READINGS = ("single", "pooled")
+YES_SPELLINGS = ("Yes", " Yes", "yes", " yes", "YES", " YES")  # the pooled reading
 NO_SPELLINGS = ("No", " No", "no", " no", "NO", " NO")
-_ANSWER_WORD = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+
+# Answer parsing: the answer's first word, after what dresses it (whitespace, quotes, markdown, a label) ...
+_DRESSING = re.compile(r"""^[\s"'\u201c\u201d\u2018\u2019`*_#>~\[\](){}-]*""")
+_LABEL = re.compile(r"^(?:final\s+)?answer\s*[*_]*\s*[:\uff1a]", re.IGNORECASE)
+_FIRST_WORD = re.compile(r"^(yes|no)\b", re.IGNORECASE)
+# ... or an explicit final-answer phrase anywhere.
+_FINAL_PHRASE = re.compile(
+    r"(?:\b(?:the|my)\s+(?:final\s+)?answer\s+(?:is|would\s+be|will\s+be)|\bfinal\s+answer\s*[*_]*\s*[:\uff1a])"
+    r"""[\s:"'\u201c\u2018`*_]*(yes|no)\b|\\boxed\{\s*(?:\\text\{)?\s*(yes|no)\b""",
+    re.IGNORECASE,
+)
+# An answer given as both, a refusal or a hedge, in the answer's sentence or before it, leaves it unparsed.
+_BOTH = re.compile(r"\b(yes|no)\b\s*(?:/|\bor\b|\band\b)\s*(?!\1\b)(?:yes|no)\b", re.IGNORECASE)
+_REFUSAL_OR_HEDGE = re.compile(
+    r"\b(?:I\s*(?:'m|am)\s+sorry|I\s+apologi[sz]e|I\s+(?:cannot|can\s*not|can't|won't|will\s+not)\b|"
+    r"I\s*(?:'m|am)\s+(?:not\s+able|unable)|as\s+an\s+AI|maybe|perhaps|possibly|it\s+depends|depends\s+on|"
+    r"not\s+sure|unsure|uncertain|unclear|(?:hard|difficult|impossible)\s+to\s+(?:say|tell|determine|know)|"
+    r"(?:cannot|can't|can\s+not)\s+(?:be\s+)?(?:determined?|say|tell|know)|"
+    r"(?:not\s+enough|insufficient)\s+(?:information|data|evidence))",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"[.!?\n]")
 _SPECIAL_TOKEN = re.compile(r"<\|[^|>]*\|>|<\/?s>|<eos>|<end_of_turn>")
 
 
@@ -90,10 +114,63 @@ def split_output(prompt: str, generated: str, arm: Arm, thinking: Thinking) -> O
     return Output(trace=trace.strip(), answer_text=answer, closed=bool(sep))
 
 
+@dataclass(frozen=True)
+class ParsedAnswer:
+    """What an answer text says: `answer` Yes / No (None: unparsed) and where its statement starts."""
+
+    answer: str | None
+    start: int = 0  # characters of other text before the answer statement (0: the text opens with it)
+
+
+def _undress(text: str) -> str:
+    """The text without the whitespace, quotes, markdown and `Answer:` label in front of its first word."""
+    text = _DRESSING.sub("", text)
+    labelled = _LABEL.match(text)
+    return _DRESSING.sub("", text[labelled.end():]) if labelled else text
+
+
+def parse_answer(answer_text: str) -> ParsedAnswer:
+    """The Yes/No answer of an answer text, not merely a yes/no word in it.
+
+    The answer is the text's first word (after whitespace, quotes, markdown and an `Answer:`
+    label) when that word is Yes or No, else an explicit final-answer phrase ("the answer is
+    No", "Final answer: Yes", \\boxed{Yes}). Unparsed (answer None): no such word or phrase;
+    answers that disagree (the first word against a phrase, or two phrases); or, in the
+    sentence that gives the answer or before it, both answers as alternatives ("Yes or No",
+    "yes/no"), a refusal ("I cannot ...", "I'm sorry") or a hedge ("maybe", "it depends",
+    "not enough information"). Case is ignored throughout.
+    """
+    text = _undress(answer_text)
+    first = _FIRST_WORD.match(text)
+    phrases = list(_FINAL_PHRASE.finditer(text))
+    said = {m.group(1).capitalize() for m in ([first] if first else [])}
+    said |= {(m.group(1) or m.group(2)).capitalize() for m in phrases}
+    if len(said) != 1:
+        return ParsedAnswer(None)
+    statement = first or phrases[-1]
+    start = 0 if first else statement.start()
+    end = _SENTENCE_END.search(text, statement.end())
+    scope = text[: end.end() if end else len(text)]
+    if _BOTH.search(scope) or _REFUSAL_OR_HEDGE.search(scope):
+        return ParsedAnswer(None)
+    return ParsedAnswer(said.pop(), start)
+
+
 def parse_yes_no(answer_text: str) -> str | None:
-    """The first standalone Yes/No word of the answer text (any case), or None."""
-    match = _ANSWER_WORD.search(answer_text)
-    return match.group(1).capitalize() if match else None
+    """`parse_answer(answer_text).answer`: "Yes", "No" or None."""
+    return parse_answer(answer_text).answer
+
+
+def complies_with_nothink(text: str, thinking: Thinking) -> bool:
+    """A completion after the pre-filled empty think block respects it (paper 000 §6).
+
+    Non-compliant: it opens (or closes) a think block of its own, or it reasons before its
+    answer (the answer comes from a final-answer phrase after other text). An unparsed
+    completion without think tags complies; it is dropped as unparsed anyway.
+    """
+    if thinking.open in text or thinking.close in text:
+        return False
+    return parse_answer(text).start == 0
 
 
 def think_prompt_prefix(prompt: str, thinking: Thinking) -> str:
@@ -106,8 +183,31 @@ def force_answer_suffix(thinking: Thinking, answer_prefix: str) -> str:
     return f"\n{thinking.close}\n\n{answer_prefix}"
 
 
-def choice_token_ids(tokenizer) -> tuple[list[int], list[int]]:
-    """First token of each spelling of Yes and of No, deduplicated (pooled by logsumexp when scored)."""
+def answer_spellings(answer_prefix: str = "") -> tuple[str, str]:
+    """Yes and No as a model writes them at the answer position: after a word (an answer prefix
+    such as "The answer is") with a leading space, else (after a newline, or the chat turn) bare."""
+    space = " " if answer_prefix and not answer_prefix[-1].isspace() else ""
+    return f"{space}Yes", f"{space}No"
+
+
+def choice_token_ids(tokenizer, answer_prefix: str = "", reading: str = "single") -> tuple[list[int], list[int]]:
+    """Token ids P(Yes) is read over: the softmax runs over [yes ids, no ids], each list pooled by logsumexp.
+
+    single (paper 000 §3.3, the default): the one token of Yes and of No as the model emits
+    them after `answer_prefix` (`answer_spellings`), each checked to be a single token.
+    pooled: the first token of each of six spellings (Yes, " Yes", yes, " yes", YES, " YES").
+    """
+    if reading not in P_YES_READINGS:
+        raise AuditError(f"model.p_yes {reading!r} is not one of {list(P_YES_READINGS)}")
+    if reading == "single":
+        pieces = {s: tokenizer.encode(s, add_special_tokens=False) for s in answer_spellings(answer_prefix)}
+        split = {s: ids for s, ids in pieces.items() if len(ids) != 1}
+        if split:
+            raise AuditError(f"{sorted(split)} are not single tokens in this tokenizer ({split}); "
+                             f"read P(Yes) over pooled spellings with model.p_yes=pooled")
+        yes, no = ([ids[0]] for ids in pieces.values())
+        return yes, no
+
     def first_tokens(spellings):
         return sorted({tokenizer.encode(s, add_special_tokens=False)[0] for s in spellings})
 

@@ -33,7 +33,7 @@ def run(cfg: DictConfig) -> ReportResult:
     validate_tracking(cfg.tracking.uri, cfg.tracking.experiment)  # one line, not a 5-minute retry, for a bad URI
     client = MlflowClient(cfg.tracking.uri)
     selection = select_runs(client, cfg.select)
-    report = build(selection.runs, lambda ids: load_records(client, ids), cfg)
+    report = build(selection.runs, lambda ids, name="records": load_records(client, ids, name), cfg)
     settings = OmegaConf.to_container(cfg, resolve=True)
     out_dir = Path(settings.pop("output_dir"))
     files = write(report, selection, out_dir, OmegaConf.to_yaml(settings), cfg.tracking.uri)

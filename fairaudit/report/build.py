@@ -14,7 +14,7 @@ import pandas as pd
 from fairaudit.analysis import study
 from fairaudit.analysis.study_figures import checkpoint_curve_figure, delta_figure
 from fairaudit.errors import AuditError
-from fairaudit.report import render
+from fairaudit.report import papers, render
 
 RecordsLoader = Callable[[list[str]], Mapping[str, pd.DataFrame]]
 
@@ -53,6 +53,7 @@ def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:
     from fairaudit.report.influence_tables import add_influence_tables  # paper 002; imports this module
 
     add_influence_tables(report, runs, cfg.influence.condition, cfg.influence.rate)
+    add_paper_sections(report, runs, load_records, cfg)
     if "seed" in study.varying_axes(runs):
         add_seed_summary(report, runs, list(cfg.seeds.metrics), float(cfg.seeds.level))
     add_sign_test(report, runs, cfg.sign_test.greater, cfg.sign_test.than, cfg.sign_test.alternative)
@@ -70,17 +71,22 @@ def table_runs(runs: pd.DataFrame, probes: list[str]) -> pd.DataFrame:
     return runs[runs["probe"].isin(probes) & runs["cell_a"].notna()]
 
 
-def add_paper_tables(report: Report, runs: pd.DataFrame, load_records: RecordsLoader, probes: list[str]) -> None:
-    """Tables 2, 9 and 5 of paper 000, one row per run and a pooled row from the pooled records."""
-    rows = table_runs(runs, probes)
-    if rows.empty:
-        return
+def comparison(rows: pd.DataFrame) -> tuple[str, str]:
+    """The (treatment, baseline) arms every paired run compares; an AuditError when they differ."""
     arms = rows[["arm", "baseline"]].drop_duplicates()
     if len(arms) > 1 or arms["baseline"].isna().any():
         pairs = [f"{a} vs {b}" for a, b in arms.itertuples(index=False)]
         raise AuditError(f"the paired runs compare different arms ({pairs}); pool one comparison at a time, "
                          "e.g. select.tags.arm=think")
-    treatment, baseline = arms.iloc[0]
+    return tuple(arms.iloc[0])
+
+
+def add_paper_tables(report: Report, runs: pd.DataFrame, load_records: RecordsLoader, probes: list[str]) -> None:
+    """Tables 2, 9, 5 and 7 of paper 000, one row per run and a pooled row from the pooled records."""
+    rows = table_runs(runs, probes)
+    if rows.empty:
+        return
+    treatment, baseline = comparison(rows)
     axes = study.cell_axes(rows)
     pooled = study.pooled_metrics(load_records(list(rows["run_id"])), treatment, baseline)
     tables = study.paper_tables(rows, pooled, treatment, baseline, axes)
@@ -93,6 +99,9 @@ def add_paper_tables(report: Report, runs: pd.DataFrame, load_records: RecordsLo
                    f"D_cf and D_group under {treatment} and {baseline}, Δ = {treatment} − {baseline}."),
         "table5": ("Table 5: directional decomposition of created flips (cell c)",
                    "c α↑: alpha answered Yes and alpha' No under the treatment; δ_c in % of N."),
+        "table7": ("Table 7: the asymmetric dual effect per model (Appendix D layout)",
+                   f"Same protocol as Table 2; c:b the ratio of created to resolved flips; D_disp at full "
+                   f"{treatment} depth within cells c and b."),
     }
     for name, table in tables.items():
         title, note = captions[name]
@@ -100,6 +109,18 @@ def add_paper_tables(report: Report, runs: pd.DataFrame, load_records: RecordsLo
     report.figures["disparity_changes"] = delta_figure(tables["table9"], axes, (treatment, baseline))
     report.metrics.update({f"pooled_{k}": v for k, v in pooled.items() if isinstance(v, (int, float))})
     report.metrics["n_table_runs"] = len(rows)
+
+
+def add_paper_sections(report: Report, runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> None:
+    """Paper 000's Tables 3/10/11, 4, 13/14, 6, 12, App. G and Figs. 3, 4, 6; the position-bias paper's Tables 1-4, Figs. 2-4."""
+    paired = runs[runs["probe"].isin(papers.PAIRED_PROBES)]
+    if not paired.empty:
+        sections, figures = papers.paper000_sections(runs, load_records, *comparison(paired), cfg.cdpg)
+        report.sections += sections
+        report.figures |= figures
+    sections, figures = papers.paper001_sections(runs, load_records, dict(cfg.position.pairs))
+    report.sections += sections
+    report.figures |= figures
 
 
 def add_seed_summary(report: Report, runs: pd.DataFrame, metrics: list[str], level: float) -> None:

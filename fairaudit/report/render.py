@@ -80,6 +80,7 @@ def paper_headers(treatment: str, baseline: str) -> dict[str, str]:
         f"d_cf_{baseline}": f"D_cf {baseline}", f"d_group_{baseline}": f"D_group {baseline}",
         "delta_d_cf": "ΔD_cf", "delta_d_group": "ΔD_group",
         "c_alpha_up": "c α↑", "c_alpha_prime_up": "c α′↑", "asym_c": "asym(c)", "delta_c": "δ_c (%)",
+        "c_b_ratio": "c:b",
     }
 
 

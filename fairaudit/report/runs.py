@@ -14,7 +14,6 @@ from fairaudit.analysis.study import AXES
 from fairaudit.errors import AuditError
 from fairaudit.tracking import SUPERSEDED_TAG, finite_metrics, parent_run_id
 
-RECORDS_ARTIFACT = "records/records.parquet"
 BASELINE_PARAM = "probe.baseline_arm.name"
 MAX_TAG = 8000  # MLflow's limit on a tag value
 
@@ -143,16 +142,17 @@ def left_out_summary(left_out: pd.DataFrame) -> str:
     return ", ".join(f"{n} {reason}" for reason, n in reasons.value_counts().items())
 
 
-def load_records(client, run_ids: Iterable[str]) -> dict[str, pd.DataFrame]:
-    """Each run's records/records.parquet artifact."""
+def load_records(client, run_ids: Iterable[str], name: str = "records") -> dict[str, pd.DataFrame]:
+    """Each run's records/{name}.parquet artifact (records, depth_records, continuations)."""
     records = {}
+    artifact = f"records/{name}.parquet"
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     with tempfile.TemporaryDirectory() as tmp:
         for run_id in run_ids:
             try:
-                path = client.download_artifacts(run_id, RECORDS_ARTIFACT, str(Path(tmp) / run_id))
+                path = client.download_artifacts(run_id, artifact, str(Path(tmp) / run_id))
             except Exception as error:
-                raise AuditError(f"run {run_id} has no {RECORDS_ARTIFACT} artifact to pool: {error}") from error
+                raise AuditError(f"run {run_id} has no {artifact} artifact to pool: {error}") from error
             records[run_id] = pd.read_parquet(path)
     return records
 

@@ -1,0 +1,201 @@
+"""Report sections for the rest of paper 000 (beyond Tables 2, 9, 5) and for the position-bias paper (001).
+
+Each section is a pure function of `fairaudit.analysis` applied to the selected runs' records
+frames, stacked with the model and dataset of their run; this module only picks the runs,
+loads their records, and names, captions and formats the tables as the papers print them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping
+
+import pandas as pd
+
+from fairaudit.analysis import fairness_tables as f000
+from fairaudit.analysis import position_tables as f001
+from fairaudit.analysis.cdpg_figures import cdpg_figures
+from fairaudit.analysis.position import truncation
+from fairaudit.analysis.position_figures import length_pbs_panels, pbs_length_figure, truncation_figure
+from fairaudit.report import render
+
+PAIRED_PROBES = ("counterfactual", "btm", "cdpg")
+Loader = Callable[..., Mapping[str, pd.DataFrame]]
+
+
+def stacked(runs: pd.DataFrame, frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Runs' frames stacked with their run's model and dataset; pair ids prefixed by run id, so runs stay apart.
+
+    runs: run_id, model, dataset (tags). Columns the frames already carry are kept.
+    """
+    tags = runs.set_index("run_id")
+    parts = []
+    for run_id, frame in frames.items():
+        frame = frame.assign(**{axis: tags.at[run_id, axis] for axis in ("model", "dataset") if axis not in frame})
+        if "pair_id" in frame:
+            frame = frame.assign(pair_id=f"{run_id}:" + frame["pair_id"].astype(str))
+        parts.append(frame)
+    return pd.concat(parts, ignore_index=True)
+
+
+def _one_probe_per_cell(runs: pd.DataFrame, probes: tuple[str, ...]) -> pd.DataFrame:
+    """Runs of the first of `probes` each (model, dataset) has: they all hold the same generations."""
+    rows = runs[runs["probe"].isin(probes)].copy()
+    rows["rank"] = rows["probe"].map({p: i for i, p in enumerate(probes)})
+    first = rows.groupby(["model", "dataset"], sort=False)["rank"].transform("min")
+    return rows[rows["rank"] == first]
+
+
+def _section(name: str, title: str, table: pd.DataFrame, headers: dict[str, str], note: str = "",
+             formats: dict | None = None, shown: pd.DataFrame | None = None):
+    """A report section: `table` numeric in its CSV, `shown` (default: `table` formatted) in report.md."""
+    from fairaudit.report.build import Section
+
+    return Section(name, title, table, render.display(table if shown is None else shown, headers, formats), note)
+
+
+def paper000_sections(runs: pd.DataFrame, load: Loader, treatment: str, baseline: str, cdpg_cfg) -> tuple[list, dict]:
+    """Tables 3 (10, 11), 4, 13 (14), 12, App. G's marginal T and, from cdpg runs, Table 6 and Figs. 3, 4, 6."""
+    sections, figures = [], {}
+    record_runs = _one_probe_per_cell(runs, PAIRED_PROBES)
+    if record_runs.empty:
+        return sections, figures
+    records = stacked(record_runs, load(list(record_runs["run_id"])))
+    group = f000.group_transitions(records, treatment, baseline)
+    headers = {"A": "A"} | {c: _group_header(c) for c in group.columns if c not in ("model", "A")}
+    sections.append(_section(
+        "table3", "Table 3 (with 10, 11): group-level transition matrix T^A per model, stratified by protected attribute",
+        group, headers,
+        "P(Y|Y), P(Y|N): probability of a Y prediction under thinking from a Y or N prediction without; "
+        "ΔP(Y) = P(Y)_th − P(Y)_nt. Tables 10 and 11 are the rows of the other models.",
+        shown=group.assign(A=group["A"].map(f000.SIDE_LABELS))))
+    for split, name, title in ((False, "table4", "Table 4: pair-state transition matrix T^pair (forward: nothink → think)"),
+                               (True, "table13", "Tables 13, 14: T^pair with M split into YN and NY")):
+        table = f000.pair_state_transitions(records, treatment, baseline, split)
+        sections.append(_section(name, title, table, {"from": "from", "n": "n"},
+                                 "Within-row conditional probabilities; row counts n and a `total` row of column counts "
+                                 "per (model, dataset); the pooled block sums every cell.", {"n": _count}))
+    independence = f000.independence_check(records, treatment, baseline)
+    sections.append(_section(
+        "table12", "Table 12: independence-bound check per (model, dataset) cell", independence, INDEPENDENCE_HEADERS,
+        "Independence predictions E|c| = 2p(1−p)|NN|_nt + 2q(1−q)|YY|_nt, E|b| = [p(1−q) + q(1−p)]|M|_nt with "
+        "p = P(Y|N), q = P(N|Y) averaged over α and α′; ratio = ind. / actual.",
+        {c: _count for c in ("c_actual", "b_actual")} | {c: _one_decimal for c in ("c_ind", "b_ind")}
+        | {c: _times for c in ("c_ind_ratio", "b_ind_ratio")}
+        | {c: _one_decimal for c in ("c_b_ratio_ind", "c_b_ratio_actual")}))
+    marginal = f000.marginal_transition(records, treatment, baseline)
+    sections.append(_section(
+        "marginal_t", "Appendix G: pooled marginal T = E_A[T^A] under the per-side parse filter", marginal,
+        {"n_to_y": f"{treatment}=Y", "p_to_y": "P", "n_to_n": f"{treatment}=N", "p_to_n": "P", "n": "total"},
+        f"Pooled over {int(marginal['n'].sum()):,} per-instance observations; an instance counts when its own "
+        f"{treatment} and {baseline} answers parse, whatever its partner's.",
+        {c: _count for c in ("n_to_y", "n_to_n", "n")}))
+    cdpg_runs = runs[runs["probe"] == "cdpg"]
+    if not cdpg_runs.empty:
+        depth = stacked(cdpg_runs, load(list(cdpg_runs["run_id"]), "depth_records"))
+        cdpg_records = stacked(cdpg_runs, load(list(cdpg_runs["run_id"])))
+        result = f000.pooled_cdpg(depth, cdpg_records, treatment, baseline, int(cdpg_cfg.K), list(cdpg_cfg.k_list),
+                                  cdpg_cfg.k_sensitivity_subsample)
+        table6 = f000.k_sensitivity(result["tables"])
+        sections.append(_section(
+            "table6", "Table 6: CDPG segmentation sensitivity", table6,
+            {"n_c": "n_c"} | {c: f"K={c.removeprefix('slope_k')}" for c in table6.columns if c.startswith("slope_k")},
+            "Fitted linear slope of the cell-c mean |CDPG_k| against k/K per K; n_c is the number of cell-c pairs"
+            + (f" in a rerun subsample of {cdpg_cfg.k_sensitivity_subsample} pairs per cell."
+               if cdpg_cfg.k_sensitivity_subsample else "."), {"n_c": _count}))
+        drawn = cdpg_figures(result["tables"], int(cdpg_cfg.K), list(cdpg_cfg.k_list))
+        figures |= {"fig3_cdpg_by_cell": drawn["cdpg_by_cell"], "fig4_anchor_mover": drawn["cdpg_anchor_mover"],
+                    "fig6_k_sensitivity": drawn["cdpg_k_sensitivity"]}
+    return sections, figures
+
+
+def paper001_sections(runs: pd.DataFrame, load: Loader, pairs: Mapping[str, str]) -> tuple[list, dict]:
+    """The position-bias paper's Tables 1-4 and Figs. 2-4 from position runs."""
+    sections, figures = [], {}
+    position_runs = runs[runs["probe"] == "position"]
+    if position_runs.empty:
+        return sections, figures
+    records = stacked(position_runs, load(list(position_runs["run_id"])))
+    metrics = f001.configuration_metrics(records)
+    rho = f001.partial_correlation_table(metrics)
+    sections.append(_section(
+        "p001_table1", "Position bias, Table 1: partial correlation between per-question mean trajectory length and PBS, "
+                       "controlling for accuracy", rho, {"arm": "Mode"},
+        "*: p < 0.05; **: p < 0.01; ***: p < 10^-3 (two-sided t-test of the partial correlation).",
+        shown=_with_stars(rho)))
+    sections.append(_section(
+        "p001_table2", "Position bias, Table 2: full per-configuration results", f001.summary_table(metrics),
+        POSITION_HEADERS, "Acc over extracted answers; PBS over questions with all four permutations extracted "
+                          "(at most √0.75); extraction = the A.2 cascade alone (App. B), fallback reported apart.",
+        {"n_records": _count, "length_chars": _count, "partial_rho_length_pbs_p": _p_value}))
+    sections.append(_section(
+        "p001_table3", "Position bias, Table 3: length-bucket robustness", f001.robustness_table(metrics),
+        {}, "monotonic_k{k}: 1 when PBS rises strictly from the shortest to the longest of k equal-frequency bins; "
+            "first_violation_k{k}: the first bin out of order (viol@i); gradient: longest-bin minus shortest-bin PBS.",
+        {c: _count for c in f001.robustness_table(metrics).columns if c.startswith(("monotonic", "first"))}))
+    wilcoxon = f001.wilcoxon_table(records, pairs)
+    if not wilcoxon.empty:
+        sections.append(_section(
+            "p001_table4", "Position bias, Table 4: paired Wilcoxon signed-rank test, reasoning PBS against Instruct PBS",
+            wilcoxon, {"mean_diff": "Mean diff", "p": "p (1-sided)"},
+            "One-sided alternative: the reasoning model's per-question PBS exceeds the Instruct model's, "
+            "paired by question; report.position.pairs names the matched pairs.", {"n": _count, "p": _p_value}))
+    figures["p001_fig2_length_pbs"] = length_pbs_panels(f001.length_bins(records), metrics)
+    for dataset, rows in metrics.groupby("dataset", sort=False):
+        labelled = rows.assign(label=rows["model"] + " " + rows["arm"])
+        if (labelled["pbs"].notna() & (labelled["length_chars"] > 0)).any():
+            figures[f"p001_fig4_pbs_length_{dataset}"] = pbs_length_figure(labelled.dropna(subset=["pbs"]), label="label")
+    counts = [c for c in position_runs if c.startswith("trunc_n_continuations")]
+    truncated = position_runs[position_runs[counts].gt(0).any(axis=1)] if counts else position_runs.iloc[0:0]
+    if not truncated.empty:
+        continuations = stacked(truncated, load(list(truncated["run_id"]), "continuations"))
+        by_position = pd.concat([truncation(frame)["tables"]["truncation_by_position"].assign(configuration=" ".join(key))
+                                 for key, frame in continuations.groupby(["model", "arm", "dataset"], sort=False)])
+        figures["p001_fig3_truncation"] = truncation_figure(by_position, by="configuration")
+    return sections, figures
+
+
+INDEPENDENCE_HEADERS = {"ind_p": "p", "ind_q": "q", "c_ind": "|c| ind.", "c_actual": "|c| actual",
+                        "c_ind_ratio": "|c| ratio", "b_ind": "|b| ind.", "b_actual": "|b| actual",
+                        "b_ind_ratio": "|b| ratio", "c_b_ratio_ind": "|c|/|b| ind.", "c_b_ratio_actual": "|c|/|b| actual"}
+POSITION_HEADERS = {"arm": "Mode", "dataset": "Bench", "n_records": "n-rec", "accuracy": "Acc", "pbs": "PBS",
+                    "ccp": "CCP", "eff_sw": "Eff-Sw", "length_chars": "Len (chars)", "extraction_rate": "Extraction",
+                    "fallback_rate": "Fallback", "partial_rho_length_pbs": "partial ρ",
+                    "partial_rho_length_pbs_p": "p"}
+
+
+def _group_header(column: str) -> str:
+    dataset, _, value = column.partition("_")
+    return f"{dataset} " + {"p_y_given_y": "P(Y|Y)", "p_y_given_n": "P(Y|N)", "dp_yes": "ΔP(Y)"}[value]
+
+
+def _with_stars(table: pd.DataFrame) -> pd.DataFrame:
+    """Table 1's cells: rho with its significance stars, as text (the CSV keeps the numbers)."""
+    out = table[["model", "arm"]].copy()
+    for column in [c for c in table.columns if c.endswith("_rho")]:
+        dataset = column.removesuffix("_rho")
+        out[dataset] = [_starred(rho, p) for rho, p in zip(table[column], table[f"{dataset}_p"])]
+    return out
+
+
+def _starred(rho: float, p: float) -> str:
+    if not math.isfinite(rho):
+        return "–"
+    stars = "***" if p < 1e-3 else "**" if p < 0.01 else "*" if p < 0.05 else ""
+    return f"{rho:.2f}{stars}"
+
+
+def _count(value: float) -> str:
+    return f"{int(round(value)):,}"
+
+
+def _one_decimal(value: float) -> str:
+    return f"{value:.1f}" if math.isfinite(value) else render.NA
+
+
+def _times(value: float) -> str:
+    return f"{value:.2f}×" if math.isfinite(value) else render.NA
+
+
+def _p_value(value: float) -> str:
+    return f"{value:.3g}" if math.isfinite(value) else render.NA
