@@ -15,7 +15,7 @@ from fairaudit.models import resolve_model_dir
 from fairaudit.probes import AuditContext, ModelSpec, ProbeResult
 from fairaudit.prompts.yesno import Arm, Thinking
 from fairaudit.store import CachedBackend, Store
-from fairaudit.tracking import Tracker, flatten, parent_run_id
+from fairaudit.tracking import Tracker, check_reachable, flatten, parent_run_id, tracking_failure
 
 ANSWER_SOURCES = ("parsed", "forced")
 
@@ -74,11 +74,12 @@ def run(cfg: DictConfig) -> ProbeResult:
     dataset = instantiate(cfg.dataset)
     check_fit(probe.arms(arm), dataset, probe.family, spec, choices.get("probe", "?"))
     dataset.check()
+    check_reachable(cfg.tracking.uri)
     checkpoint = checkpoint_spec(cfg.model)
     model_dir = resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
                                   checkpoint["revision"] or cfg.model.revision)
     inner = instantiate(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
-    backend = CachedBackend(inner, Store(cfg.store.path), chunk_size=cfg.model.batch_size)
+    backend = CachedBackend(inner, Store(cfg.store.url), chunk_size=cfg.model.batch_size)
 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     parent = parent_run_id(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
@@ -90,9 +91,9 @@ def run(cfg: DictConfig) -> ProbeResult:
         result.metrics["model_calls"] = backend.model_calls
         tracker.log_config(cfg, list(hydra_cfg.overrides.task))
         tracker.log_result(result.metrics, result.tables, result.figures, result.records)
-    except BaseException:
+    except BaseException as error:
         tracker.end(failed=True)
-        raise
+        raise tracking_failure(error, cfg.tracking.uri) or error
     tracker.end()
     print_summary(run_name, result, run_id, cfg.tracking.uri)
     return result

@@ -26,6 +26,11 @@ def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
         sys.exit(2)
 
 
+def warn(message: str) -> None:
+    """One `warning:` line: something was wrong and has been dealt with."""
+    console.print(f"[bold yellow]warning:[/bold yellow] {message}", highlight=False, soft_wrap=True)
+
+
 class RateColumn(ProgressColumn):
     """Items per second."""
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,31 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from fairaudit.errors import AuditError
+
 PARENT_ID_FILE = "mlflow_parent_run_id"
+REACH_TIMEOUT_S = 5
+
+
+def check_reachable(uri: str) -> None:
+    """An http(s) tracking server answers its health check within a few seconds, else one AuditError."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=REACH_TIMEOUT_S)
+    except (urllib.error.URLError, OSError) as error:
+        raise AuditError(f"tracking.uri {uri}: the MLflow server does not answer ({getattr(error, 'reason', error)})") from None
+
+
+def tracking_failure(error: BaseException, uri: str) -> AuditError | None:
+    """The one-line error for a tracking server that stopped answering mid-run, or None for other errors."""
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(error, MlflowException) and uri.startswith(("http://", "https://")):
+        first_line = str(error).strip().splitlines()[0][:300]
+        return AuditError(f"tracking.uri {uri} failed mid-run ({first_line}); the results computed so far are in "
+                          "the store, a re-run logs them without model calls")
+    return None
 
 
 def flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
@@ -76,9 +103,14 @@ class Tracker:
             self.mlflow.log_figure(figure, f"figures/{name}.png")
 
     def end(self, failed: bool = False) -> None:
+        """Close the run; closing a failed run is best effort (its server may be the failure)."""
         if self.run is not None:
-            self.mlflow.end_run(status="FAILED" if failed else "FINISHED")
             self.run = None
+            if not failed:
+                self.mlflow.end_run(status="FINISHED")
+                return
+            with contextlib.suppress(Exception):
+                self.mlflow.end_run(status="FAILED")
 
 
 def _has_named_index(table: pd.DataFrame) -> bool:
@@ -100,7 +132,10 @@ class SweepCallback(Callback):
 
         import mlflow
 
+        from fairaudit.console import run_or_exit
+
         HydraConfig.instance().set_config(config)  # so ${hydra:runtime.cwd} in tracking.uri resolves
+        run_or_exit(check_reachable, config.tracking.uri)
         mlflow.set_tracking_uri(config.tracking.uri)
         experiment = mlflow.set_experiment(config.tracking.experiment)
         sweep_dir = Path(config.hydra.sweep.dir)
