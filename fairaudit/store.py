@@ -148,7 +148,8 @@ class Store:
         if not rows:
             return 0
         with self.engine.begin() as conn:
-            return conn.execute(self._insert(RESULTS).on_conflict_do_nothing(index_elements=["key"]), list(rows)).rowcount
+            insert = self._insert(RESULTS).on_conflict_do_nothing(index_elements=["key"]).returning(RESULTS.c.key)
+            return len(conn.execute(insert, list(rows)).all())
 
     def rows(self, batch: int = 1000) -> Iterator[sa.Row]:
         """Every stored row, in key order, a batch at a time."""

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -51,14 +52,14 @@ def stop_pid(pid: int, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
 class PostgresServer:
     """initdb + pg_ctl as the `postgres` user (the tests run as root), trust auth on a loopback port."""
 
-    def __init__(self, root: Path):
+    def __init__(self):
         if not (PG_BIN / "initdb").exists():
             pytest.skip(f"PostgreSQL binaries not found under {PG_BIN} (apt-get install postgresql)")
-        self.root = root
+        self.root = root = Path(tempfile.mkdtemp(prefix="fairaudit-pg-"))  # outside pytest's root-only tmp tree
+        root.chmod(0o777)
         self.data = root / "pgdata"
         self.port = free_port()
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
-        root.chmod(0o777)
         self._as_postgres([str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync"])
         self._as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "-l", str(root / "pg.log"), "-o",
                            f"-p {self.port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"])
@@ -66,10 +67,13 @@ class PostgresServer:
 
     def _as_postgres(self, args: list[str]) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        subprocess.run(prefix + args, check=True, capture_output=True, cwd=self.root)
+        done = subprocess.run(prefix + args, capture_output=True, text=True, cwd=self.root)
+        if done.returncode:
+            raise RuntimeError(f"{args[0]} failed: {done.stderr or done.stdout}")
 
     def stop(self) -> None:
         stop_pid(self.pid, signal.SIGINT)  # fast shutdown
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 class MlflowServer:

@@ -30,8 +30,8 @@ TINY = ["model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8"]
 
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory):
-    server = PostgresServer(tmp_path_factory.mktemp("pg"))
+def postgres():
+    server = PostgresServer()
     yield server
     server.stop()
 
@@ -108,7 +108,7 @@ def test_damaged_value_on_postgres_is_recomputed(pg_url, capfd):
     assert store_cli.main(["verify", "--store", pg_url]) == 0
 
 
-def test_export_import_between_postgres_and_a_laptop_sqlite(tmp_path, pg_url):
+def test_export_import_between_postgres_and_a_laptop_sqlite(tmp_path, pg_url, capsys):
     cluster = CachedBackend(ScriptedBackend(), Store(pg_url), chunk_size=3)
     outputs = cluster.generate(requests(6))
     probs = cluster.choice_probs([(1, 2), (3, 4)], [[1], [2]])
@@ -120,6 +120,7 @@ def test_export_import_between_postgres_and_a_laptop_sqlite(tmp_path, pg_url):
 
     CachedBackend(ScriptedBackend(), Store(tmp_path / "cluster-run.sqlite")).generate(requests(9))  # 3 more on the laptop
     assert store_cli.main(["import", str(tmp_path / "cluster-run.sqlite"), "--store", pg_url]) == 0
+    assert "3 copied, 8 already present" in capsys.readouterr().out
     assert Store(pg_url).count() == 11
     back = CachedBackend(ScriptedBackend(), Store(pg_url))
     back.generate(requests(9))
@@ -128,7 +129,7 @@ def test_export_import_between_postgres_and_a_laptop_sqlite(tmp_path, pg_url):
 
 def test_audit_rerun_against_postgres_makes_zero_model_calls(tmp_path, pg_url):
     for attempt in range(2):
-        result = run_app(tmp_path, *TINY, f"store.url={pg_url}")
+        result = run_app(tmp_path, *TINY, f"store.url={pg_url}", in_tmp=True)
         assert result.returncode == 0, result.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id], order_by=["attributes.start_time"])
@@ -137,7 +138,7 @@ def test_audit_rerun_against_postgres_makes_zero_model_calls(tmp_path, pg_url):
 
 def test_joblib_sweep_reports_to_the_mlflow_server(tmp_path, mlflow_server):
     result = run_app(tmp_path, *TINY, "tracking=server", f"tracking.uri={mlflow_server.uri}", "hydra/launcher=joblib",
-                     "hydra.launcher.n_jobs=2", "-m", "dataset=adult,compas")
+                     "hydra.launcher.n_jobs=2", "-m", "dataset=adult,compas", in_tmp=True)
     assert result.returncode == 0, result.stderr[-3000:]
     client = MlflowClient(mlflow_server.uri)
     found = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
@@ -145,7 +146,7 @@ def test_joblib_sweep_reports_to_the_mlflow_server(tmp_path, mlflow_server):
     children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
     assert len(children) == 2 and all(r.info.status == "FINISHED" for r in found)
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
-    keys = set(sqlite3.connect(tmp_path / "store.sqlite").execute("SELECT key FROM results").fetchall())
+    keys = set(sqlite3.connect(tmp_path / ".fairaudit" / "store.sqlite").execute("SELECT key FROM results").fetchall())
     for child in children:
         assert child.info.artifact_uri.startswith("mlflow-artifacts:")
         records = pd.read_parquet(client.download_artifacts(child.info.run_id, "records/records.parquet", str(tmp_path / child.info.run_id)))

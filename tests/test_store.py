@@ -146,7 +146,7 @@ def test_verify_reports_every_damaged_value(tmp_path, capsys):
     assert "generate: 3 sound, 1 damaged" in out.out and "choice_probs: 2 sound, 1 damaged" in out.out
 
 
-def test_export_import_round_trip_between_sqlite_files(tmp_path):
+def test_export_import_round_trip_between_sqlite_files(tmp_path, capsys):
     source = tmp_path / "cluster.sqlite"
     outputs, probs = fill(source)
     assert store_cli.main(["export", str(tmp_path / "moved.sqlite"), "--store", str(source)]) == 0
@@ -155,7 +155,9 @@ def test_export_import_round_trip_between_sqlite_files(tmp_path):
     assert laptop.generate(requests(4)) == outputs
     np.testing.assert_array_equal(laptop.choice_probs([(1, 2), (3, 4), (5, 7)], [[1], [2]]), probs)
     assert laptop.model_calls == 0
+    capsys.readouterr()
     assert store_cli.main(["import", str(tmp_path / "moved.sqlite"), "--store", str(tmp_path / "laptop.sqlite")]) == 0
+    assert capsys.readouterr().out.startswith("0 copied, 7 already present, 0 damaged")
     assert Store(tmp_path / "laptop.sqlite").count() == 7
 
 
