@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -51,7 +52,9 @@ def checkpoint_spec(model: DictConfig) -> dict:
 
 
 def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
-    """Tags that let runs be filtered and compared across the grid, seeds and checkpoints."""
+    """Tags that let runs be filtered and compared across the grid, seeds and checkpoints
+    (and, for a job run by SLURM, its job id, which names its log)."""
+    slurm = {"slurm_job_id": os.environ["SLURM_JOB_ID"]} if "SLURM_JOB_ID" in os.environ else {}
     return {
         "model": cfg.model.name,
         "dataset": cfg.dataset.name,
@@ -61,6 +64,7 @@ def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
         "checkpoint": str(checkpoint_spec(cfg.model)["label"]),
         "fairaudit.kind": "job",
         "fairaudit.version": __version__,
+        **slurm,
     }
 
 

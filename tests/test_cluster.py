@@ -48,11 +48,24 @@ def pg_url(postgres, request):
     return postgres.url.rsplit("/", 1)[0] + f"/{name}"
 
 
-@pytest.fixture
-def mlflow_server(tmp_path):
-    server = MlflowServer(tmp_path)
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """One server for the module (it takes a while to start); each test logs to its own experiment."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
     yield server
     server.stop()
+
+
+def slurm_up() -> bool:
+    return have("sinfo") and subprocess.run(["sinfo", "-h"], capture_output=True).returncode == 0
+
+
+def job_metrics(client: MlflowClient, experiment: str) -> tuple[list, dict]:
+    """A sweep's runs, and each job's metrics (but model_calls, which depends on job order) by (model, dataset, probe)."""
+    found = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], max_results=1000)
+    jobs = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
+    return found, {(r.data.tags["model"], r.data.tags["dataset"], r.data.tags["probe"]):
+                   {k: v for k, v in r.data.metrics.items() if k != "model_calls"} for r in jobs}
 
 
 def test_four_processes_on_overlapping_keys_lose_nothing_and_recompute_nothing_committed(tmp_path, pg_url):
@@ -137,11 +150,11 @@ def test_audit_rerun_against_postgres_makes_zero_model_calls(tmp_path, pg_url):
 
 
 def test_joblib_sweep_reports_to_the_mlflow_server(tmp_path, mlflow_server):
-    result = run_app(tmp_path, *TINY, "tracking=server", f"tracking.uri={mlflow_server.uri}", "hydra/launcher=joblib",
-                     "hydra.launcher.n_jobs=2", "-m", "dataset=adult,compas", in_tmp=True)
+    result = run_app(tmp_path, *TINY, "tracking=server", f"tracking.uri={mlflow_server.uri}", "tracking.experiment=joblib",
+                     "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "-m", "dataset=adult,compas", in_tmp=True)
     assert result.returncode == 0, result.stderr[-3000:]
     client = MlflowClient(mlflow_server.uri)
-    found = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
+    found = client.search_runs([client.get_experiment_by_name("joblib").experiment_id])
     (parent,) = [r for r in found if r.data.tags.get("fairaudit.kind") == "sweep"]
     children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
     assert len(children) == 2 and all(r.info.status == "FINISHED" for r in found)
@@ -153,12 +166,41 @@ def test_joblib_sweep_reports_to_the_mlflow_server(tmp_path, mlflow_server):
         assert len(records) > 0 and {(h,) for h in records["prompt_hash"]} <= keys
 
 
+@pytest.mark.skipif(not slurm_up(), reason="no SLURM here: scripts/cluster.sh up, then export SLURM_CONF=...")
+def test_smoke_study_on_slurm_matches_a_local_run(tmp_path, mlflow_server):
+    """Every job of the smoke study a SLURM job reporting to the server, under one parent, with the
+    metrics of the same sweep run locally (each sweep with its own store, so both compute everything)."""
+    (tmp_path / "local").mkdir()
+    (tmp_path / "slurm").mkdir()
+    local = run_app(tmp_path / "local", "+experiment=thinking_fairness_smoke", "-m", in_tmp=True, timeout=1800)
+    assert local.returncode == 0, local.stderr[-3000:]
+    slurm = run_app(tmp_path / "slurm", "+experiment=thinking_fairness_smoke", "tracking=server", f"tracking.uri={mlflow_server.uri}",
+                    "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.cpus_per_task=1",
+                    "hydra.launcher.mem_gb=3", "hydra.launcher.timeout_min=30", "hydra.launcher.array_parallelism=2",
+                    "hydra.launcher.setup=[export OMP_NUM_THREADS=1]", "-m", in_tmp=True, timeout=1800,
+                    env={"OMP_NUM_THREADS": "1"})
+    assert slurm.returncode == 0, slurm.stderr[-3000:]
+
+    _, expected = job_metrics(MlflowClient(f"sqlite:///{tmp_path}/local/mlflow.db"), "thinking_fairness_smoke")
+    client = MlflowClient(mlflow_server.uri)
+    found, got = job_metrics(client, "thinking_fairness_smoke")
+    (parent,) = [r for r in found if r.data.tags.get("fairaudit.kind") == "sweep"]
+    children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
+    assert len(children) == 18 and all(r.info.status == "FINISHED" for r in found)
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    assert len({c.data.tags["slurm_job_id"] for c in children}) == 18
+    assert len(expected) == 18 and got == expected
+    config = client.download_artifacts(children[0].info.run_id, "config/config.yaml", str(tmp_path))
+    assert "thinking_fairness_smoke" in Path(config).read_text()
+
+
 def test_server_down_mid_run_fails_cleanly_and_keeps_the_results(tmp_path, mlflow_server):
+    """Last in the module: it stops the shared server."""
     store = tmp_path / "store.sqlite"
     env = {**os.environ, "FAIRAUDIT_DATA": os.environ.get("FAIRAUDIT_DATA", str(REPO.parent / "shared" / "data")),
            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5", "OMP_NUM_THREADS": "1"}
     overrides = ["model=tiny_qwen3", "dataset.n=8", "model.batch_size=2", "model.max_think_tokens=32", "tracking=server",
-                 f"tracking.uri={mlflow_server.uri}", f"store.url={store}", f"hydra.run.dir={tmp_path}/outputs"]
+                 f"tracking.uri={mlflow_server.uri}", "tracking.experiment=mid_run", f"store.url={store}", f"hydra.run.dir={tmp_path}/outputs"]
     proc = subprocess.Popen([sys.executable, "-m", "fairaudit", *overrides], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
@@ -172,12 +214,12 @@ def test_server_down_mid_run_fails_cleanly_and_keeps_the_results(tmp_path, mlflo
     assert f"tracking.uri {mlflow_server.uri} failed mid-run" in line
     assert stored(store) == 8 * 2 * 2 * 2
 
-    mlflow_server.start()
-    again = subprocess.run([sys.executable, "-m", "fairaudit", *overrides], cwd=REPO, env=env, capture_output=True, text=True)
+    local = [o for o in overrides if not o.startswith("tracking")] + [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
+    again = subprocess.run([sys.executable, "-m", "fairaudit", *local], cwd=REPO, env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
-    client = MlflowClient(mlflow_server.uri)
-    runs = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id], "attributes.status = 'FINISHED'")
-    assert [r.data.metrics["model_calls"] for r in runs] == [0]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
+    assert run.data.metrics["model_calls"] == 0
 
 
 def stored(path: Path) -> int:
