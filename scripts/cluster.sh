@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A one-node SLURM cluster on this machine, for trying and testing `hydra/launcher=slurm`.
-#   scripts/cluster.sh up     start munged, slurmctld and slurmd (as root); prints the SLURM_CONF to export
+#   scripts/cluster.sh up     (re)start munged, slurmctld and slurmd (as root); prints the SLURM_CONF to export
 #   scripts/cluster.sh down   stop them, by the pids they wrote
 # Needs Debian's slurm-wlm and munge (apt-get install slurm-wlm munge). State, logs and the
 # config live in $CLUSTER_DIR (default /tmp/fairaudit-slurm); /etc/slurm is left alone.
@@ -46,6 +46,7 @@ EOF
 }
 
 up() {
+  down >/dev/null  # a cluster left from an earlier `up` is replaced
   write_conf
   munged --force --socket="$DIR/munge/munge.socket" --pid-file="$DIR/munged.pid" \
     --log-file="$DIR/munged.log" --seed-file="$DIR/munge/munge.seed"
