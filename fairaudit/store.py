@@ -48,7 +48,10 @@ def store_url(location: str | Path) -> str:
     if "://" in text:
         return text
     path = Path(text).expanduser().resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise AuditError(f"store.url {text}: cannot create its folder ({error.strerror})") from None
     return f"sqlite:///{path}"
 
 
@@ -98,7 +101,7 @@ class Store:
             sa.event.listen(self.engine, "connect", _sqlite_wal)
         try:
             self._create_table()
-        except sa.exc.OperationalError as error:
+        except sa.exc.DBAPIError as error:
             raise AuditError(f"store.url {self.url!r} cannot be opened: {' '.join(str(error.orig).split())}") from None
 
     def _create_table(self) -> None:

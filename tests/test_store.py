@@ -173,6 +173,10 @@ def test_store_written_before_checksums_gains_them(tmp_path):
     assert cached.generate([request])[0].text == "0 1" and cached.model_calls == 0
 
 
-def test_unusable_store_url_is_one_error():
-    with pytest.raises(AuditError, match="only sqlite and postgresql"):
-        Store("mysql://nobody@127.0.0.1/none")
+def test_unusable_store_is_one_error(tmp_path):
+    (tmp_path / "noise.sqlite").write_bytes(bytes(range(256)) * 20)
+    for location, message in [("mysql://nobody@127.0.0.1/none", "only sqlite and postgresql stores are supported"),
+                              ("/proc/x/s.sqlite", "cannot create its folder"),
+                              (tmp_path / "noise.sqlite", "cannot be opened: file is not a database")]:
+        with pytest.raises(AuditError, match=message):
+            Store(location)
