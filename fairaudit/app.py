@@ -51,10 +51,17 @@ def checkpoint_spec(model: DictConfig) -> dict:
     return {"label": checkpoint.label, "path": checkpoint.path, "revision": checkpoint.revision}
 
 
+def slurm_job_id() -> str:
+    """This SLURM job's id as `squeue` and submitit write it: <array job>_<task> for an array task."""
+    if "SLURM_ARRAY_JOB_ID" in os.environ:
+        return f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    return os.environ["SLURM_JOB_ID"]
+
+
 def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
     """Tags that let runs be filtered and compared across the grid, seeds and checkpoints
-    (and, for a job run by SLURM, its job id, which names its log)."""
-    slurm = {"slurm_job_id": os.environ["SLURM_JOB_ID"]} if "SLURM_JOB_ID" in os.environ else {}
+    (and, for a job run by SLURM, its job id, which names its log folder)."""
+    slurm = {"slurm_job_id": slurm_job_id()} if "SLURM_JOB_ID" in os.environ else {}
     return {
         "model": cfg.model.name,
         "dataset": cfg.dataset.name,

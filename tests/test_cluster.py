@@ -177,7 +177,7 @@ def test_smoke_study_on_slurm_matches_a_local_run(tmp_path, mlflow_server):
     slurm = run_app(tmp_path / "slurm", "+experiment=thinking_fairness_smoke", "tracking=server", f"tracking.uri={mlflow_server.uri}",
                     "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.cpus_per_task=1",
                     "hydra.launcher.mem_gb=3", "hydra.launcher.timeout_min=30", "hydra.launcher.array_parallelism=2",
-                    "hydra.launcher.setup=[export OMP_NUM_THREADS=1]", "-m", in_tmp=True, timeout=1800,
+                    'hydra.launcher.setup=["export OMP_NUM_THREADS=1"]', "-m", in_tmp=True, timeout=1800,
                     env={"OMP_NUM_THREADS": "1"})
     assert slurm.returncode == 0, slurm.stderr[-3000:]
 
@@ -188,7 +188,8 @@ def test_smoke_study_on_slurm_matches_a_local_run(tmp_path, mlflow_server):
     children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
     assert len(children) == 18 and all(r.info.status == "FINISHED" for r in found)
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
-    assert len({c.data.tags["slurm_job_id"] for c in children}) == 18
+    logs = {p.name for p in (tmp_path / "slurm" / "multirun").glob("*/*/.submitit/*_*")}
+    assert {c.data.tags["slurm_job_id"] for c in children} == logs and len(logs) == 18
     assert len(expected) == 18 and got == expected
     config = client.download_artifacts(children[0].info.run_id, "config/config.yaml", str(tmp_path))
     assert "thinking_fairness_smoke" in Path(config).read_text()
