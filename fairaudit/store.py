@@ -79,7 +79,7 @@ def damage(key: str, kind: str, value: str, stored_checksum: str | None) -> str 
         return "does not parse"
     if kind in PROBABILITY_KINDS:
         for row in _probability_rows(parsed):
-            if abs(sum(row) - 1.0) > PROBABILITY_ATOL:
+            if not abs(sum(row) - 1.0) <= PROBABILITY_ATOL:  # NaN fails too
                 return f"has a probability row summing to {sum(row):.6g}"
     return None
 

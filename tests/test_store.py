@@ -131,6 +131,7 @@ def test_checks_beyond_the_checksum(tmp_path):
     assert damage("k", "generate", '{"text": 1', checksum("k", '{"text": 1')) == "does not parse"
     bad_row = "[[0.5, 0.5], [0.9, 0.547]]"
     assert damage("k", "depth_choice_probs", bad_row, checksum("k", bad_row)).startswith("has a probability row summing to 1.447")
+    assert damage("k", "choice_probs", "[NaN, 0.5]", checksum("k", "[NaN, 0.5]")) == "has a probability row summing to nan"
     assert damage("k", "choice_probs", "[0.25, 0.75]", checksum("k", "[0.25, 0.75]")) is None
     assert damage("k", "choice_probs", "[0.25, 0.75]", checksum("other", "[0.25, 0.75]")) == "fails its checksum"
 
