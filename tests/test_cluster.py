@@ -188,7 +188,7 @@ def test_smoke_study_on_slurm_matches_a_local_run(tmp_path, mlflow_server):
     children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
     assert len(children) == 18 and all(r.info.status == "FINISHED" for r in found)
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
-    logs = {p.name for p in (tmp_path / "slurm" / "multirun").glob("*/*/.submitit/*_*")}
+    logs = {p.name for p in (tmp_path / "slurm" / "multirun").glob("*/*/.submitit/*_*") if p.is_dir()}
     assert {c.data.tags["slurm_job_id"] for c in children} == logs and len(logs) == 18
     assert len(expected) == 18 and got == expected
     config = client.download_artifacts(children[0].info.run_id, "config/config.yaml", str(tmp_path))
