@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export FAIRAUDIT_DATA ?= $(abspath ../shared/data)
 ARGS ?=
 
-.PHONY: run test test-fast bench install clean
+.PHONY: run test test-fast test-cluster bench install clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,15 @@ test: $(STAMP)
 	$(PY) -m pytest $(ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(ARGS)
+	$(PY) -m pytest -m "not slow and not cluster" $(ARGS)
+
+# Real servers on loopback: PostgreSQL, an MLflow server, a one-node SLURM (README "Scale").
+# Runs as root; needs `apt-get install postgresql slurm-wlm munge`.
+CLUSTER_DIR ?= /tmp/fairaudit-slurm
+test-cluster: $(STAMP)
+	CLUSTER_DIR=$(CLUSTER_DIR) scripts/cluster.sh up
+	SLURM_CONF=$(CLUSTER_DIR)/slurm.conf $(PY) -m pytest -m cluster $(ARGS); rc=$$?; \
+	CLUSTER_DIR=$(CLUSTER_DIR) scripts/cluster.sh down; exit $$rc
 
 bench: $(STAMP)
 	$(PY) benchmarks/cdpg_depth.py

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import traceback
 
 from hydra.core.hydra_config import HydraConfig
@@ -18,7 +19,7 @@ from fairaudit.probes import AuditContext, ModelSpec, ProbeResult
 from fairaudit.prompts.yesno import P_YES_READINGS, Arm, Thinking
 from fairaudit.store import CachedBackend, Store
 from fairaudit.sweeps import HEADLINE_TAG, swept_in
-from fairaudit.tracking import KEY_TAG, Tracker, config_key, flatten, parent_run_id
+from fairaudit.tracking import KEY_TAG, Tracker, config_key, flatten, parent_run_id, tracking_failure
 from fairaudit.validate import validate
 
 ANSWER_SOURCES = ("parsed", "forced")
@@ -59,8 +60,17 @@ def checkpoint_spec(model: DictConfig) -> dict:
     return {"label": checkpoint.label, "path": checkpoint.path, "revision": checkpoint.revision}
 
 
+def slurm_job_id() -> str:
+    """This SLURM job's id as `squeue` and submitit write it: <array job>_<task> for an array task."""
+    if "SLURM_ARRAY_JOB_ID" in os.environ:
+        return f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    return os.environ["SLURM_JOB_ID"]
+
+
 def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
-    """Tags that let runs be filtered and compared across the grid, seeds and checkpoints."""
+    """Tags that let runs be filtered and compared across the grid, seeds and checkpoints
+    (and, for a job run by SLURM, its job id, which names its log folder)."""
+    slurm = {"slurm_job_id": slurm_job_id()} if "SLURM_JOB_ID" in os.environ else {}
     return {
         "model": cfg.model.name,
         "dataset": cfg.dataset.name,
@@ -70,6 +80,7 @@ def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
         "checkpoint": str(checkpoint_spec(cfg.model)["label"]),
         "fairaudit.kind": "job",
         "fairaudit.version": __version__,
+        **slurm,
     }
 
 
@@ -118,7 +129,7 @@ def run(cfg: DictConfig) -> ProbeResult:
     model_dir = resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
                                   checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"))
     inner = instantiate(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
-    backend = CachedBackend(inner, Store(cfg.store.path), chunk_size=cfg.model.batch_size)
+    backend = CachedBackend(inner, Store(cfg.store.url), chunk_size=cfg.model.batch_size)
 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     parent = parent_run_id(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
@@ -136,7 +147,7 @@ def run(cfg: DictConfig) -> ProbeResult:
         tracker.set_tags({HEADLINE_TAG: json.dumps(result.headline)})
     except BaseException as error:
         tracker.end(failed=True, error=failure_line(error))
-        raise
+        raise tracking_failure(error, cfg.tracking.uri) or error
     tracker.end()
     print_summary(run_name, result, run_id, cfg.tracking.uri)
     return result

@@ -51,6 +51,11 @@ def print_error(line: str) -> None:
     console.print(f"[bold red]error:[/bold red] {line}", highlight=False, soft_wrap=True)
 
 
+def warn(message: str) -> None:
+    """One `warning:` line: something was wrong and has been dealt with."""
+    console.print(f"[bold yellow]warning:[/bold yellow] {message}", highlight=False, soft_wrap=True)
+
+
 class RateColumn(ProgressColumn):
     """Items per second (or seconds per item) since the bar started: steady under batched, bursty progress."""
 

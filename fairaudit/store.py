@@ -1,70 +1,190 @@
-"""Content-addressed sqlite store of every generation and score, and the caching backend wrapper.
+"""Content-addressed store of every generation and score, and the caching backend wrapper.
 
 A result is keyed by (call kind, model fingerprint, exact token ids, decoding parameters,
-backend version). Results are committed chunk by chunk, so a killed run resumes where it
-stopped; WAL mode lets concurrent sweep jobs share one file.
+backend version) in one table, reached through an SQLAlchemy URL: a sqlite file (WAL mode) on
+one machine, a PostgreSQL server when many nodes share it. Each value carries a checksum written
+with it; a value that fails it, does not parse, or holds a probability row not summing to 1 is
+reported, deleted and recomputed. Results are committed chunk by chunk (first writer wins), so
+a killed run resumes where it stopped and concurrent jobs share work.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 
 from fairaudit.backends import Backend, Completion, DepthRequest, GenerationRequest, NLLRequest
-from fairaudit.console import progress
+from fairaudit.console import progress, warn
+from fairaudit.errors import AuditError
 
 STORE_VERSION = 1
+PROBABILITY_KINDS = ("choice_probs", "depth_choice_probs")  # values whose innermost rows are distributions
+PROBABILITY_ATOL = 1e-4
+INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+
+METADATA = sa.MetaData()
+RESULTS = sa.Table(
+    "results", METADATA,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("checksum", sa.String(64)),
+    sa.Column("created", sa.Float, nullable=False),
+)
+
+
+def store_url(location: str | Path) -> str:
+    """An SQLAlchemy URL as is; a plain path is a sqlite file (its folder is created)."""
+    text = str(location)
+    if "://" in text:
+        return text
+    path = Path(text).expanduser().resolve()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise AuditError(f"store.url {text}: cannot create its folder ({error.strerror})") from None
+    return f"sqlite:///{path}"
+
+
+def checksum(key: str, value: str) -> str:
+    """The checksum written with a value: binds the exact stored text to its key."""
+    return hashlib.sha256(f"{key}\0{value}".encode()).hexdigest()
+
+
+def _probability_rows(value) -> Iterator[list]:
+    """The innermost lists of a nested list of numbers."""
+    if value and isinstance(value[0], list):
+        for item in value:
+            yield from _probability_rows(item)
+    else:
+        yield value
+
+
+def damage(key: str, kind: str, value: str, stored_checksum: str | None) -> str | None:
+    """Why a stored row cannot be served, or None when it is sound."""
+    if stored_checksum != checksum(key, value):
+        return "fails its checksum"
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return "does not parse"
+    if kind in PROBABILITY_KINDS:
+        for row in _probability_rows(parsed):
+            if not abs(sum(row) - 1.0) <= PROBABILITY_ATOL:  # NaN fails too
+                return f"has a probability row summing to {sum(row):.6g}"
+    return None
 
 
 class Store:
-    """A key -> JSON value table in one sqlite file."""
+    """A key -> JSON value table behind an SQLAlchemy URL (or a sqlite file path)."""
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path).expanduser().resolve()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=60.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
-            "model TEXT NOT NULL, value TEXT NOT NULL, created REAL NOT NULL)"
-        )
-        self._db.commit()
+    def __init__(self, location: str | Path):
+        self.url = store_url(location)
+        try:
+            backend = sa.engine.make_url(self.url).get_backend_name()
+            if backend not in INSERTS:
+                raise AuditError(f"store.url {self.url!r}: only sqlite and postgresql stores are supported")
+            self.engine = sa.create_engine(self.url, **_engine_options(backend))
+        except (sa.exc.ArgumentError, ImportError) as error:
+            raise AuditError(f"store.url {self.url!r} is not usable: {error}") from None
+        self._insert = INSERTS[backend]
+        if backend == "sqlite":
+            sa.event.listen(self.engine, "connect", _sqlite_wal)
+        try:
+            self._create_table()
+        except sa.exc.DBAPIError as error:
+            raise AuditError(f"store.url {self.url!r} cannot be opened: {' '.join(str(error.orig).split())}") from None
+
+    def _create_table(self) -> None:
+        """The table, once (serialised across processes on PostgreSQL); a pre-checksum sqlite store gains the column."""
+        with self.engine.begin() as conn:
+            if self.engine.dialect.name == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('fairaudit.results'))"))
+            METADATA.create_all(conn)
+            if "checksum" not in {c["name"] for c in sa.inspect(conn).get_columns("results")}:
+                conn.execute(sa.text("ALTER TABLE results ADD COLUMN checksum VARCHAR(64)"))
+                rows = conn.execute(sa.select(RESULTS.c.key, RESULTS.c.value)).all()
+                if rows:
+                    conn.execute(RESULTS.update().where(RESULTS.c.key == sa.bindparam("k")).values(checksum=sa.bindparam("c")),
+                                 [{"k": k, "c": checksum(k, v)} for k, v in rows])
 
     def get_many(self, keys: Sequence[str]) -> dict[str, object]:
-        """Stored values of those keys that exist."""
+        """Sound stored values of those keys that exist; a damaged one is reported and deleted."""
         found: dict[str, object] = {}
         unique = list(dict.fromkeys(keys))
-        for start in range(0, len(unique), 500):
-            chunk = unique[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            for key, value in self._db.execute(f"SELECT key, value FROM results WHERE key IN ({marks})", chunk):
-                found[key] = json.loads(value)
+        with self.engine.connect() as conn:
+            for start in range(0, len(unique), 500):
+                query = sa.select(RESULTS).where(RESULTS.c.key.in_(unique[start:start + 500]))
+                for row in conn.execute(query):
+                    problem = damage(row.key, row.kind, row.value, row.checksum)
+                    if problem:
+                        self._discard(row, problem)
+                    else:
+                        found[row.key] = json.loads(row.value)
         return found
 
+    def _discard(self, row, problem: str) -> None:
+        warn(f"store value {row.key[:16]} ({row.kind}, {row.model}) {problem}; deleted, it will be recomputed")
+        with self.engine.begin() as conn:
+            conn.execute(RESULTS.delete().where(RESULTS.c.key == row.key, RESULTS.c.value == row.value))
+
     def put_many(self, kind: str, model: str, items: Sequence[tuple[str, object]]) -> None:
-        """Insert results and commit at once."""
+        """Insert results and commit at once; a key already stored keeps its first value."""
         now = time.time()
-        self._db.executemany(
-            "INSERT OR REPLACE INTO results (key, kind, model, value, created) VALUES (?, ?, ?, ?, ?)",
-            [(key, kind, model, json.dumps(value), now) for key, value in items],
-        )
-        self._db.commit()
+        rows = []
+        for key, value in items:
+            text = json.dumps(value)
+            rows.append({"key": key, "kind": kind, "model": model, "value": text, "checksum": checksum(key, text), "created": now})
+        self.put_rows(rows)
+
+    def put_rows(self, rows: Sequence[dict]) -> int:
+        """Insert whole rows (checksums included); returns how many keys were new."""
+        if not rows:
+            return 0
+        with self.engine.begin() as conn:
+            insert = self._insert(RESULTS).on_conflict_do_nothing(index_elements=["key"]).returning(RESULTS.c.key)
+            return len(conn.execute(insert, list(rows)).all())
+
+    def rows(self, batch: int = 1000) -> Iterator[sa.Row]:
+        """Every stored row, in key order, a batch at a time."""
+        last = ""
+        while True:
+            with self.engine.connect() as conn:
+                page = conn.execute(sa.select(RESULTS).where(RESULTS.c.key > last).order_by(RESULTS.c.key).limit(batch)).all()
+            yield from page
+            if len(page) < batch:
+                return
+            last = page[-1].key
 
     def count(self, kind: str | None = None) -> int:
         """Number of stored results, of one kind or all."""
-        if kind is None:
-            return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
-        return self._db.execute("SELECT COUNT(*) FROM results WHERE kind = ?", (kind,)).fetchone()[0]
+        query = sa.select(sa.func.count()).select_from(RESULTS)
+        if kind is not None:
+            query = query.where(RESULTS.c.kind == kind)
+        with self.engine.connect() as conn:
+            return conn.execute(query).scalar_one()
 
     def close(self) -> None:
-        self._db.close()
+        self.engine.dispose()
+
+
+def _engine_options(backend: str) -> dict:
+    if backend == "sqlite":
+        return {"connect_args": {"timeout": 60.0}}
+    return {"pool_pre_ping": True}
+
+
+def _sqlite_wal(dbapi_connection, _record) -> None:
+    dbapi_connection.execute("PRAGMA journal_mode=WAL")
 
 
 def call_key(kind: str, fingerprint: str, payload: object) -> str:
@@ -81,8 +201,9 @@ def generation_key(fingerprint: str, request: GenerationRequest) -> str:
 class CachedBackend:
     """Wraps a backend with the store: only calls missing from the store reach the model.
 
-    Results are computed in chunks of `chunk_size` and committed after each chunk.
-    `model_calls` counts the items sent to the model.
+    Results are computed in chunks of `chunk_size` and committed after each chunk; before a
+    chunk is computed the store is read again, so what another job committed meanwhile is
+    served, not recomputed. `model_calls` counts the items sent to the model.
     """
 
     def __init__(self, inner: Backend, store: Store, chunk_size: int = 8):
@@ -102,10 +223,13 @@ class CachedBackend:
         with progress(label, total=len(todo), done_before=len(keys) - len(missing)) as advance:
             for start in range(0, len(todo), self.chunk_size):
                 chunk = todo[start:start + self.chunk_size]
-                results = compute(chunk)
-                self.model_calls += len(chunk)
-                self.store.put_many(kind, self.fingerprint, [(keys[i], r) for i, r in zip(chunk, results)])
-                found.update({keys[i]: r for i, r in zip(chunk, results)})
+                found.update(self.store.get_many([keys[i] for i in chunk]))
+                fresh = [i for i in chunk if keys[i] not in found]
+                if fresh:
+                    results = compute(fresh)
+                    self.model_calls += len(fresh)
+                    self.store.put_many(kind, self.fingerprint, [(keys[i], r) for i, r in zip(fresh, results)])
+                    found.update({keys[i]: r for i, r in zip(fresh, results)})
                 advance(len(chunk))
         return [found[k] for k in keys]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -11,6 +12,8 @@ import socket
 import sqlite3
 import sys
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,19 @@ FAILED_JOBS_TAG = "fairaudit.failed_jobs"
 NOTE_TAG = "mlflow.note.content"           # the run's description in the MLflow UI
 PROCESS_TAGS = ("fairaudit.host", "fairaudit.pid", "fairaudit.pid_start")
 MAX_TAG = 8000
+
+
+def tracking_failure(error: BaseException, uri: str) -> "AuditError | None":
+    """The one-line error for a tracking server that stopped answering mid-run, or None for other errors."""
+    from mlflow.exceptions import MlflowException
+
+    from fairaudit.errors import AuditError
+
+    if isinstance(error, MlflowException) and uri.startswith(("http://", "https://")):
+        first_line = str(error).strip().splitlines()[0][:300]
+        return AuditError(f"tracking.uri {uri} failed mid-run ({first_line}); the results computed so far are in "
+                          "the store, a re-run logs them without model calls")
+    return None
 
 
 def flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
@@ -283,16 +299,21 @@ class Tracker:
             self.mlflow.log_text(text, name)
 
     def end(self, failed: bool = False, error: str | None = None) -> None:
-        """Close the run; `error` (one line) becomes its error tag and description."""
+        """Close the run; `error` (one line) becomes its error tag and description. Closing a failed run
+        is best effort: its tracking server may be the failure."""
         if self.run is None:
             return
         run_id = self.run.info.run_id
-        if error:
-            self.mlflow.set_tags({ERROR_TAG: error[:MAX_TAG], NOTE_TAG: error[:MAX_TAG]})
-        self.mlflow.end_run(status="FAILED" if failed else "FINISHED")
         self.run = None
-        if self.key and not failed:
-            supersede_ended(self.client, self.experiment_id, self.key, run_id)
+        if not failed:
+            self.mlflow.end_run(status="FINISHED")
+            if self.key:
+                supersede_ended(self.client, self.experiment_id, self.key, run_id)
+            return
+        with contextlib.suppress(Exception):
+            if error:
+                self.mlflow.set_tags({ERROR_TAG: error[:MAX_TAG], NOTE_TAG: error[:MAX_TAG]})
+            self.mlflow.end_run(status="FAILED")
 
 
 def _has_named_index(table: pd.DataFrame) -> bool:

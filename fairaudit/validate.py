@@ -128,7 +128,7 @@ def value_rules(max_context: Any) -> dict[str, Check]:
         "probe.truncation.offsets": list_of(number(-1, 1)), "probe.truncation.samples": integer(1),
         "probe.truncation.temperature": number(0, 10, lo_open=True), "probe.truncation.top_p": number(0, 1, lo_open=True),
         "probe.truncation.seed": integer(0, 2**32 - 1), "probe.truncation.max_new_tokens": optional(budget),
-        "store.path": text(), "tracking.uri": text(), "tracking.experiment": text(), "data.root": text(null=True),
+        "store.url": text(), "tracking.uri": text(), "tracking.experiment": text(), "data.root": text(null=True),
     }
     rules.update({f"arm.{key}": check for key, check in arm.items()})
     rules.update({f"probe.baseline_arm.{key}": check for key, check in arm.items()})
@@ -246,10 +246,14 @@ def sqlite_problem(key: str, path: Path) -> str | None:
     return None
 
 
-def store_problem(path: str) -> str | None:
-    if "://" in path and path.split("://")[0].split("+")[0] in SQL_SERVER_SCHEMES:
-        return None
-    return sqlite_problem("store.path", Path(path).expanduser())
+def store_problem(url: str) -> str | None:
+    """store.url: a sqlite file (a path or sqlite:/// URL) we can write; a database server is checked when opened."""
+    if url.startswith("sqlite:///"):
+        url = url[len("sqlite:///"):]
+    elif "://" in url:
+        return None if url.split("://")[0].split("+")[0] in SQL_SERVER_SCHEMES else \
+            f"store.url={url!r}: only sqlite files and postgresql servers are supported"
+    return sqlite_problem("store.url", Path(url).expanduser())
 
 
 def tracking_problem(uri: str) -> str | None:
@@ -290,7 +294,7 @@ def validate(cfg: DictConfig) -> None:
         raise AuditError(f"config does not resolve: {' '.join(str(error).split())}") from None
     if not problems:
         problems = backend_problems(cfg.backend, cfg.model.dtype) if "backend" in cfg else []
-        problems += [p for p in (store_problem(cfg.store.path), tracking_problem(cfg.tracking.uri)) if p]
+        problems += [p for p in (store_problem(cfg.store.url), tracking_problem(cfg.tracking.uri)) if p]
     if problems:
         raise AuditError("; ".join(problems))
 

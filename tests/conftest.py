@@ -28,7 +28,7 @@ def run_app(tmp_path: Path, *overrides: str, module: str = "fairaudit", timeout:
     """
     env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "PYTHONUNBUFFERED": "1", **(env or {})}
     places = [] if in_tmp else [
-        f"store.path={tmp_path}/store.sqlite",
+        f"store.url={tmp_path}/store.sqlite",
         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
         f"hydra.run.dir={tmp_path}/outputs",
         f"hydra.sweep.dir={tmp_path}/multirun",

@@ -110,6 +110,6 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     listed = subprocess.run([python, str(script), "list"], cwd=where, env={**ENV, **env}, capture_output=True, text=True)
     assert listed.returncode == 0 and "thinking_fairness" in listed.stdout, listed.stderr[-2000:]
     dry = subprocess.run([python, str(script), "dry_run=true", "model=tiny_qwen3", "dataset.n=1",
-                          f"store.path={tmp_path}/store.sqlite"],
+                          f"store.url={tmp_path}/store.sqlite"],
                          cwd=where, env={**ENV, **env}, capture_output=True, text=True, timeout=600)
     assert dry.returncode == 0 and dry.stdout.count("=== pair") == 2, dry.stderr[-3000:]

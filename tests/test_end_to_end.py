@@ -123,7 +123,7 @@ def test_killed_run_resumes_where_it_stopped(tmp_path):
     overrides = ["model=tiny_qwen3", "dataset.n=8", "model.batch_size=2", "model.max_think_tokens=32"]
     env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT)}
     store = tmp_path / "store.sqlite"
-    proc = subprocess.Popen([sys.executable, "-m", "fairaudit", f"store.path={store}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+    proc = subprocess.Popen([sys.executable, "-m", "fairaudit", f"store.url={store}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
                              f"hydra.run.dir={tmp_path}/outputs", *overrides], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stored = 0

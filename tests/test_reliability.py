@@ -124,7 +124,7 @@ def test_concurrent_first_starts_share_one_tracking_database(tmp_path):
 
 @pytest.mark.slow
 def test_two_concurrent_first_runs_both_finish(tmp_path):
-    places = [f"store.path={tmp_path}/store.sqlite", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
+    places = [f"store.url={tmp_path}/store.sqlite", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
     procs = [subprocess.Popen([sys.executable, "-m", "fairaudit", *places, f"hydra.run.dir={tmp_path}/out{i}", *TINY,
                                "dataset.n=1", f"dataset.seed={i}"], cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True) for i in range(2)]
@@ -183,7 +183,7 @@ MOMENTS: dict[str, tuple[Callable[[Path], bool], tuple[str, ...]]] = {
 
 def kill_when(tmp_path: Path, moment: Callable[[Path], bool], overrides: tuple[str, ...]) -> None:
     """Start the run and SIGKILL it (its whole process group) the moment `moment` holds."""
-    args = [sys.executable, "-m", "fairaudit", f"store.path={tmp_path}/store.sqlite",
+    args = [sys.executable, "-m", "fairaudit", f"store.url={tmp_path}/store.sqlite",
             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
             f"hydra.sweep.dir={tmp_path}/multirun", *TINY, *overrides]
     proc = subprocess.Popen(args, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -203,7 +203,7 @@ def test_kill_9_then_the_same_run_again_leaves_nothing_running_or_counted_twice(
 
     moment, overrides = MOMENTS[name]
     kill_when(tmp_path, moment, overrides)
-    rerun = subprocess.run([sys.executable, "-m", "fairaudit", f"store.path={tmp_path}/store.sqlite",
+    rerun = subprocess.run([sys.executable, "-m", "fairaudit", f"store.url={tmp_path}/store.sqlite",
                             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
                             f"hydra.sweep.dir={tmp_path}/multirun2", *TINY, *overrides], cwd=tmp_path, env=ENV,
                            capture_output=True, text=True, timeout=900)

@@ -25,7 +25,7 @@ def job_config(*overrides: str):
 
 def problem(tmp_path, *overrides: str) -> str | None:
     """validate()'s one line for the config with the overrides (places under tmp_path), or None."""
-    cfg = job_config(f"store.path={tmp_path}/store.sqlite", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *overrides)
+    cfg = job_config(f"store.url={tmp_path}/store.sqlite", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *overrides)
     try:
         validate(cfg)
     except AuditError as error:
@@ -67,7 +67,7 @@ def test_shipped_configs_pass(tmp_path, overrides):
     (["tracking.experiment=' '"], "tracking.experiment=' ' must be a non-empty string"),
     (["dataset.user_template='{who} {question}'"], "dataset.user_template="),
     (["tracking.uri=foo://bar"], "tracking.uri='foo://bar': unsupported scheme 'foo'"),
-    (["store.path=/proc/x/s.sqlite"], "store.path: cannot write /proc/x/s.sqlite"),
+    (["store.url=/proc/x/s.sqlite"], "store.url: cannot write /proc/x/s.sqlite"),
     (["tracking.uri=sqlite:////proc/x/mlflow.db"], "tracking.uri: cannot write /proc/x/mlflow.db"),
 ])
 def test_bad_value_is_one_line_naming_it(tmp_path, overrides, message):
@@ -91,7 +91,7 @@ def test_cuda_is_refused_where_there_is_none(tmp_path):
 
 def test_damaged_store_and_tracking_files_are_refused(tmp_path):
     (tmp_path / "store.sqlite").write_bytes(b"not a database, " * 512)
-    assert "store.path: " in problem(tmp_path) and "is not a readable sqlite database" in problem(tmp_path)
+    assert "store.url: " in problem(tmp_path) and "is not a readable sqlite database" in problem(tmp_path)
     (tmp_path / "store.sqlite").unlink()
     sqlite3.connect(tmp_path / "store.sqlite").execute("CREATE TABLE t (x)").connection.commit()
     (tmp_path / "mlflow.db").write_bytes(b"\x00garbage" * 1000)

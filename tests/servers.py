@@ -1,0 +1,115 @@
+"""Real servers for the cluster tests, on loopback in a temp dir, stopped by pid."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+PG_BIN = Path(os.environ.get("FAIRAUDIT_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(ready, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if ready():
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{what} not ready after {timeout:.0f} s")
+
+
+def stop_pid(pid: int, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
+    """Signal one process and wait until it is gone."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+            return False
+        except ProcessLookupError:
+            return True
+    wait_until(gone, timeout, f"process {pid} exit")
+
+
+class PostgresServer:
+    """initdb + pg_ctl as the `postgres` user (the tests run as root), trust auth on a loopback port."""
+
+    def __init__(self):
+        if not (PG_BIN / "initdb").exists():
+            pytest.skip(f"PostgreSQL binaries not found under {PG_BIN} (apt-get install postgresql)")
+        self.root = root = Path(tempfile.mkdtemp(prefix="fairaudit-pg-"))  # outside pytest's root-only tmp tree
+        root.chmod(0o777)
+        self.data = root / "pgdata"
+        self.port = free_port()
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        self._as_postgres([str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync"])
+        self._as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "-l", str(root / "pg.log"), "-o",
+                           f"-p {self.port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"])
+        self.pid = int((self.data / "postmaster.pid").read_text().split()[0])
+
+    def _as_postgres(self, args: list[str]) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        done = subprocess.run(prefix + args, capture_output=True, text=True, cwd=self.root)
+        if done.returncode:
+            raise RuntimeError(f"{args[0]} failed: {done.stderr or done.stdout}")
+
+    def stop(self) -> None:
+        stop_pid(self.pid, signal.SIGINT)  # fast shutdown
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class MlflowServer:
+    """`mlflow server` with a sqlite backend store and proxied artifacts (--serve-artifacts)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.port = free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.log = open(root / "mlflow-server.log", "ab")
+        self.proc = None
+        self.start()
+
+    def start(self) -> None:
+        mlflow = Path(sys.executable).with_name("mlflow")
+        self.proc = subprocess.Popen(
+            [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
+             "--backend-store-uri", f"sqlite:///{self.root}/server.db", "--serve-artifacts",
+             "--artifacts-destination", str(self.root / "artifacts")],
+            stdout=self.log, stderr=self.log, start_new_session=True)
+        wait_until(self._healthy, 180, "mlflow server")
+
+    def _healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited: see {self.root / 'mlflow-server.log'}")
+        try:
+            return urllib.request.urlopen(f"{self.uri}/health", timeout=2).status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """The server's whole process group (uvicorn/gunicorn workers), by the leader's pid."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
+
+
+def have(command: str) -> bool:
+    return shutil.which(command) is not None

@@ -1,0 +1,66 @@
+"""One of several processes sharing a store: `python tests/store_worker.py URL GO_FILE LOG IDS...`.
+
+Waits for GO_FILE (so all start at once), asks for a generation of each prompt id through
+CachedBackend (chunks of 2, each model call slow), and writes a JSON log: for every id it
+computed, when its last store read before that began; for every id it committed, when the
+commit had finished; and the texts it got.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from fairaudit.backends import Completion, GenerationRequest
+from fairaudit.store import CachedBackend, Store
+
+
+class TimedStore(Store):
+    """The store, noting when each read began and when each write was committed."""
+
+    read_started = 0.0
+    committed: dict[str, float] = {}
+
+    def get_many(self, keys):
+        self.read_started = time.time()
+        return super().get_many(keys)
+
+    def put_many(self, kind, model, items):
+        super().put_many(kind, model, items)
+        self.committed.update({key: time.time() for key, _ in items})
+
+
+class SlowModel:
+    """Echoes the prompt ids, 50 ms per item; notes what it computed and the read before it."""
+
+    fingerprint = "slow-echo"
+    tokenizer = None
+
+    def __init__(self, store: TimedStore):
+        self.store = store
+        self.computed: list[tuple[int, float]] = []
+
+    def generate(self, requests):
+        out = []
+        for r in requests:
+            self.computed.append((r.prompt_ids[0], self.store.read_started))
+            time.sleep(0.05)
+            out.append(Completion(text=f"echo {r.prompt_ids[0]}", token_ids=r.prompt_ids, finish_reason="stop"))
+        return out
+
+
+def main(url: str, go_file: str, log: str, ids: list[int]) -> None:
+    store = TimedStore(url)
+    model = SlowModel(store)
+    cached = CachedBackend(model, store, chunk_size=2)
+    while not Path(go_file).exists():
+        time.sleep(0.01)
+    texts = [c.text for c in cached.generate([GenerationRequest(prompt_ids=(i,), max_new_tokens=1) for i in ids])]
+    Path(log).write_text(json.dumps({"computed": model.computed, "committed": store.committed, "texts": texts,
+                                     "model_calls": cached.model_calls}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], [int(i) for i in sys.argv[4:]])

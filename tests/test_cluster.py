@@ -1,0 +1,230 @@
+"""Beyond one machine, against real servers on loopback: a PostgreSQL store shared by concurrent
+processes, an MLflow tracking server, and sweeps through a one-node SLURM (`scripts/cluster.sh up`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+from mlflow.tracking import MlflowClient
+
+from fairaudit import store_cli
+from fairaudit.backends import GenerationRequest
+from fairaudit.store import RESULTS, CachedBackend, Store, generation_key
+from tests.conftest import REPO, run_app
+from tests.servers import MlflowServer, PostgresServer, free_port, have
+from tests.test_store import ScriptedBackend, requests
+
+pytestmark = pytest.mark.cluster
+TINY = ["model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8"]
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    server = PostgresServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres, request):
+    """A fresh database on the server for each test."""
+    name = "t_" + request.node.name.lower().replace("[", "_").replace("]", "").replace("-", "_")[:50]
+    admin = sa.create_engine(postgres.url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return postgres.url.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """One server for the module (it takes a while to start); each test logs to its own experiment."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    yield server
+    server.stop()
+
+
+def slurm_up() -> bool:
+    return have("sinfo") and subprocess.run(["sinfo", "-h"], capture_output=True).returncode == 0
+
+
+def job_metrics(client: MlflowClient, experiment: str) -> tuple[list, dict]:
+    """A sweep's runs, and each job's metrics (but model_calls, which depends on job order) by (model, dataset, probe)."""
+    found = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], max_results=1000)
+    jobs = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
+    return found, {(r.data.tags["model"], r.data.tags["dataset"], r.data.tags["probe"]):
+                   {k: v for k, v in r.data.metrics.items() if k != "model_calls"} for r in jobs}
+
+
+def test_four_processes_on_overlapping_keys_lose_nothing_and_recompute_nothing_committed(tmp_path, pg_url):
+    """Each process asks for 20 of 35 ids, in its own order; afterwards every id is stored once with
+    the right value, and no process computed an id whose commit had finished before its last read."""
+    id_sets = [list(range(5 * p, 5 * p + 20)) for p in range(4)]
+    for p, ids in enumerate(id_sets):
+        random.Random(p).shuffle(ids)
+    Store(pg_url)  # the table exists before the race (its creation is itself serialised)
+    go = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, str(REPO / "tests" / "store_worker.py"), pg_url, str(go), str(tmp_path / f"log{p}.json"),
+                               *map(str, ids)], env=env) for p, ids in enumerate(id_sets)]
+    time.sleep(3)  # every worker imported and waiting
+    go.touch()
+    assert [proc.wait(timeout=300) for proc in procs] == [0, 0, 0, 0]
+    logs = [json.loads((tmp_path / f"log{p}.json").read_text()) for p in range(4)]
+
+    key = {i: generation_key("slow-echo", GenerationRequest(prompt_ids=(i,), max_new_tokens=1)) for i in range(35)}
+    committed = {}
+    for log in logs:
+        for k, t in log["committed"].items():
+            committed[k] = min(t, committed.get(k, t))
+    recomputed = [(i, p) for p, log in enumerate(logs) for i, read_started in log["computed"] if committed[key[i]] < read_started]
+    assert recomputed == []
+    for ids, log in zip(id_sets, logs):
+        assert log["texts"] == [f"echo {i}" for i in ids]
+    store = Store(pg_url)
+    assert store.count() == 35
+    with store.engine.connect() as conn:
+        assert {k: v for k, v in conn.execute(sa.select(RESULTS.c.key, RESULTS.c.value))} == {
+            key[i]: json.dumps({"text": f"echo {i}", "token_ids": [i], "finish_reason": "stop"}) for i in range(35)}
+    total = sum(log["model_calls"] for log in logs)
+    print(f"4 processes x 20 ids (35 distinct): {total} model calls")
+    assert 35 <= total < 80
+
+    rerun = CachedBackend(ScriptedBackend("slow-echo"), Store(pg_url))
+    assert [c.text for c in rerun.generate([GenerationRequest(prompt_ids=(i,), max_new_tokens=1) for i in range(35)])] == [
+        f"echo {i}" for i in range(35)]
+    assert rerun.model_calls == 0
+
+
+def test_damaged_value_on_postgres_is_recomputed(pg_url, capfd):
+    first = CachedBackend(ScriptedBackend(), Store(pg_url))
+    probs = first.choice_probs([(1, 2), (3, 4)], [[1], [2]])
+    store = Store(pg_url)
+    with store.engine.begin() as conn:
+        conn.execute(RESULTS.update().where(RESULTS.c.kind == "choice_probs").values(value="[0.9, 0.547]"))
+    again = CachedBackend(ScriptedBackend(), Store(pg_url))
+    np.testing.assert_array_equal(again.choice_probs([(1, 2), (3, 4)], [[1], [2]]), probs)
+    assert again.model_calls == 2
+    assert capfd.readouterr().err.count("warning:") == 2
+    assert store_cli.main(["verify", "--store", pg_url]) == 0
+
+
+def test_export_import_between_postgres_and_a_laptop_sqlite(tmp_path, pg_url, capsys):
+    cluster = CachedBackend(ScriptedBackend(), Store(pg_url), chunk_size=3)
+    outputs = cluster.generate(requests(6))
+    probs = cluster.choice_probs([(1, 2), (3, 4)], [[1], [2]])
+    assert store_cli.main(["export", str(tmp_path / "cluster-run.sqlite"), "--store", pg_url]) == 0
+    laptop = CachedBackend(ScriptedBackend(), Store(tmp_path / "cluster-run.sqlite"))
+    assert laptop.generate(requests(6)) == outputs
+    np.testing.assert_array_equal(laptop.choice_probs([(1, 2), (3, 4)], [[1], [2]]), probs)
+    assert laptop.model_calls == 0
+
+    CachedBackend(ScriptedBackend(), Store(tmp_path / "cluster-run.sqlite")).generate(requests(9))  # 3 more on the laptop
+    assert store_cli.main(["import", str(tmp_path / "cluster-run.sqlite"), "--store", pg_url]) == 0
+    assert "3 copied, 8 already present" in capsys.readouterr().out
+    assert Store(pg_url).count() == 11
+    back = CachedBackend(ScriptedBackend(), Store(pg_url))
+    back.generate(requests(9))
+    assert back.model_calls == 0
+
+
+def test_audit_rerun_against_postgres_makes_zero_model_calls(tmp_path, pg_url):
+    for attempt in range(2):
+        result = run_app(tmp_path, *TINY, f"store.url={pg_url}", in_tmp=True)
+        assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id], order_by=["attributes.start_time"])
+    assert [r.data.metrics["model_calls"] for r in runs] == [2 * 2 * 2 * 2, 0]
+
+
+def test_joblib_sweep_reports_to_the_mlflow_server(tmp_path, mlflow_server):
+    result = run_app(tmp_path, *TINY, "tracking=server", f"tracking.uri={mlflow_server.uri}", "tracking.experiment=joblib",
+                     "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "-m", "dataset=adult,compas", in_tmp=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(mlflow_server.uri)
+    found = client.search_runs([client.get_experiment_by_name("joblib").experiment_id])
+    (parent,) = [r for r in found if r.data.tags.get("fairaudit.kind") == "sweep"]
+    children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
+    assert len(children) == 2 and all(r.info.status == "FINISHED" for r in found)
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    keys = set(sqlite3.connect(tmp_path / ".fairaudit" / "store.sqlite").execute("SELECT key FROM results").fetchall())
+    for child in children:
+        assert child.info.artifact_uri.startswith("mlflow-artifacts:")
+        records = pd.read_parquet(client.download_artifacts(child.info.run_id, "records/records.parquet", str(tmp_path / child.info.run_id)))
+        assert len(records) > 0 and {(h,) for h in records["prompt_hash"]} <= keys
+
+
+@pytest.mark.skipif(not slurm_up(), reason="no SLURM here: scripts/cluster.sh up, then export SLURM_CONF=...")
+def test_smoke_study_on_slurm_matches_a_local_run(tmp_path, mlflow_server):
+    """Every job of the smoke study a SLURM job reporting to the server, under one parent, with the
+    metrics of the same sweep run locally (each sweep with its own store, so both compute everything)."""
+    (tmp_path / "local").mkdir()
+    (tmp_path / "slurm").mkdir()
+    local = run_app(tmp_path / "local", "+experiment=thinking_fairness_smoke", "-m", in_tmp=True, timeout=1800)
+    assert local.returncode == 0, local.stderr[-3000:]
+    slurm = run_app(tmp_path / "slurm", "+experiment=thinking_fairness_smoke", "tracking=server", f"tracking.uri={mlflow_server.uri}",
+                    "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.cpus_per_task=1",
+                    "hydra.launcher.mem_gb=3", "hydra.launcher.timeout_min=30", "hydra.launcher.array_parallelism=2",
+                    'hydra.launcher.setup=["export OMP_NUM_THREADS=1"]', "-m", in_tmp=True, timeout=1800,
+                    env={"OMP_NUM_THREADS": "1"})
+    assert slurm.returncode == 0, slurm.stderr[-3000:]
+
+    _, expected = job_metrics(MlflowClient(f"sqlite:///{tmp_path}/local/mlflow.db"), "thinking_fairness_smoke")
+    client = MlflowClient(mlflow_server.uri)
+    found, got = job_metrics(client, "thinking_fairness_smoke")
+    (parent,) = [r for r in found if r.data.tags.get("fairaudit.kind") == "sweep"]
+    children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
+    assert len(children) == 18 and all(r.info.status == "FINISHED" for r in found)
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    logs = {p.name for p in (tmp_path / "slurm" / "multirun").glob("*/*/.submitit/*_*") if p.is_dir()}
+    assert {c.data.tags["slurm_job_id"] for c in children} == logs and len(logs) == 18
+    assert len(expected) == 18 and got == expected
+    config = client.download_artifacts(children[0].info.run_id, "config/config.yaml", str(tmp_path))
+    assert "thinking_fairness_smoke" in Path(config).read_text()
+
+
+def test_server_down_mid_run_fails_cleanly_and_keeps_the_results(tmp_path, mlflow_server):
+    """Last in the module: it stops the shared server."""
+    store = tmp_path / "store.sqlite"
+    env = {**os.environ, "FAIRAUDIT_DATA": os.environ.get("FAIRAUDIT_DATA", str(REPO.parent / "shared" / "data")),
+           "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5", "OMP_NUM_THREADS": "1"}
+    overrides = ["model=tiny_qwen3", "dataset.n=8", "model.batch_size=2", "model.max_think_tokens=32", "tracking=server",
+                 f"tracking.uri={mlflow_server.uri}", "tracking.experiment=mid_run", f"store.url={store}", f"hydra.run.dir={tmp_path}/outputs"]
+    proc = subprocess.Popen([sys.executable, "-m", "fairaudit", *overrides], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and stored(store) < 2:
+        time.sleep(0.2)
+    mlflow_server.stop()
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 2, err[-3000:]
+    assert "Traceback" not in err
+    (line,) = [l for l in err.splitlines() if l.startswith("error:")]
+    assert f"tracking.uri {mlflow_server.uri} failed mid-run" in line
+    assert stored(store) == 8 * 2 * 2 * 2
+
+    local = [o for o in overrides if not o.startswith("tracking")] + [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
+    again = subprocess.run([sys.executable, "-m", "fairaudit", *local], cwd=REPO, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
+    assert run.data.metrics["model_calls"] == 0
+
+
+def stored(path: Path) -> int:
+    try:
+        return sqlite3.connect(path).execute("SELECT COUNT(*) FROM results").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
