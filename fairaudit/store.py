@@ -78,11 +78,19 @@ def generation_key(fingerprint: str, request: GenerationRequest) -> str:
     return call_key("generate", fingerprint, asdict(request))
 
 
+def array_json(values) -> list:
+    """An array result (probabilities) as nested float lists for the store."""
+    return np.asarray(values, dtype=float).tolist()
+
+
 class CachedBackend:
     """Wraps a backend with the store: only calls missing from the store reach the model.
 
-    Results are computed in chunks of `chunk_size` and committed after each chunk.
-    `model_calls` counts the items sent to the model.
+    A batch backend gets the missing calls in chunks of `chunk_size`. A backend that streams
+    results (`streams_results`: its calls take `on_result(i, result)`, e.g. a server pool that
+    bounds its own in-flight requests) gets them all at once. Either way results are committed
+    every `chunk_size` arrivals and, when a call fails, before the failure propagates, so a
+    re-run resumes. `model_calls` counts the results the model produced.
     """
 
     def __init__(self, inner: Backend, store: Store, chunk_size: int = 8):
@@ -91,30 +99,55 @@ class CachedBackend:
         self.tokenizer = inner.tokenizer
         self.store = store
         self.chunk_size = max(1, chunk_size)
+        self.streams = getattr(inner, "streams_results", False)
         self.model_calls = 0
 
-    def _cached(self, kind: str, payloads: Sequence[object], compute: Callable[[list[int]], list], label: str) -> list:
+    def _cached(self, kind: str, payloads: Sequence[object], compute: Callable, label: str) -> list:
+        """compute(indices, receive) sends payloads[indices] to the model; receive(i, json_result) takes each result."""
         keys = [call_key(kind, self.fingerprint, p) for p in payloads]
         found = self.store.get_many(keys)
         missing = [i for i, k in enumerate(keys) if k not in found]
         first_of_key: dict[str, int] = {}
         todo = [i for i in missing if first_of_key.setdefault(keys[i], i) == i]
+        pending: list[tuple[str, object]] = []
+
+        def commit() -> None:
+            if pending:
+                self.store.put_many(kind, self.fingerprint, pending)
+                pending.clear()
+
         with progress(label, total=len(todo), done_before=len(keys) - len(missing)) as advance:
-            for start in range(0, len(todo), self.chunk_size):
-                chunk = todo[start:start + self.chunk_size]
-                results = compute(chunk)
-                self.model_calls += len(chunk)
-                self.store.put_many(kind, self.fingerprint, [(keys[i], r) for i, r in zip(chunk, results)])
-                found.update({keys[i]: r for i, r in zip(chunk, results)})
-                advance(len(chunk))
+            def receive(i: int, result: object) -> None:
+                found[keys[i]] = result
+                pending.append((keys[i], result))
+                self.model_calls += 1
+                advance(1)
+                if len(pending) >= self.chunk_size:
+                    commit()
+
+            step = len(todo) if self.streams else self.chunk_size
+            try:
+                for start in range(0, len(todo), max(step, 1)):
+                    compute(todo[start:start + step], receive)
+            finally:
+                commit()
         return [found[k] for k in keys]
+
+    def _call(self, method: Callable, items: list, args: tuple, idx: list[int], receive: Callable,
+              to_json: Callable) -> None:
+        """method(items, *args); each result, as JSON, goes to receive(idx[j], ...) (as it arrives when streamed)."""
+        if self.streams:
+            method(items, *args, on_result=lambda j, result: receive(idx[j], to_json(result)))
+        else:
+            for i, result in zip(idx, method(items, *args)):
+                receive(i, to_json(result))
 
     def generate(self, requests: Sequence[GenerationRequest], label: str = "generate") -> list[Completion]:
         """Completions for the requests, from the store where present."""
         payloads = [asdict(r) for r in requests]
 
-        def compute(idx: list[int]) -> list[dict]:
-            return [asdict(c) for c in self.inner.generate([requests[i] for i in idx])]
+        def compute(idx: list[int], receive: Callable) -> None:
+            self._call(self.inner.generate, [requests[i] for i in idx], (), idx, receive, asdict)
 
         rows = self._cached("generate", payloads, compute, label)
         return [Completion(text=r["text"], token_ids=tuple(r["token_ids"]), finish_reason=r["finish_reason"]) for r in rows]
@@ -124,8 +157,8 @@ class CachedBackend:
         choice_lists = [list(c) for c in choices]
         payloads = [{"prefix": list(p), "choices": choice_lists} for p in prefixes]
 
-        def compute(idx: list[int]) -> list[list[float]]:
-            return self.inner.choice_probs([prefixes[i] for i in idx], choice_lists).tolist()
+        def compute(idx: list[int], receive: Callable) -> None:
+            self._call(self.inner.choice_probs, [prefixes[i] for i in idx], (choice_lists,), idx, receive, array_json)
 
         return np.array(self._cached("choice_probs", payloads, compute, label), dtype=float).reshape(len(prefixes), len(choices))
 
@@ -134,7 +167,8 @@ class CachedBackend:
         choice_lists = [list(c) for c in choices]
         payloads = [{**asdict(r), "choices": choice_lists} for r in requests]
 
-        def compute(idx: list[int]) -> list[list[list[float]]]:
-            return [a.tolist() for a in self.inner.depth_choice_probs([requests[i] for i in idx], choice_lists)]
+        def compute(idx: list[int], receive: Callable) -> None:
+            self._call(self.inner.depth_choice_probs, [requests[i] for i in idx], (choice_lists,), idx, receive,
+                       array_json)
 
         return [np.array(r, dtype=float) for r in self._cached("depth_choice_probs", payloads, compute, label)]
