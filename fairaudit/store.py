@@ -102,8 +102,9 @@ class CachedBackend:
         self.streams = getattr(inner, "streams_results", False)
         self.model_calls = 0
 
-    def _cached(self, kind: str, payloads: Sequence[object], compute: Callable, label: str) -> list:
-        """compute(indices, receive) sends payloads[indices] to the model; receive(i, json_result) takes each result."""
+    def _cached(self, kind: str, payloads: Sequence[object], label: str, method: Callable, items: Sequence,
+                extra: tuple = (), to_json: Callable = array_json) -> list:
+        """Results of method(items, *extra), read from the store where present, stored as to_json(result)."""
         keys = [call_key(kind, self.fingerprint, p) for p in payloads]
         found = self.store.get_many(keys)
         missing = [i for i, k in enumerate(keys) if k not in found]
@@ -118,57 +119,43 @@ class CachedBackend:
 
         with progress(label, total=len(todo), done_before=len(keys) - len(missing)) as advance:
             def receive(i: int, result: object) -> None:
-                found[keys[i]] = result
-                pending.append((keys[i], result))
+                found[keys[i]] = to_json(result)
+                pending.append((keys[i], found[keys[i]]))
                 self.model_calls += 1
                 advance(1)
                 if len(pending) >= self.chunk_size:
                     commit()
 
-            step = len(todo) if self.streams else self.chunk_size
+            step = max(len(todo), 1) if self.streams else self.chunk_size
             try:
-                for start in range(0, len(todo), max(step, 1)):
-                    compute(todo[start:start + step], receive)
+                for start in range(0, len(todo), step):
+                    idx = todo[start:start + step]
+                    batch = [items[i] for i in idx]
+                    if self.streams:
+                        method(batch, *extra, on_result=lambda j, result: receive(idx[j], result))
+                    else:
+                        for i, result in zip(idx, method(batch, *extra)):
+                            receive(i, result)
             finally:
                 commit()
         return [found[k] for k in keys]
 
-    def _call(self, method: Callable, items: list, args: tuple, idx: list[int], receive: Callable,
-              to_json: Callable) -> None:
-        """method(items, *args); each result, as JSON, goes to receive(idx[j], ...) (as it arrives when streamed)."""
-        if self.streams:
-            method(items, *args, on_result=lambda j, result: receive(idx[j], to_json(result)))
-        else:
-            for i, result in zip(idx, method(items, *args)):
-                receive(i, to_json(result))
-
     def generate(self, requests: Sequence[GenerationRequest], label: str = "generate") -> list[Completion]:
         """Completions for the requests, from the store where present."""
         payloads = [asdict(r) for r in requests]
-
-        def compute(idx: list[int], receive: Callable) -> None:
-            self._call(self.inner.generate, [requests[i] for i in idx], (), idx, receive, asdict)
-
-        rows = self._cached("generate", payloads, compute, label)
+        rows = self._cached("generate", payloads, label, self.inner.generate, requests, to_json=asdict)
         return [Completion(text=r["text"], token_ids=tuple(r["token_ids"]), finish_reason=r["finish_reason"]) for r in rows]
 
     def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]], label: str = "score") -> np.ndarray:
         """Choice probabilities per prefix, from the store where present."""
         choice_lists = [list(c) for c in choices]
         payloads = [{"prefix": list(p), "choices": choice_lists} for p in prefixes]
-
-        def compute(idx: list[int], receive: Callable) -> None:
-            self._call(self.inner.choice_probs, [prefixes[i] for i in idx], (choice_lists,), idx, receive, array_json)
-
-        return np.array(self._cached("choice_probs", payloads, compute, label), dtype=float).reshape(len(prefixes), len(choices))
+        rows = self._cached("choice_probs", payloads, label, self.inner.choice_probs, prefixes, (choice_lists,))
+        return np.array(rows, dtype=float).reshape(len(prefixes), len(choices))
 
     def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]], label: str = "depth") -> list[np.ndarray]:
         """Choice probabilities at every cut of each trace, from the store where present."""
         choice_lists = [list(c) for c in choices]
         payloads = [{**asdict(r), "choices": choice_lists} for r in requests]
-
-        def compute(idx: list[int], receive: Callable) -> None:
-            self._call(self.inner.depth_choice_probs, [requests[i] for i in idx], (choice_lists,), idx, receive,
-                       array_json)
-
-        return [np.array(r, dtype=float) for r in self._cached("depth_choice_probs", payloads, compute, label)]
+        rows = self._cached("depth_choice_probs", payloads, label, self.inner.depth_choice_probs, requests, (choice_lists,))
+        return [np.array(r, dtype=float) for r in rows]
