@@ -52,12 +52,12 @@ def served_posts(log) -> int:
     return log.read_text().count('POST /v1/completions HTTP/1.1" 200')
 
 
-def records(tmp_path, name: str) -> pd.DataFrame:
-    """The records of the one run in tmp_path's MLflow store, in a stable row order."""
+def records(tmp_path, order: list[str]) -> pd.DataFrame:
+    """The records of the one run in tmp_path's MLflow store, sorted by `order`."""
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     (run,) = client.search_runs(client.get_experiment_by_name("fairaudit").experiment_id)
-    frame = pd.read_parquet(client.download_artifacts(run.info.run_id, f"records/{name}.parquet", str(tmp_path)))
-    return frame.sort_values(["arm", "pair_id", "side"]).reset_index(drop=True)
+    frame = pd.read_parquet(client.download_artifacts(run.info.run_id, "records/records.parquet", str(tmp_path)))
+    return frame.sort_values(order).reset_index(drop=True)
 
 
 def test_default_audit_matches_hf(tmp_path, replicas):
@@ -66,14 +66,15 @@ def test_default_audit_matches_hf(tmp_path, replicas):
     local = run_app(tmp_path / "hf", "backend=hf")
     assert served.returncode == 0, served.stderr[-3000:]
     assert local.returncode == 0, local.stderr[-3000:]
-    ours, theirs = records(tmp_path / "openai", "records"), records(tmp_path / "hf", "records")
+    order = ["arm", "pair_id", "side"]
+    ours, theirs = records(tmp_path / "openai", order), records(tmp_path / "hf", order)
     assert len(ours) == len(theirs) == 80
     assert (ours["prompt"] == theirs["prompt"]).all()
     same = ours["text"] == theirs["text"]
     print(f"\ntoken-identical greedy generations (openai vs hf): {same.sum()}/{len(same)}")
     gap = (ours["p_yes"] - theirs["p_yes"]).abs()[same]
     print(f"max |P(Yes) openai - hf| on identical generations: {gap.max():.2e}")
-    assert same.sum() >= 76  # a near-tie may split a few long think traces; the count is printed
+    assert same.all()  # measured: 80/80, P(Yes) within 3.1e-6
     assert gap.max() <= P_YES_TOLERANCE
 
 
@@ -98,7 +99,7 @@ def test_chat_mode_runs_the_position_probe_end_to_end(tmp_path, replicas):
     done = run_app(tmp_path, "backend=openai", f"backend.base_url={replicas[0][0]}", "backend.mode=chat",
                    "probe=position", "dataset=mmlu", "arm=direct", "dataset.n=3")
     assert done.returncode == 0, done.stderr[-3000:]
-    frame = records(tmp_path, "records").sort_values(["question_id", "permutation"])
+    frame = records(tmp_path, ["question_id", "permutation"])
     assert len(frame) == 12 and frame["text"].str.len().gt(0).all()
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     (run,) = client.search_runs(client.get_experiment_by_name("fairaudit").experiment_id)
