@@ -29,7 +29,7 @@ def free_port() -> int:
 def start_server(model_dir: str | Path, port: int, name: str = "smollm2", log: Path | None = None,
                  extra_args: tuple[str, ...] = (), kv_cache_gib: int = 1) -> subprocess.Popen:
     """Start a vLLM OpenAI server on 127.0.0.1:port serving `model_dir` as `name` (fp32, eager, CPU-sized)."""
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "PYTHONUNBUFFERED": "1"}  # the log as it happens
     args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
             "--served-model-name", name, "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
             "--host", "127.0.0.1", "--port", str(port), *extra_args]
