@@ -100,6 +100,7 @@ class Replicas:
         self.max_retries, self.retry_backoff_s = max_retries, retry_backoff_s
         self.down_until = {url: 0.0 for url in self.urls}
         self.sent = {url: 0 for url in self.urls}  # requests sent to each replica (retries included)
+        self.answered = {url: 0 for url in self.urls}  # well-formed answers from each replica
         self._turn = itertools.count()
 
     def run(self, jobs: Sequence[Job], on_result: Callable[[int, Any], None]) -> None:
@@ -161,10 +162,12 @@ class Replicas:
             if status != 200:
                 raise AuditError(f"server {url} answered HTTP {status} to POST {path}: {response.text[:200]!r}")
             try:
-                return parse(response.json())
+                result = parse(response.json())
             except (ValueError, KeyError, IndexError, TypeError, Malformed) as exc:
                 raise AuditError(f"server {url} sent a malformed body to POST {path} ({type(exc).__name__}: {exc}): "
                                  f"{response.text[:120]!r}") from None
+            self.answered[url] += 1
+            return result
         raise AuditError(f"{failure} (gave up after {self.max_retries} retries)")
 
 
