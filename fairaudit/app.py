@@ -8,6 +8,7 @@ import traceback
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -26,6 +27,16 @@ ANSWER_SOURCES = ("parsed", "forced")
 AXES = ("model", "dataset", "probe", "arm", "seed", "checkpoint")  # the grid's axes: tags, and short params
 AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",), "seed": ("dataset.seed",),
              "checkpoint": ("model.checkpoint", "model.checkpoint.label")}  # grid axis -> override keys that set it
+
+
+def build(node: DictConfig, **kwargs):
+    """hydra's instantiate, with an AuditError raised inside a constructor surfacing as itself (one line)."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, AuditError):
+            raise error.__cause__ from None
+        raise
 
 
 def model_spec(model: DictConfig) -> ModelSpec:
@@ -50,6 +61,13 @@ def check_fit(arms: list[Arm], dataset, family: str, spec: ModelSpec, probe_name
             raise AuditError(f"probe {probe_name!r} takes {family} arms; arm {arm.name!r} is a {arm.family} arm")
         if arm.think and spec.thinking.style == "none":
             raise AuditError(f"arm {arm.name!r} needs a model that thinks; model {spec.name!r} has thinking.style=none")
+
+
+def check_scores(backend, probe, probe_name: str) -> None:
+    """A backend that only generates (`can_score` false, e.g. openai in chat mode) runs only probes that need no scores."""
+    if getattr(probe, "needs_scores", True) and not getattr(backend, "can_score", True):
+        raise AuditError(f"probe {probe_name!r} needs answer scores (P(Yes), forced answers, depth reads), which "
+                         "backend.mode=chat cannot give; use backend.mode=completions or probe=position")
 
 
 def checkpoint_spec(model: DictConfig) -> dict:
@@ -118,8 +136,8 @@ def run(cfg: DictConfig) -> ProbeResult:
     choices = dict(hydra_cfg.runtime.choices)
     spec = model_spec(cfg.model)
     arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
-    probe = instantiate(cfg.probe, _convert_="all")
-    dataset = instantiate(cfg.dataset)
+    probe = build(cfg.probe, _convert_="all")
+    dataset = build(cfg.dataset)
     arms = probe.arms(arm)
     check_fit(arms, dataset, probe.family, spec, choices.get("probe", "?"))
     dataset.check()
@@ -128,7 +146,8 @@ def run(cfg: DictConfig) -> ProbeResult:
         return preview(cfg.model, checkpoint, dataset, arms, spec, getattr(probe, "think_instruction", ""))
     model_dir = resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
                                   checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"))
-    inner = instantiate(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
+    inner = build(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
+    check_scores(inner, probe, choices.get("probe", "?"))
     backend = CachedBackend(inner, Store(cfg.store.url), chunk_size=cfg.model.batch_size)
 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)

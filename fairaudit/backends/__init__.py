@@ -3,6 +3,10 @@
 All calls are batched and work on token ids, so the store can key them exactly.
 Backends share helpers as free functions (`fairaudit.backends.common`), never by
 inheritance; caching is a wrapper (`fairaudit.store.CachedBackend`), not a base class.
+
+Two optional attributes: `streams_results = True` for a backend whose calls also take
+`on_result(i, result)` and call it as each result arrives (a server pool; the store commits
+them as they come), and `can_score = False` for one that only generates (chat-only APIs).
 """
 
 from __future__ import annotations

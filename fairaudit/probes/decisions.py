@@ -87,6 +87,7 @@ class PairedProbe:
     """Base of probes comparing the grid's arm (treatment) with the probe's `baseline_arm` on pairs."""
 
     family = "decision"
+    needs_scores = True  # every record carries P(Yes)
 
     def __init__(self, baseline_arm: dict):
         self.baseline = Arm(**baseline_arm)

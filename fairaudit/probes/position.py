@@ -65,6 +65,7 @@ class PositionProbe:
     """Position bias (PBS, CCP, Eff-Sw, length quartiles) of the grid's MCQ arm, plus the truncation intervention."""
 
     family = "mcq"
+    needs_scores = False  # answers are parsed from generations alone
 
     def __init__(self, think_instruction: str = "", letter_fallback: bool = True, mention_case: str = "insensitive",
                  truncation: dict | None = None):
