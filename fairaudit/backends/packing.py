@@ -34,9 +34,17 @@ def _check_request(request: DepthRequest) -> None:
         raise ValueError("a cut of 0 with an empty prompt and an empty suffix leaves nothing to read")
 
 
-def _split(probs: np.ndarray, requests: Sequence[DepthRequest]) -> list[np.ndarray]:
+def split_by_request(probs: np.ndarray, requests: Sequence[DepthRequest]) -> list[np.ndarray]:
+    """Rows of `probs` (one per cut, requests in order) split into one array per request."""
     bounds = np.cumsum([len(r.cuts) for r in requests])[:-1]
     return np.split(probs, bounds) if requests else []
+
+
+def depth_sequences(requests: Sequence[DepthRequest]) -> list[list[int]]:
+    """The naive re-feed: prompt + trace[:cut] + suffix for every cut of every request, in order."""
+    for request in requests:
+        _check_request(request)
+    return [list(r.prompt_ids) + list(r.trace_ids[:cut]) + list(r.suffix_ids) for r in requests for cut in r.cuts]
 
 
 def naive_depth_probs(
@@ -51,17 +59,13 @@ def naive_depth_probs(
 
     Returns one (len(cuts), len(choices)) float64 array per request, rows summing to 1.
     """
-    for request in requests:
-        _check_request(request)
-    sequences = [
-        list(r.prompt_ids) + list(r.trace_ids[:cut]) + list(r.suffix_ids) for r in requests for cut in r.cuts
-    ]
+    sequences = depth_sequences(requests)
     chunks = [
         last_token_choice_probs(model, sequences[start : start + batch_size], choices, pad_id)
         for start in range(0, len(sequences), batch_size)
     ]
     probs = np.concatenate(chunks) if chunks else np.zeros((0, len(choices)))
-    return _split(probs, requests)
+    return split_by_request(probs, requests)
 
 
 @dataclass(frozen=True)
