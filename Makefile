@@ -44,9 +44,10 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(ARGS)
 
-# The vLLM tests (tests/vllm/, skipped by `make test`) in .venv-vllm.
+# The vLLM tests (tests/vllm/, not collected by `make test`) in .venv-vllm, and the hf backend's
+# tests under the transformers<5.20 that vLLM pins.
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_PY) -m pytest tests/vllm $(ARGS)
+	$(VLLM_PY) -m pytest tests/vllm tests/test_hf_backend.py $(ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/cdpg_depth.py

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+import torch
 
 from fairaudit.backends import Completion, DepthRequest, GenerationRequest
 from fairaudit.backends.common import completion_from_ids, stop_token_ids
@@ -56,8 +57,6 @@ def free_engine() -> None:
         llm.llm_engine.engine_core.shutdown()
     _ENGINE.clear()
     gc.collect()
-    import torch
-
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
@@ -80,7 +79,9 @@ class VLLMBackend:
     """A model served by vLLM's offline engine; each call is one engine call over all its requests.
 
     Construction reads only the tokenizer and the weight files' identity; the engine starts on
-    the first model call, so a run served wholly from the store never starts it.
+    the first model call, so a run served wholly from the store never starts it. `batch_size`
+    is vLLM's max_num_seqs (sequences decoded at once); `kv_cache_space_gib` fixes the KV cache
+    size (kv_cache_memory_bytes); the other settings are vLLM's engine arguments of the same name.
     """
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 256, *,

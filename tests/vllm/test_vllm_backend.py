@@ -31,11 +31,11 @@ DEPTH_TRACES, DEPTH_K = 6, 5
 
 
 @pytest.fixture(scope="module")
-def default_audit():
+def default_audit(data_root):
     """The default audit's config (smollm2, adult, counterfactual: think vs nothink, dataset.n=20)."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        cfg = compose("config", overrides=["dataset.n=20"])
+        cfg = compose("config", overrides=["dataset.n=20", f"data.root={data_root}"])
     arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
     baseline = Arm(**OmegaConf.to_container(cfg.probe.baseline_arm, resolve=True))
     return model_spec(cfg.model), instantiate(cfg.dataset), [arm, baseline]
