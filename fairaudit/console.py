@@ -7,6 +7,7 @@ import sys
 from typing import Any, Callable, Iterator
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 from rich.table import Table
@@ -22,7 +23,7 @@ def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
     try:
         job(cfg)
     except AuditError as error:
-        console.print(f"[bold red]error:[/bold red] {error}", highlight=False, soft_wrap=True)
+        console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False, soft_wrap=True)  # e.g. '.[vllm]' stays
         sys.exit(2)
 
 
