@@ -183,13 +183,16 @@ def check_packable(model) -> None:
 def _packed_batch_probs(model, rows: list[PackedRow], choices, pad_id: int) -> list[np.ndarray]:
     ids, positions, allowed, reads = _pad_rows(rows, pad_id)
     device = model.device
+    # logits at the union of read columns (a 1D logits_to_keep; per-row 2D indices need transformers >= 5.20)
+    columns, column_of = reads.unique(return_inverse=True)
     out = model(
         input_ids=ids.to(device),
         attention_mask=_additive_mask(allowed.to(device), model.dtype),
         position_ids=positions.to(device),
-        logits_to_keep=reads.to(device),
+        logits_to_keep=columns.to(device),
     )
-    probs = pooled_choice_probs(out.logits.flatten(0, 1), choices).reshape(len(rows), reads.shape[1], len(choices))
+    logits = out.logits.gather(1, column_of.to(device)[..., None].expand(-1, -1, out.logits.shape[-1]))
+    probs = pooled_choice_probs(logits.flatten(0, 1), choices).reshape(len(rows), reads.shape[1], len(choices))
     return [probs[b, : len(row.reads)] for b, row in enumerate(rows)]
 
 

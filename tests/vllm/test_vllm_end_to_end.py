@@ -13,6 +13,7 @@ SMALL = ("dataset.n=4",)
 VLLM = ("backend=vllm", "backend.enforce_eager=true", "backend.kv_cache_space_gib=1", "backend.max_model_len=2048")
 ENGINE_START = "Initializing a V1 LLM engine"  # vLLM's log line when an engine starts
 ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+TIMEOUT = 3600  # an engine start alone takes minutes on a busy 2-core machine
 
 
 def runs(uri: str, filter_string: str = ""):
@@ -29,7 +30,7 @@ def workdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def first(workdir):
-    result = run_app(workdir, *VLLM, *SMALL, env=ENV)
+    result = run_app(workdir, *VLLM, *SMALL, env=ENV, timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -37,7 +38,7 @@ def first(workdir):
 def test_default_audit_logs_the_hf_metric_names_and_the_prefix_cache_hit_rate(first, workdir):
     hf_dir = workdir / "hf"
     hf_dir.mkdir()
-    hf = run_app(hf_dir, *SMALL, env=ENV)  # the hf backend in this environment (transformers < 5.20)
+    hf = run_app(hf_dir, *SMALL, env=ENV, timeout=TIMEOUT)  # the hf backend in this environment (transformers < 5.20)
     assert hf.returncode == 0, hf.stderr[-3000:]
     (hf_run,) = runs(f"sqlite:///{hf_dir}/mlflow.db")
     (run,) = runs(f"sqlite:///{workdir}/mlflow.db")
@@ -50,7 +51,7 @@ def test_default_audit_logs_the_hf_metric_names_and_the_prefix_cache_hit_rate(fi
 
 
 def test_cdpg_sweep_over_three_datasets_has_a_parent_and_three_children_on_one_engine(first, workdir):
-    result = run_app(workdir, *VLLM, *SMALL, "probe=cdpg", "-m", "dataset=adult,compas,credit", env=ENV)
+    result = run_app(workdir, *VLLM, *SMALL, "probe=cdpg", "-m", "dataset=adult,compas,credit", env=ENV, timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.count(ENGINE_START) + result.stdout.count(ENGINE_START) == 1  # reused by every job
     uri = f"sqlite:///{workdir}/mlflow.db"
@@ -65,7 +66,7 @@ def test_cdpg_sweep_over_three_datasets_has_a_parent_and_three_children_on_one_e
 
 
 def test_repeated_run_makes_no_model_call_and_starts_no_engine(first, workdir):
-    again = run_app(workdir, *VLLM, *SMALL, env=ENV)
+    again = run_app(workdir, *VLLM, *SMALL, env=ENV, timeout=TIMEOUT)
     assert again.returncode == 0, again.stderr[-3000:]
     assert ENGINE_START not in again.stderr + again.stdout
     latest = runs(f"sqlite:///{workdir}/mlflow.db", "tags.probe = 'counterfactual'")[-1]
