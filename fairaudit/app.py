@@ -9,7 +9,7 @@ import traceback
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit import __version__, dry_run, samples
@@ -68,6 +68,13 @@ def check_scores(backend, probe, probe_name: str) -> None:
     if getattr(probe, "needs_scores", True) and not getattr(backend, "can_score", True):
         raise AuditError(f"probe {probe_name!r} needs answer scores (P(Yes), forced answers, depth reads), which "
                          "backend.mode=chat cannot give; use backend.mode=completions or probe=position")
+
+
+def check_backend(cfg: DictConfig) -> None:
+    """The backend's own settings, for backends that check them (a `check` classmethod), before any model loads."""
+    backend_class = get_class(cfg.backend._target_)
+    if hasattr(backend_class, "check"):
+        backend_class.check(cfg.backend, cfg.model)
 
 
 def checkpoint_spec(model: DictConfig) -> dict:
@@ -141,6 +148,7 @@ def run(cfg: DictConfig) -> ProbeResult:
     arms = probe.arms(arm)
     check_fit(arms, dataset, probe.family, spec, choices.get("probe", "?"))
     dataset.check()
+    check_backend(cfg)
     checkpoint = checkpoint_spec(cfg.model)
     if cfg.dry_run:
         return preview(cfg.model, checkpoint, dataset, arms, spec, getattr(probe, "think_instruction", ""))
@@ -148,7 +156,7 @@ def run(cfg: DictConfig) -> ProbeResult:
                                   checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"))
     inner = build(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
     check_scores(inner, probe, choices.get("probe", "?"))
-    backend = CachedBackend(inner, Store(cfg.store.url), chunk_size=cfg.model.batch_size)
+    backend = CachedBackend(inner, Store(cfg.store.url), chunk_size=getattr(inner, "chunk_size", cfg.model.batch_size))
 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     parent = parent_run_id(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
@@ -160,6 +168,7 @@ def run(cfg: DictConfig) -> ProbeResult:
         result = probe.run(AuditContext(backend=backend, model=spec, dataset=dataset, arm=arm))
         result.metrics["model_calls"] = backend.model_calls
         title_figures(result.figures, f"{spec.name}, {dataset.name}: {' vs '.join(a.name for a in arms)}")
+        result.metrics.update(inner.run_metrics() if hasattr(inner, "run_metrics") else {})
         tracker.log_config(cfg, list(hydra_cfg.overrides.task))
         tracker.log_result(result.metrics, result.tables, result.figures, result.records)
         tracker.log_texts(samples.artifacts(result.records, run_name))

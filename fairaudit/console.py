@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -48,12 +49,13 @@ def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
 
 
 def print_error(line: str) -> None:
-    console.print(f"[bold red]error:[/bold red] {line}", highlight=False, soft_wrap=True)
+    """One `error:` line; the text is escaped, so `pip install '.[vllm]'` keeps its brackets."""
+    console.print(f"[bold red]error:[/bold red] {escape(line)}", highlight=False, soft_wrap=True)
 
 
 def warn(message: str) -> None:
     """One `warning:` line: something was wrong and has been dealt with."""
-    console.print(f"[bold yellow]warning:[/bold yellow] {message}", highlight=False, soft_wrap=True)
+    console.print(f"[bold yellow]warning:[/bold yellow] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 class RateColumn(ProgressColumn):

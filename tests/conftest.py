@@ -9,8 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from fairaudit.backends.vllm import vllm_distribution
+
 REPO = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(os.environ.get("FAIRAUDIT_DATA", REPO.parent / "shared" / "data")).resolve()
+
+# tests/vllm/ needs vLLM: `make test-vllm` runs it in .venv-vllm; where vLLM is absent it is not collected.
+collect_ignore = [] if vllm_distribution() else ["vllm"]
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from fairaudit.backends import Completion
+
 
 def pooled_choice_probs(logits: torch.Tensor, choices: Sequence[Sequence[int]]) -> np.ndarray:
     """Softmax across choices of each choice's logsumexp-pooled token logits.
@@ -16,6 +18,42 @@ def pooled_choice_probs(logits: torch.Tensor, choices: Sequence[Sequence[int]]) 
     logits = logits.float()
     pooled = torch.stack([torch.logsumexp(logits[:, list(ids)], dim=-1) for ids in choices], dim=-1)
     return torch.softmax(pooled.double(), dim=-1).cpu().numpy()
+
+
+def next_cache(output) -> dict:
+    """A forward's KV cache as keyword arguments for the next forward.
+
+    transformers 5.20 renamed `past_key_values` to `cache` (output field and keyword); both work.
+    """
+    name = "cache" if "cache" in output else "past_key_values"
+    return {name: output[name]}
+
+
+def stop_token_ids(model_dir: str, tokenizer) -> set[int]:
+    """Ids a generation stops at: the model's generation config's EOS ids and the tokenizer's EOS.
+
+    The generation config is what transformers attaches to a loaded model: generation_config.json,
+    or one derived from config.json when the folder has none. Read without loading weights.
+    """
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        ids = GenerationConfig.from_pretrained(model_dir).eos_token_id
+    except OSError:
+        ids = GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_dir)).eos_token_id
+    stop = set(ids if isinstance(ids, list) else [ids]) if ids is not None else set()
+    if tokenizer.eos_token_id is not None:
+        stop.add(tokenizer.eos_token_id)
+    return stop
+
+
+def completion_from_ids(tokenizer, new_ids: Sequence[int], stop_ids: set[int], budget: int) -> Completion:
+    """The Completion of newly generated ids: cut at the first stop id (finish "stop") or at the budget ("length")."""
+    stop = next((i for i, t in enumerate(new_ids) if t in stop_ids), None)
+    stopped = stop is not None and stop < budget
+    kept = list(new_ids[:stop] if stopped else new_ids[:budget])
+    return Completion(text=tokenizer.decode(kept, skip_special_tokens=False), token_ids=tuple(kept),
+                      finish_reason="stop" if stopped else "length")
 
 
 def positions_after_left_pad(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from fairaudit.backends import Completion, DepthRequest, GenerationRequest, GraphGenerationRequest, NLLRequest
-from fairaudit.backends.common import last_token_choice_probs, left_pad, nucleus_probs, positions_after_left_pad
+from fairaudit.backends.common import (completion_from_ids, last_token_choice_probs, left_pad, next_cache, nucleus_probs,
+                                       positions_after_left_pad, stop_token_ids)
 from fairaudit.console import console
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
@@ -80,18 +81,11 @@ class HFBackend:
         self.fingerprint = f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/{dtype}/{self.device.type}"
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.stop_ids = stop_token_ids(self.model_dir, self.tokenizer)
 
     @property
     def model(self) -> torch.nn.Module:
         return load_model(self.model_dir, self.dtype, self.device, self.attn_implementation)
-
-    @property
-    def stop_ids(self) -> set[int]:
-        ids = self.model.generation_config.eos_token_id
-        ids = set(ids if isinstance(ids, list) else [ids]) if ids is not None else set()
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        return ids
 
     def _batches(self, lengths: Sequence[int]):
         """Index batches of similar length (less padding), in descending length."""
@@ -143,7 +137,7 @@ class HFBackend:
                 if new[i][-1] in stop_ids or len(new[i]) >= requests[i].max_new_tokens:
                     open_rows.discard(i)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            step = self.model(input_ids=tokens, attention_mask=mask, position_ids=next_position, cache=step.cache, use_cache=True)
+            step = self.model(input_ids=tokens, attention_mask=mask, position_ids=next_position, use_cache=True, **next_cache(step))
             next_position = next_position + 1
         return [self._completion(row, r.max_new_tokens) for row, r in zip(new, requests)]
 
@@ -194,7 +188,7 @@ class HFBackend:
                 break
             step_allowed = torch.cat([step_allowed, torch.ones_like(step_allowed[:, :1])], dim=1)
             step = self.model(input_ids=tokens[:, None], attention_mask=_additive_mask(step_allowed[:, None], dtype),
-                              position_ids=next_position, cache=step.cache, use_cache=True)
+                              position_ids=next_position, use_cache=True, **next_cache(step))
             next_position = next_position + 1
         return [self._graph_completion(row, r) for row, r in zip(new, requests)]
 
@@ -214,11 +208,7 @@ class HFBackend:
         return packed_target_nll(self.model, requests, pad_id=self.pad_id, token_budget=self.depth_token_budget)
 
     def _completion(self, new_ids: list[int], budget: int) -> Completion:
-        stop_ids = self.stop_ids
-        stop = next((i for i, t in enumerate(new_ids) if t in stop_ids), None)
-        kept = new_ids[:stop] if stop is not None and stop < budget else new_ids[:budget]
-        finish = "stop" if stop is not None and stop < budget else "length"
-        return Completion(text=self.tokenizer.decode(kept, skip_special_tokens=False), token_ids=tuple(kept), finish_reason=finish)
+        return completion_from_ids(self.tokenizer, new_ids, self.stop_ids, budget)
 
     @torch.inference_mode()
     def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]]) -> np.ndarray:

@@ -34,9 +34,17 @@ def _check_request(request: DepthRequest) -> None:
         raise ValueError("a cut of 0 with an empty prompt and an empty suffix leaves nothing to read")
 
 
-def _split(probs: np.ndarray, requests: Sequence[DepthRequest]) -> list[np.ndarray]:
+def split_by_request(probs: np.ndarray, requests: Sequence[DepthRequest]) -> list[np.ndarray]:
+    """Rows of `probs` (one per cut, requests in order) split into one array per request."""
     bounds = np.cumsum([len(r.cuts) for r in requests])[:-1]
     return np.split(probs, bounds) if requests else []
+
+
+def depth_sequences(requests: Sequence[DepthRequest]) -> list[list[int]]:
+    """The naive re-feed: prompt + trace[:cut] + suffix for every cut of every request, in order."""
+    for request in requests:
+        _check_request(request)
+    return [list(r.prompt_ids) + list(r.trace_ids[:cut]) + list(r.suffix_ids) for r in requests for cut in r.cuts]
 
 
 def naive_depth_probs(
@@ -51,17 +59,13 @@ def naive_depth_probs(
 
     Returns one (len(cuts), len(choices)) float64 array per request, rows summing to 1.
     """
-    for request in requests:
-        _check_request(request)
-    sequences = [
-        list(r.prompt_ids) + list(r.trace_ids[:cut]) + list(r.suffix_ids) for r in requests for cut in r.cuts
-    ]
+    sequences = depth_sequences(requests)
     chunks = [
         last_token_choice_probs(model, sequences[start : start + batch_size], choices, pad_id)
         for start in range(0, len(sequences), batch_size)
     ]
     probs = np.concatenate(chunks) if chunks else np.zeros((0, len(choices)))
-    return _split(probs, requests)
+    return split_by_request(probs, requests)
 
 
 @dataclass(frozen=True)
@@ -179,13 +183,16 @@ def check_packable(model) -> None:
 def _packed_batch_probs(model, rows: list[PackedRow], choices, pad_id: int) -> list[np.ndarray]:
     ids, positions, allowed, reads = _pad_rows(rows, pad_id)
     device = model.device
+    # logits at the union of read columns (a 1D logits_to_keep; per-row 2D indices need transformers >= 5.20)
+    columns, column_of = reads.unique(return_inverse=True)
     out = model(
         input_ids=ids.to(device),
         attention_mask=_additive_mask(allowed.to(device), model.dtype),
         position_ids=positions.to(device),
-        logits_to_keep=reads.to(device),
+        logits_to_keep=columns.to(device),
     )
-    probs = pooled_choice_probs(out.logits.flatten(0, 1), choices).reshape(len(rows), reads.shape[1], len(choices))
+    logits = out.logits.gather(1, column_of.to(device)[..., None].expand(-1, -1, out.logits.shape[-1]))
+    probs = pooled_choice_probs(logits.flatten(0, 1), choices).reshape(len(rows), reads.shape[1], len(choices))
     return [probs[b, : len(row.reads)] for b, row in enumerate(rows)]
 
 

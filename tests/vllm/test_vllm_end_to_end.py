@@ -1,0 +1,74 @@
+"""`python -m fairaudit backend=vllm` as a user runs it: the default audit, a cdpg sweep over three datasets
+with parent and child runs, and a repeat served from the store without starting an engine."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import run_app
+
+pytestmark = pytest.mark.slow
+SMALL = ("dataset.n=4",)
+VLLM = ("backend=vllm", "backend.enforce_eager=true", "backend.kv_cache_space_gib=1", "backend.max_model_len=2048")
+ENGINE_START = "Initializing a V1 LLM engine"  # vLLM's log line when an engine starts
+ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+TIMEOUT = 3600  # an engine start alone takes minutes on a busy 2-core machine
+
+
+def runs(uri: str, filter_string: str = ""):
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("fairaudit")
+    return client.search_runs([experiment.experiment_id], filter_string, order_by=["attributes.start_time"])
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """One store and MLflow db shared by the module's runs, in order."""
+    return tmp_path_factory.mktemp("vllm_e2e")
+
+
+@pytest.fixture(scope="module")
+def first(workdir):
+    result = run_app(workdir, *VLLM, *SMALL, env=ENV, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_default_audit_logs_the_hf_metric_names_and_the_prefix_cache_hit_rate(first, workdir):
+    hf_dir = workdir / "hf"
+    hf_dir.mkdir()
+    hf = run_app(hf_dir, *SMALL, env=ENV, timeout=TIMEOUT)  # the hf backend in this environment (transformers < 5.20)
+    assert hf.returncode == 0, hf.stderr[-3000:]
+    (hf_run,) = runs(f"sqlite:///{hf_dir}/mlflow.db")
+    (run,) = runs(f"sqlite:///{workdir}/mlflow.db")
+    assert run.info.status == "FINISHED"
+    assert set(run.data.metrics) == set(hf_run.data.metrics) | {"prefix_cache_hit_rate"}
+    assert run.data.metrics["model_calls"] == hf_run.data.metrics["model_calls"] > 0
+    assert 0 <= run.data.metrics["prefix_cache_hit_rate"] <= 1
+    assert run.data.params["backend._target_"] == "fairaudit.backends.vllm.VLLMBackend"
+    assert first.stderr.count(ENGINE_START) + first.stdout.count(ENGINE_START) == 1
+
+
+def test_cdpg_sweep_over_three_datasets_has_a_parent_and_three_children_on_one_engine(first, workdir):
+    result = run_app(workdir, *VLLM, *SMALL, "probe=cdpg", "-m", "dataset=adult,compas,credit", env=ENV, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count(ENGINE_START) + result.stdout.count(ENGINE_START) == 1  # reused by every job
+    uri = f"sqlite:///{workdir}/mlflow.db"
+    (parent,) = runs(uri, "tags.`fairaudit.kind` = 'sweep'")
+    children = runs(uri, f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    assert sorted(c.data.tags["dataset"] for c in children) == ["adult", "compas", "credit"]
+    names = [set(c.data.metrics) for c in children]
+    assert names[0] == names[1] == names[2] and {"cdpg_slope_c", "prefix_cache_hit_rate", "model_calls"} <= names[0]
+    for child in children:
+        assert child.info.status == "FINISHED" and child.data.tags["probe"] == "cdpg"
+        assert child.data.metrics["prefix_cache_hit_rate"] > 0  # the cuts of a trace share its prompt + trace
+
+
+def test_repeated_run_makes_no_model_call_and_starts_no_engine(first, workdir):
+    again = run_app(workdir, *VLLM, *SMALL, env=ENV, timeout=TIMEOUT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert ENGINE_START not in again.stderr + again.stdout
+    latest = runs(f"sqlite:///{workdir}/mlflow.db", "tags.probe = 'counterfactual'")[-1]
+    assert latest.data.metrics["model_calls"] == 0
+    assert "prefix_cache_hit_rate" not in latest.data.metrics  # nothing was looked up: no rate to report
