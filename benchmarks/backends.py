@@ -28,8 +28,8 @@ from fairaudit.app import model_spec
 from fairaudit.backends import GenerationRequest
 from fairaudit.models import resolve_model_dir
 from fairaudit.probes import AuditContext
-from fairaudit.probes.decisions import answer_parts, encode, render_prompts
-from fairaudit.prompts.yesno import Arm, choice_token_ids, split_output
+from fairaudit.probes.decisions import answer_choices, answer_parts, encode, render_prompts
+from fairaudit.prompts.yesno import Arm, split_output
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CPU_VLLM = ["backend.enforce_eager=true", "backend.kv_cache_space_gib=2"]
@@ -56,7 +56,7 @@ def run_backend(cfg, K: int) -> dict[str, float]:
     ctx = AuditContext(backend=backend, model=model_spec(cfg.model), dataset=instantiate(cfg.dataset), arm=arm)
     prompts = render_prompts(ctx, ctx.dataset.pairs(), arm)
     requests = [GenerationRequest(encode(backend.tokenizer, p), arm.max_new_tokens) for p in prompts]
-    choices = choice_token_ids(backend.tokenizer)
+    choices = answer_choices(ctx)
     backend.choice_probs([requests[0].prompt_ids], choices)  # load the weights / start the engine, untimed
 
     completions, t_gen = timed(lambda: backend.generate(requests))

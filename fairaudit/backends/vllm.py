@@ -9,6 +9,7 @@ prefix cache serves the shared prompt + trace prefix, so each read equals the na
 
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib.metadata
 from pathlib import Path
@@ -72,6 +73,7 @@ def load_engine(settings: dict):
         from vllm import LLM
 
         _ENGINE[key] = LLM(**settings)
+        atexit.register(free_engine)  # shut the worker processes down at exit rather than wait for them to notice
     return _ENGINE[key]
 
 

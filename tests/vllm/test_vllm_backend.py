@@ -20,8 +20,8 @@ from fairaudit.backends import GenerationRequest
 from fairaudit.backends.hf import HFBackend
 from fairaudit.backends.vllm import VLLMBackend, free_engine
 from fairaudit.probes import AuditContext
-from fairaudit.probes.decisions import answer_parts, decide, encode
-from fairaudit.prompts.yesno import Arm, choice_token_ids
+from fairaudit.probes.decisions import answer_choices, answer_parts, decide, encode
+from fairaudit.prompts.yesno import Arm
 from fairaudit.store import CachedBackend, Store
 
 P_YES_ATOL = 2e-3   # the bound between backends
@@ -122,7 +122,7 @@ def test_p_yes_of_every_record_within_2e_3_of_hf(both, default_audit):
         # every record, split ones included: vLLM reading hf's exact answer prefixes
         parts = [answer_parts(hf_ctx, p, t, arm) for p, t in zip(hf["prompt"], hf["trace"])]
         prefixes = [x.prompt_ids + x.trace_ids + x.suffix_ids for x in parts]
-        p_yes = vllm_ctx.backend.choice_probs(prefixes, choice_token_ids(vllm_ctx.backend.tokenizer))[:, 0]
+        p_yes = vllm_ctx.backend.choice_probs(prefixes, answer_choices(vllm_ctx))[:, 0]
         np.testing.assert_allclose(p_yes, hf["p_yes"], atol=P_YES_ATOL)
         worst = max(worst, float(np.abs(p_yes - hf["p_yes"]).max()))
     print(f"\nlargest |P(Yes) vllm - hf| over 80 records: {worst:.2e}")
@@ -136,7 +136,7 @@ def test_depth_reads_from_the_prefix_cache_equal_cold_re_feeds(both, vllm_backen
     arm = Arm("think", True, 0)
     parts = [answer_parts(vllm_ctx, p, t, arm) for p, t in zip(traces["prompt"], traces["trace"])]
     requests = [replace(r, cuts=tuple(segment_cuts(len(r.trace_ids), DEPTH_K))) for r in parts]
-    choices = choice_token_ids(vllm_backend.tokenizer)
+    choices = answer_choices(vllm_ctx)
     before = dict(vllm_backend.prefix_cache)
     depth = vllm_backend.depth_choice_probs(requests, choices)
     assert vllm_backend.prefix_cache["hits"] > before["hits"]  # the shared prompt + trace came from the cache
