@@ -10,7 +10,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 export FAIRAUDIT_DATA ?= $(abspath ../shared/data)
 ARGS ?=
 
-.PHONY: run test test-fast test-cluster test-vllm bench install clean
+.PHONY: run test test-fast test-cluster test-paper test-vllm bench install clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +42,11 @@ test: $(STAMP)
 	$(PY) -m pytest $(ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not cluster" $(ARGS)
+	$(PY) -m pytest -m "not slow and not cluster and not paper" $(ARGS)
+
+# Done-when checks at a paper's own scale (e.g. 30 influence traces per graph on SmolLM2).
+test-paper: $(STAMP)
+	$(PY) -m pytest -m paper $(ARGS)
 
 # Real servers on loopback: PostgreSQL, an MLflow server, a one-node SLURM (README "Scale").
 # Runs as root; needs `apt-get install postgresql slurm-wlm munge`.

@@ -87,7 +87,7 @@ def test_bad_input_is_one_error_line_before_the_model_loads(tmp_path):
     assert "Loading weights" not in result.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.paper
 def test_smollm2_thirty_traces_end_to_end_unmasked_leaks_more_and_rerun_is_free(tmp_path):
     overrides = ("probe=influence", "dataset=mmlu", "dataset.n=30", "model.batch_size=32")
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
