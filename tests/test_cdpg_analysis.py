@@ -223,6 +223,8 @@ def test_figures_plot_the_tables():
     fig6 = k_sensitivity_figure(tables["cdpg_by_cell"], k_list=(2, 4))
     assert len(fig6.axes) == 4 and [line.get_label() for line in fig6.axes[2].get_lines()] == ["K=2", "K=4"]
     assert set(cdpg_figures(tables, K=2, k_list=(2, 4))) == {"cdpg_by_cell", "cdpg_anchor_mover", "cdpg_k_sensitivity"}
+    named = cdpg_figures(tables, K=2, k_list=(2, 4), arms=("think", "nothink"))
+    assert {ax.get_xlabel() for fig in named.values() for ax in fig.axes} == {"depth k/K into the think trace (0: nothink arm)"}
 
 
 def test_slope_from_k0_fits_the_baseline_arm_too():

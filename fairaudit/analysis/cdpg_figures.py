@@ -26,14 +26,17 @@ def _pooled(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _depth_axis(ax, ylabel: str) -> None:
-    ax.set_xlabel("normalised depth k/K")
+ARMS = ("think", "nothink")  # (treatment, baseline): whose trace is cut, and what k = 0 reads
+
+
+def _depth_axis(ax, ylabel: str, arms: tuple[str, str]) -> None:
+    ax.set_xlabel(f"depth k/K into the {arms[0]} trace (0: {arms[1]} arm)")
     ax.set_ylabel(ylabel)
     ax.set_xlim(-0.03, 1.03)
     ax.grid(alpha=0.3)
 
 
-def depth_by_cell_figure(by_cell: pd.DataFrame, K: int = 10) -> Figure:
+def depth_by_cell_figure(by_cell: pd.DataFrame, K: int = 10, arms: tuple[str, str] = ARMS) -> Figure:
     """Fig. 3: mean |CDPG_k| per cell against k/K (k = 1..K); the hollow marker at 0 is the baseline arm."""
     table = _pooled(by_cell)
     table = table[table["K"] == K]
@@ -48,8 +51,8 @@ def depth_by_cell_figure(by_cell: pd.DataFrame, K: int = 10) -> Figure:
         label = f"{cell} (n={rows['n'].iloc[0]})"
         ax.plot(depth_rows["depth"], depth_rows["mean_abs_cdpg"], "o-", color=colour, label=label)
         ax.plot(start["depth"], start["mean_abs_cdpg"], "o", mfc="none", color=colour, label="_baseline")
-    _depth_axis(ax, "mean |CDPG_k|")
-    ax.set_title(f"CDPG by contingency cell (K={K}; hollow: baseline arm)")
+    _depth_axis(ax, "mean |CDPG_k|", arms)
+    ax.set_title(f"CDPG by contingency cell (K={K}; hollow: {arms[1]} arm)")
     ax.legend(title="cell")
     return fig
 
@@ -61,7 +64,7 @@ def _legend_or_empty_note(ax) -> None:
         ax.text(0.5, 0.5, "no pairs in this cell", ha="center", va="center", transform=ax.transAxes)
 
 
-def anchor_mover_figure(sides: pd.DataFrame, K: int = 10) -> Figure:
+def anchor_mover_figure(sides: pd.DataFrame, K: int = 10, arms: tuple[str, str] = ARMS) -> Figure:
     """Fig. 4: mean P(Yes) of anchor and mover sides in cells b and c, from the baseline arm (k = 0) to k = K.
 
     Lines are split by the anchor's final answer, so Yes- and No-anchored pairs do not average out.
@@ -75,15 +78,14 @@ def anchor_mover_figure(sides: pd.DataFrame, K: int = 10) -> Figure:
                 rows["depth"], rows["p_yes"], marker="o", color=ROLE_COLOURS[role], linestyle=ANSWER_STYLES[answer],
                 label=f"{role}, anchor ends {answer} (n={rows['n'].iloc[0]})",
             )
-        _depth_axis(ax, "P(Yes)")
-        ax.set_xlabel("normalised depth k/K (0: baseline arm)")
+        _depth_axis(ax, "P(Yes)", arms)
         ax.set_ylim(0, 1)
         ax.set_title(f"cell {cell}")
         _legend_or_empty_note(ax)
     return fig
 
 
-def k_sensitivity_figure(by_cell: pd.DataFrame, k_list: Sequence[int] = (5, 10, 20)) -> Figure:
+def k_sensitivity_figure(by_cell: pd.DataFrame, k_list: Sequence[int] = (5, 10, 20), arms: tuple[str, str] = ARMS) -> Figure:
     """Fig. 6: mean |CDPG_k| against k/K (k = 1..K), one panel per cell, one line per K."""
     table = _pooled(by_cell)
     table = table[table["k"] >= 1]
@@ -94,18 +96,19 @@ def k_sensitivity_figure(by_cell: pd.DataFrame, k_list: Sequence[int] = (5, 10, 
             if rows.empty:
                 continue
             ax.plot(rows["depth"], rows["mean_abs_cdpg"], marker=".", label=f"K={K}")
-        _depth_axis(ax, "mean |CDPG_k|")
+        _depth_axis(ax, "mean |CDPG_k|", arms)
         ax.set_title(f"cell {cell}")
         _legend_or_empty_note(ax)
     return fig
 
 
 def cdpg_figures(
-    tables: dict[str, pd.DataFrame], K: int = 10, k_list: Sequence[int] = (5, 10, 20)
+    tables: dict[str, pd.DataFrame], K: int = 10, k_list: Sequence[int] = (5, 10, 20), arms: tuple[str, str] = ARMS
 ) -> dict[str, Figure]:
-    """The three CDPG figures from `cdpg(...)["tables"]`, keyed by a file-friendly name."""
+    """The three CDPG figures from `cdpg(...)["tables"]`, keyed by a file-friendly name; `arms` =
+    (treatment, baseline) name the axes."""
     return {
-        "cdpg_by_cell": depth_by_cell_figure(tables["cdpg_by_cell"], K),
-        "cdpg_anchor_mover": anchor_mover_figure(tables["cdpg_sides"], K),
-        "cdpg_k_sensitivity": k_sensitivity_figure(tables["cdpg_by_cell"], k_list),
+        "cdpg_by_cell": depth_by_cell_figure(tables["cdpg_by_cell"], K, arms),
+        "cdpg_anchor_mover": anchor_mover_figure(tables["cdpg_sides"], K, arms),
+        "cdpg_k_sensitivity": k_sensitivity_figure(tables["cdpg_by_cell"], k_list, arms),
     }

@@ -51,7 +51,7 @@ class CDPGProbe(PairedProbe):
                       seed=self.seed, K=self.K, identity_atol=self.identity_atol,
                       k_sensitivity_subsample=self.k_sensitivity_subsample)
         return ProbeResult(metrics=result["metrics"] | answer_accounting(records, t, b), tables=result["tables"],
-                           figures=cdpg_figures(result["tables"], K=self.K, k_list=self.k_list),
+                           figures=cdpg_figures(result["tables"], K=self.K, k_list=self.k_list, arms=(t, b)),
                            records={"records": records, "depth_records": depth}, headline=HEADLINE)
 
     def depth_records(self, ctx: AuditContext, records: pd.DataFrame) -> pd.DataFrame:
