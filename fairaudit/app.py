@@ -132,8 +132,10 @@ def job_identity(cfg: DictConfig) -> dict[str, str]:
     hydra_cfg = HydraConfig.get()
     overrides = list(hydra_cfg.overrides.task)
     settings = OmegaConf.to_container(cfg, resolve=True)
-    sweep = {"fairaudit.job_num": str(hydra_cfg.job.num), "fairaudit.job_overrides": " ".join(overrides)[:6000]}
-    return {KEY_TAG: config_key("job", settings, overrides), **(sweep if hydra_cfg.mode == RunMode.MULTIRUN else {})}
+    key = {KEY_TAG: config_key("job", settings, overrides)}
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return key
+    return {**key, "fairaudit.job_num": str(hydra_cfg.job.num), "fairaudit.job_overrides": " ".join(overrides)[:6000]}
 
 
 def run(cfg: DictConfig) -> ProbeResult:
