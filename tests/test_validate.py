@@ -11,7 +11,8 @@ from hydra.utils import instantiate
 from omegaconf import open_dict
 
 from fairaudit.errors import AuditError, input_error_line
-from fairaudit.validate import validate
+from fairaudit.validate import validate, value_problems
+from conftest import REPO
 from test_configs import composed
 
 
@@ -124,3 +125,9 @@ def test_hydra_instantiation_wrapper_is_unwrapped_to_one_line(tmp_path):
     line = input_error_line(refused.value)
     assert line.startswith("TypeError: ") and "unknown" in line and "\n" not in line
     assert input_error_line(RuntimeError("a bug")) is None
+
+
+@pytest.mark.parametrize("model", sorted(p.stem for p in (REPO / "conf" / "model").glob("*.yaml")))
+def test_every_shipped_model_config_passes_the_value_rules(model):
+    """A budget at or past a model's context, say, would stop every run of that config at validation."""
+    assert value_problems(job_config(f"model={model}")) == []
