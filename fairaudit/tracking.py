@@ -391,3 +391,19 @@ class SweepCallback(Callback):
         sweeps.print_summary(summary, run_id, config.tracking.uri)
         print_error(line)
         sys.exit(1)
+
+
+def failure_summary(children: list) -> str:
+    """'2 of 3 jobs failed: #1 dataset.n=999999: <error>; ...' in job order, each job named by the
+    overrides that set it apart from the sweep's other jobs."""
+    overrides = {run.info.run_id: run.data.tags.get("fairaudit.job_overrides", "").split() for run in children}
+    shared = set.intersection(*(set(o) for o in overrides.values()))
+    failed = sorted((run for run in children if run.info.status != "FINISHED"),
+                    key=lambda run: int(run.data.tags.get("fairaudit.job_num", "0") or 0))
+
+    def describe(run) -> str:
+        own = " ".join(o for o in overrides[run.info.run_id] if o not in shared)
+        error = run.data.tags.get(ERROR_TAG) or f"ended {run.info.status}"
+        return f"#{run.data.tags.get('fairaudit.job_num', '?')} {own}: {error}"
+
+    return f"{len(failed)} of {len(children)} jobs failed: " + "; ".join(describe(run) for run in failed)
