@@ -10,7 +10,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 export FAIRAUDIT_DATA ?= $(abspath ../shared/data)
 ARGS ?=
 
-.PHONY: run test test-fast test-cluster test-paper test-vllm bench install clean
+.PHONY: run test test-fast test-long test-cluster test-paper test-vllm bench install clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow and not cluster and not paper" $(ARGS)
+
+# End-to-end checks of minutes each, kept out of `make test`'s 10 minutes; CI runs them after it.
+test-long: $(STAMP)
+	$(PY) -m pytest -m long $(ARGS)
 
 # Done-when checks at a paper's own scale (e.g. 30 influence traces per graph on SmolLM2).
 test-paper: $(STAMP)

@@ -85,6 +85,7 @@ def test_dry_run_of_an_mcq_probe_prints_each_permutation(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     """A built wheel (not editable) carries its configs: `fairaudit list` and a dry run work from another folder."""
     dist = tmp_path / "dist"

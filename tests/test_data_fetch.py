@@ -112,7 +112,8 @@ def test_mmlu_without_a_published_checksum_is_recorded_and_then_enforced(fetched
         MCQDataset(name="mmlu", n=1, seed=0, path="mmlu/test.jsonl", root=str(tampered)).check()
 
 
-@pytest.mark.slow  # writing 30,000 spreadsheet rows takes a while
+@pytest.mark.slow
+@pytest.mark.long  # writing 30,000 spreadsheet rows takes a while
 def test_credit_spreadsheet_converts_to_the_rows_of_the_published_csv(mirror, fetched, data_root):
     (mirror[0] / "uci" / "00350").mkdir()
     credit_spreadsheet(data_root / "credit" / "default_of_credit_card_clients.csv",

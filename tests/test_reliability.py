@@ -66,6 +66,7 @@ OVERRIDES = st.tuples(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OVERRIDES)
 @example(("dataset.n=1", "dataset.seed=3", None, "model.max_think_tokens=2", None, "backend.device=cpu", None, None, None))
@@ -87,6 +88,7 @@ def test_any_typed_value_finishes_or_is_one_line_with_no_run(drawn):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("launcher", [(), ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2")], ids=["sequential", "joblib"])
 def test_failing_sweep_jobs_become_failed_children_and_the_rest_run(tmp_path, launcher):
     result = run_app(tmp_path, *TINY, *launcher, "-m", "dataset.n=2,999999,1.5,1", env=ENV)
@@ -123,6 +125,7 @@ def test_concurrent_first_starts_share_one_tracking_database(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_two_concurrent_first_runs_both_finish(tmp_path):
     places = [f"store.url={tmp_path}/store.sqlite", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
     procs = [subprocess.Popen([sys.executable, "-m", "fairaudit", *places, f"hydra.run.dir={tmp_path}/out{i}", *TINY,
@@ -196,6 +199,7 @@ def kill_when(tmp_path: Path, moment: Callable[[Path], bool], overrides: tuple[s
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("name", list(MOMENTS))
 def test_kill_9_then_the_same_run_again_leaves_nothing_running_or_counted_twice(tmp_path, name):
     from fairaudit.report.runs import select_runs

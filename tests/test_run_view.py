@@ -50,6 +50,7 @@ def test_swept_keys_come_from_the_command_line_and_the_sweeper_params():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_sweep_parent_children_and_console_at_a_glance(tmp_path):
     result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=2", "-m", "dataset=adult,compas")
     assert result.returncode == 0, result.stderr[-3000:]

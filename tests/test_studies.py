@@ -103,6 +103,7 @@ def test_checkpoint_axis(overrides, path, revision):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_smoke_study_then_report_end_to_end(tmp_path, data_root):
     """`python -m fairaudit +experiment=thinking_fairness_smoke -m`, then `python -m fairaudit.report` on that sweep."""
     study = run_app(tmp_path, "+experiment=thinking_fairness_smoke", "-m", "model=tiny_qwen3", "probe=counterfactual",
