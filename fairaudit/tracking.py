@@ -12,8 +12,6 @@ import socket
 import sqlite3
 import sys
 import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fairaudit import sweeps
 from fairaudit.console import quiet_libraries
+from fairaudit.errors import AuditError
 
 PARENT_ID_FILE = "mlflow_parent_run_id"
 KEY_TAG = "fairaudit.key"                  # hash of a job's resolved config and overrides (a sweep's: its overrides)
@@ -35,11 +34,9 @@ PROCESS_TAGS = ("fairaudit.host", "fairaudit.pid", "fairaudit.pid_start")
 MAX_TAG = 8000
 
 
-def tracking_failure(error: BaseException, uri: str) -> "AuditError | None":
+def tracking_failure(error: BaseException, uri: str) -> AuditError | None:
     """The one-line error for a tracking server that stopped answering mid-run, or None for other errors."""
     from mlflow.exceptions import MlflowException
-
-    from fairaudit.errors import AuditError
 
     if isinstance(error, MlflowException) and uri.startswith(("http://", "https://")):
         first_line = str(error).strip().splitlines()[0][:300]
@@ -155,8 +152,6 @@ def prepare_tracking(uri: str) -> None:
 
 def experiment_id(client, name: str) -> str:
     """The id of experiment `name`, created if missing (a concurrent creator may win the race)."""
-    from fairaudit.errors import AuditError
-
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         try:
@@ -338,7 +333,6 @@ class SweepCallback(Callback):
         from hydra.core.hydra_config import HydraConfig
 
         from fairaudit.console import print_error
-        from fairaudit.errors import AuditError
         from fairaudit.validate import validate_tracking
 
         HydraConfig.instance().set_config(config)  # so ${hydra:runtime.cwd} in tracking.uri resolves

@@ -8,7 +8,6 @@ size, the protected attribute's values) stay with the dataset's own `check()`.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import sqlite3
 import string

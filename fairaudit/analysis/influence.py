@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-import numpy as np
 import pandas as pd
 
 from fairaudit.stats import wilson_interval

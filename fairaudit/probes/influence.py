@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from fairaudit.analysis.influence import DIRECTIONS, THRESHOLDS, influence, ngram_overlap
+from fairaudit.analysis.influence import THRESHOLDS, influence, ngram_overlap
 from fairaudit.analysis.influence_figures import influence_rates_figure
 from fairaudit.backends import Block, GraphGenerationRequest, NLLRequest, Visibility
 from fairaudit.data.mcq import MCQDataset, format_options
