@@ -90,10 +90,9 @@ def test_bad_input_is_one_error_line_before_the_model_loads(tmp_path):
 @pytest.mark.paper
 def test_smollm2_thirty_traces_end_to_end_unmasked_leaks_more_and_rerun_is_free(tmp_path):
     overrides = ("probe=influence", "dataset=mmlu", "dataset.n=30", "model.batch_size=32")
-    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    first = run_app(tmp_path, *overrides, timeout=7200, env=env)
+    first = run_app(tmp_path, *overrides, timeout=7200)
     assert first.returncode == 0, first.stderr[-3000:]
-    second = run_app(tmp_path, *overrides, timeout=1800, env=env)
+    second = run_app(tmp_path, *overrides, timeout=1800)
     assert second.returncode == 0, second.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id], order_by=["start_time ASC"])
