@@ -89,7 +89,8 @@ class VLLMBackend:
     def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 256, *,
                  max_model_len: int | None = None, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
                  quantization: str | None = None, enforce_eager: bool = False, enable_prefix_caching: bool = True,
-                 kv_cache_space_gib: float | None = None, chunk_size: int = 1024, seed: int = 0):
+                 kv_cache_space_gib: float | None = None, block_size: int | None = None, chunk_size: int = 1024,
+                 seed: int = 0):
         from transformers import AutoTokenizer
 
         check_settings(dtype, kv_cache_space_gib)
@@ -101,7 +102,7 @@ class VLLMBackend:
             gpu_memory_utilization=gpu_memory_utilization, quantization=quantization, enforce_eager=enforce_eager,
             enable_prefix_caching=enable_prefix_caching, max_num_seqs=batch_size, seed=seed,
             kv_cache_memory_bytes=None if kv_cache_space_gib is None else int(kv_cache_space_gib * 2**30),
-            disable_log_stats=False,
+            block_size=block_size, disable_log_stats=False,
         )
         self.fingerprint = f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/{distribution}-{version}/{dtype}"
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)

@@ -46,7 +46,7 @@ def vllm_backend(default_audit):
     from fairaudit.models import embedded_model_dir
 
     backend = VLLMBackend(embedded_model_dir(), "float32", batch_size=40, max_model_len=2048, enforce_eager=True,
-                          kv_cache_space_gib=1)
+                          kv_cache_space_gib=1, block_size=32)  # 32-token blocks: the prefix cache shares more of each read
     yield backend
     free_engine()
 
@@ -137,6 +137,7 @@ def test_depth_reads_from_the_prefix_cache_equal_cold_re_feeds(both, vllm_backen
     parts = [answer_parts(vllm_ctx, p, t, arm) for p, t in zip(traces["prompt"], traces["trace"])]
     requests = [replace(r, cuts=tuple(segment_cuts(len(r.trace_ids), DEPTH_K))) for r in parts]
     choices = answer_choices(vllm_ctx)
+    assert vllm_backend.engine.llm_engine.vllm_config.cache_config.block_size == 32
     before = dict(vllm_backend.prefix_cache)
     depth = vllm_backend.depth_choice_probs(requests, choices)
     assert vllm_backend.prefix_cache["hits"] > before["hits"]  # the shared prompt + trace came from the cache
