@@ -155,7 +155,8 @@ def run(cfg: DictConfig) -> ProbeResult:
     if cfg.dry_run:
         return preview(cfg.model, checkpoint, dataset, arms, spec, getattr(probe, "think_instruction", ""))
     model_dir = resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
-                                  checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"))
+                                  checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"),
+                                  weights=getattr(get_class(cfg.backend._target_), "loads_weights", True))
     inner = build(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
     check_scores(inner, probe, choices.get("probe", "?"))
     backend = CachedBackend(inner, Store(cfg.store.url), chunk_size=getattr(inner, "chunk_size", cfg.model.batch_size))

@@ -22,6 +22,7 @@ EMBEDDED_SMOLLM2 = "embedded:smollm2"
 EMBEDDED_TINY_QWEN3 = "embedded:tiny_qwen3"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_QWEN3_VERSION = "v1"
+PROMPT_FILES = ["*.json", "*.jinja", "*.txt", "*.model", "*.tiktoken"]  # config, tokenizer, chat template: no weights
 
 
 def cache_root() -> Path:
@@ -138,11 +139,12 @@ def tiny_qwen3_dir() -> Path:
 
 
 def resolve_model_dir(source: str, path: str | None = None, revision: str | None = None,
-                      gguf_file: str | None = None) -> Path:
+                      gguf_file: str | None = None, weights: bool = True) -> Path:
     """Local folder of a model: `path` when given, an embedded model, a hub repo's GGUF file, or a hub snapshot.
 
     A hub id downloads (or, with HF_HUB_OFFLINE=1, finds in the hub cache) the snapshot; with
-    `gguf_file`, that one file of the repo, converted (`gguf_model_dir`).
+    `gguf_file`, that one file of the repo, converted (`gguf_model_dir`). weights=False, for a
+    model served elsewhere: a hub snapshot of the files that render prompts only (PROMPT_FILES).
     """
     if path:
         local = Path(path).expanduser()
@@ -158,22 +160,23 @@ def resolve_model_dir(source: str, path: str | None = None, revision: str | None
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(source, revision=revision))
+        return Path(snapshot_download(source, revision=revision, allow_patterns=None if weights else PROMPT_FILES))
     except Exception as exc:  # hub errors come in many types; one line for the user
         raise AuditError(f"cannot get model {source!r} (revision {revision}): {exc.__class__.__name__}: {exc}") from exc
 
 
-def model_fingerprint(model_dir: Path) -> str:
+def model_fingerprint(model_dir: Path, weights: bool = True) -> str:
     """Content identity of a model folder without reading all weights.
 
     Hashes config.json, the weight index if any, and for each weight file its name, size
     and first/last MiB. Two folders with the same weights give the same fingerprint.
+    weights=False (a model served elsewhere, whose folder may hold no weights): config and index only.
     """
     digest = hashlib.sha256()
     for name in ("config.json", "model.safetensors.index.json"):
         if (model_dir / name).exists():
             digest.update((model_dir / name).read_bytes())
-    for weight in sorted(p for p in model_dir.iterdir() if p.suffix in {".safetensors", ".bin"}):
+    for weight in sorted(p for p in model_dir.iterdir() if weights and p.suffix in {".safetensors", ".bin"}):
         size = weight.stat().st_size
         digest.update(json.dumps([weight.name, size]).encode())
         with open(weight, "rb") as handle:

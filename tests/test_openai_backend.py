@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import huggingface_hub
 import numpy as np
 import pytest
+from huggingface_hub.utils import filter_repo_objects
 from mlflow.tracking import MlflowClient
 from transformers import AutoTokenizer
 
 from fairaudit.backends import DepthRequest, GenerationRequest
 from fairaudit.backends.openai import OpenAIBackend
 from fairaudit.errors import AuditError
-from fairaudit.models import tiny_qwen3_dir
+from fairaudit.models import PROMPT_FILES, model_fingerprint, resolve_model_dir, tiny_qwen3_dir
 from fairaudit.store import CachedBackend, Store
 
 from conftest import run_app
@@ -301,3 +304,34 @@ def test_a_whole_audit_through_the_server_keeps_the_key_out_of_mlflow_and_the_st
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_the_files_a_served_hub_model_fetches_render_the_same_prompts_without_weights(model_dir, servers, tmp_path):
+    """PROMPT_FILES, selected as snapshot_download selects them, give the same tokenizer, EOS and fingerprint."""
+    names = sorted(p.name for p in model_dir.iterdir() if p.is_file())
+    kept = list(filter_repo_objects(names, allow_patterns=PROMPT_FILES))
+    assert "model.safetensors" in names and not [n for n in kept if n.endswith((".safetensors", ".bin"))]
+    for name in kept:
+        shutil.copy(model_dir / name, tmp_path / name)
+    messages = [{"role": "user", "content": "Is 7 prime? Answer Yes or No."}]
+    full, light = (AutoTokenizer.from_pretrained(str(d)) for d in (model_dir, tmp_path))
+    rendered = full.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert light.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == rendered
+    assert light.encode(rendered) == full.encode(rendered)
+    server = servers()
+    assert backend(tmp_path, server.url).stop_ids == backend(model_dir, server.url).stop_ids
+    assert backend(tmp_path, server.url).fingerprint == backend(model_dir, server.url).fingerprint
+    assert model_fingerprint(tmp_path, weights=False) != model_fingerprint(model_dir)  # weights count elsewhere
+
+
+def test_a_hub_model_is_fetched_without_weights_only_when_served_elsewhere(monkeypatch, tmp_path):
+    asked = []
+
+    def snapshot_download(repo_id, revision=None, allow_patterns=None):  # the hub itself is out of reach here
+        asked.append((repo_id, allow_patterns))
+        return str(tmp_path)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    assert resolve_model_dir("org/served", weights=OpenAIBackend.loads_weights) == tmp_path
+    resolve_model_dir("org/local")
+    assert asked == [("org/served", PROMPT_FILES), ("org/local", None)]

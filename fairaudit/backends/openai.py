@@ -218,6 +218,7 @@ class OpenAIBackend:
     """
 
     streams_results = True  # calls take on_result(i, result), called as each result arrives
+    loads_weights = False  # a hub model resolves to its config, tokenizer and chat template only
 
     def __init__(self, model_dir: str | Path, base_url: str | Sequence[str], model: str | None = None,
                  api_key_env: str | None = None, mode: str = "completions", tokenizer: str | None = None,
@@ -241,7 +242,7 @@ class OpenAIBackend:
                          *([self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else [])}
         self.model = served_model(urls, headers, model, timeout_s)
         self.replicas = Replicas(urls, headers, max_concurrency, timeout_s, max_retries, retry_backoff_s)
-        self.fingerprint = f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/{mode}/{self.model}"
+        self.fingerprint = f"{model_fingerprint(Path(model_dir), weights=False)}/{BACKEND_VERSION}/{mode}/{self.model}"
         self._chat_patterns = chat_patterns(self.tokenizer) if mode == "chat" else []
 
     def _gather(self, jobs: Sequence[Job], on_result: Callable[[int, Any], None] | None) -> list:
