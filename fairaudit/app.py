@@ -70,11 +70,15 @@ def check_scores(backend, probe, probe_name: str) -> None:
                          "backend.mode=chat cannot give; use backend.mode=completions or probe=position")
 
 
-def check_backend(cfg: DictConfig) -> None:
-    """The backend's own settings, for backends that check them (a `check` classmethod), before any model loads."""
+def check_backend(cfg: DictConfig, probe, probe_name: str) -> None:
+    """Before any model loads: the backend's own settings (a `check` classmethod) and the calls the probe needs of it."""
     backend_class = get_class(cfg.backend._target_)
     if hasattr(backend_class, "check"):
         backend_class.check(cfg.backend, cfg.model)
+    missing = [call for call in getattr(probe, "backend_calls", ()) if not hasattr(backend_class, call)]
+    if missing:
+        raise AuditError(f"probe {probe_name!r} needs {', '.join(missing)} with attention graphs, which only backend=hf "
+                         f"implements (not {backend_class.__name__}); use backend=hf")
 
 
 def checkpoint_spec(model: DictConfig) -> dict:
@@ -150,7 +154,7 @@ def run(cfg: DictConfig) -> ProbeResult:
     arms = probe.arms(arm)
     check_fit(arms, dataset, probe.family, spec, choices.get("probe", "?"))
     dataset.check()
-    check_backend(cfg)
+    check_backend(cfg, probe, choices.get("probe", "?"))
     checkpoint = checkpoint_spec(cfg.model)
     if cfg.dry_run:
         return preview(cfg.model, checkpoint, dataset, arms, spec, getattr(probe, "think_instruction", ""))

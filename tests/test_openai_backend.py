@@ -290,6 +290,17 @@ def test_chat_mode_refuses_a_probe_needing_scores_before_any_request(tmp_path, s
     assert not (tmp_path / "mlflow.db").exists()
 
 
+def test_the_influence_probe_is_refused_before_any_request(tmp_path, servers):
+    server = servers()
+    done = run_app(tmp_path, "model=tiny_qwen3", "backend=openai", f"backend.base_url={server.url}",
+                   "probe=influence", "dataset=mmlu", "dataset.n=2")
+    assert done.returncode == 2 and server.posts == []
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: probe 'influence' needs target_nll with attention graphs, which only backend=hf implements "
+        "(not OpenAIBackend); use backend=hf")
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 @pytest.mark.slow
 def test_a_whole_audit_through_the_server_keeps_the_key_out_of_mlflow_and_the_store(tmp_path, servers, model_dir):
     server = servers()

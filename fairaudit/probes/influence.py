@@ -77,6 +77,7 @@ class InfluenceProbe:
     """Counterfactual influence A->B and B->A per visibility graph, with graph-cut controls and diagnostics."""
 
     family = "mcq"
+    backend_calls = ("target_nll",)  # and generation under visibility graphs: the hf backend's 4D masks
 
     def __init__(self, conditions=GRAPHS, system_prompt: str = "", tags: dict | None = None,
                  max_block_tokens: int = 24, length_match: bool = True, bridge: str = "", donor_seed: int = 0,
