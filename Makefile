@@ -42,7 +42,7 @@ test: $(STAMP)
 	$(PY) -m pytest $(ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not cluster and not paper" $(ARGS)
+	$(PY) -m pytest -m "not slow and not long and not cluster and not paper" $(ARGS)
 
 # End-to-end checks of minutes each, kept out of `make test`'s 10 minutes; CI runs them after it.
 test-long: $(STAMP)

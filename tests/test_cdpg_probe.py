@@ -86,7 +86,7 @@ def test_cdpg_refuses_an_arm_that_does_not_think():
         CDPGProbe(NOTHINK).arms(Arm("nothink", False, 16))
 
 
-@pytest.mark.slow
+@pytest.mark.long  # two three-job sweeps: most of a minute
 def test_cdpg_sweep_after_counterfactual_adds_only_depth_reads(tmp_path):
     base = ("model=tiny_qwen3", "dataset.n=4", "model.max_think_tokens=12")
     assert run_app(tmp_path, *base, "-m", "dataset=adult,compas,credit").returncode == 0

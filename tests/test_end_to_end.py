@@ -118,6 +118,7 @@ def test_checkpoint_sweep_tags_each_label(tmp_path):
     assert sorted(r.data.tags["checkpoint"] for r in found) == ["step1", "step2"]
 
 
+@pytest.mark.long  # half a minute; the kill -9 matrix (test_reliability.py) is long too
 def test_killed_run_resumes_where_it_stopped(tmp_path):
     """SIGKILL a run midway through generation; the re-run computes only what is missing."""
     overrides = ["model=tiny_qwen3", "dataset.n=8", "model.batch_size=2", "model.max_think_tokens=32"]
