@@ -34,11 +34,10 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from fairaudit.analysis.cdpg import segment_cuts
-from fairaudit.app import model_spec
+from fairaudit.app import model_dir_for, model_spec
 from fairaudit.backends import GenerationRequest
 from fairaudit.backends.vllm import free_engine
 from fairaudit.backends.vllm_server import free_port, served
-from fairaudit.models import resolve_model_dir
 from fairaudit.probes import AuditContext
 from fairaudit.probes.decisions import answer_choices, answer_parts, encode, render_prompts
 from fairaudit.prompts.yesno import Arm, split_output
@@ -77,8 +76,7 @@ def run_backend(cfg, K: int, temperature: float) -> dict[str, float]:
 
     temperature > 0: seeded nucleus sampling (top_p 0.95, request i has seed i) instead of greedy decoding.
     """
-    model_dir = resolve_model_dir(cfg.model.source, cfg.model.path, cfg.model.revision)
-    backend = instantiate(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
+    backend = instantiate(cfg.backend, model_dir=str(model_dir_for(cfg)), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
     arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
     ctx = AuditContext(backend=backend, model=model_spec(cfg.model), dataset=instantiate(cfg.dataset), arm=arm)
     prompts = render_prompts(ctx, ctx.dataset.pairs(), arm)
@@ -138,8 +136,7 @@ def openai_server(base_url: str | None, overrides: list[str]):
     cfg = compose_config("hf", overrides, 1, 1)
     os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # serves POST /reset_prefix_cache
     cpu = () if torch.cuda.is_available() else CPU_SERVER
-    with served(resolve_model_dir(cfg.model.source, cfg.model.path, cfg.model.revision), [free_port()],
-                kv_cache_gib=2, extra_args=cpu) as (url,):
+    with served(model_dir_for(cfg), [free_port()], kv_cache_gib=2, extra_args=cpu) as (url,):
         yield url
 
 

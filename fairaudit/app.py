@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import traceback
+from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -81,6 +82,14 @@ def check_backend(cfg: DictConfig, probe, probe_name: str) -> None:
                          f"implements (not {backend_class.__name__}); use backend=hf")
 
 
+def model_dir_for(cfg: DictConfig) -> Path:
+    """The local folder of cfg.model at its checkpoint; without weights for a backend that does not load them."""
+    checkpoint = checkpoint_spec(cfg.model)
+    return resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
+                             checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"),
+                             weights=getattr(get_class(cfg.backend._target_), "loads_weights", True))
+
+
 def checkpoint_spec(model: DictConfig) -> dict:
     """model.checkpoint as {label, path, revision}; a plain string names a hub revision and labels it."""
     checkpoint = model.checkpoint
@@ -155,13 +164,9 @@ def run(cfg: DictConfig) -> ProbeResult:
     check_fit(arms, dataset, probe.family, spec, choices.get("probe", "?"))
     dataset.check()
     check_backend(cfg, probe, choices.get("probe", "?"))
-    checkpoint = checkpoint_spec(cfg.model)
     if cfg.dry_run:
-        return preview(cfg.model, checkpoint, dataset, arms, spec, getattr(probe, "think_instruction", ""))
-    model_dir = resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
-                                  checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"),
-                                  weights=getattr(get_class(cfg.backend._target_), "loads_weights", True))
-    inner = build(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
+        return preview(cfg.model, checkpoint_spec(cfg.model), dataset, arms, spec, getattr(probe, "think_instruction", ""))
+    inner = build(cfg.backend, model_dir=str(model_dir_for(cfg)), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
     check_scores(inner, probe, choices.get("probe", "?"))
     backend = CachedBackend(inner, Store(cfg.store.url), chunk_size=getattr(inner, "chunk_size", cfg.model.batch_size))
 
