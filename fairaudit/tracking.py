@@ -7,9 +7,7 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import socket
-import sqlite3
 import sys
 import tempfile
 from pathlib import Path
@@ -20,6 +18,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit import sweeps
+from fairaudit.tracking_db import create_experiment, prepare_tracking
 from fairaudit.console import quiet_libraries
 from fairaudit.errors import AuditError
 
@@ -71,91 +70,12 @@ def json_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: value(v) for k, v in metrics.items()}
 
 
-def sqlite_path(uri: str) -> Path | None:
-    """The file of a local sqlite tracking URI, else None."""
-    return Path(uri.split(":///", 1)[1]) if uri.startswith("sqlite:///") else None
-
-
-def _schema_head() -> str:
-    from alembic.script import ScriptDirectory
-    from mlflow.store.db.utils import _get_alembic_config
-
-    return ScriptDirectory.from_config(_get_alembic_config("sqlite://")).get_current_head()
-
-
-def _revision(path: Path) -> str | None:
-    """The schema revision of the database at `path`: a read-only look, None when there is none to read."""
-    if not path.exists() or path.stat().st_size == 0:
-        return None
-    try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
-        try:
-            return db.execute("SELECT version_num FROM alembic_version").fetchone()[0]
-        finally:
-            db.close()
-    except (sqlite3.Error, TypeError):
-        return None
-
-
-def _holds_runs(path: Path) -> bool:
-    """The database at `path` holds runs (read-write, so a journal left by a killed writer is rolled back first)."""
-    if not path.exists() or path.stat().st_size == 0:
-        return False
-    db = sqlite3.connect(path, timeout=60)
-    try:
-        return db.execute("SELECT count(*) FROM runs").fetchone()[0] > 0
-    except sqlite3.OperationalError as error:
-        if "no such table" in str(error):
-            return False
-        raise
-    finally:
-        db.close()
-
-
-def _build_schema(path: Path) -> None:
-    """MLflow's tables created (or migrated to head) in the sqlite file at `path`."""
-    from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-    from mlflow.utils.uri import resolve_uri_if_local
-
-    store = SqlAlchemyStore(f"sqlite:///{path}", resolve_uri_if_local(DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH))
-    store.engine.dispose()
-
-
-def prepare_tracking(uri: str) -> None:
-    """Create or migrate a local sqlite tracking database once, under a file lock, in a copy renamed into place.
-
-    Concurrent first starts wait for the one that builds it; a kill at any moment leaves either
-    no database or a complete one (a database an older version left half-built is rebuilt).
-    """
-    from fairaudit.models import exclusive
-
-    path = sqlite_path(uri)
-    if path is None:
-        return
-    head = _schema_head()
-    if _revision(path) == head:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive(path.with_name(path.name + ".lock")):
-        holds_runs = _holds_runs(path)  # first, as it rolls back a journal that a killed writer left
-        if _revision(path) == head:
-            return
-        for leftover in path.parent.glob(f".{path.name}.building-*"):
-            leftover.unlink()
-        building = path.with_name(f".{path.name}.building-{os.getpid()}")
-        if holds_runs:
-            shutil.copyfile(path, building)  # an older schema holding runs: migrate a copy
-        _build_schema(building)
-        os.replace(building, path)
-
-
 def experiment_id(client, name: str) -> str:
     """The id of experiment `name`, created if missing (a concurrent creator may win the race)."""
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         try:
-            return client.create_experiment(name)
+            return create_experiment(client, name)
         except Exception:
             experiment = client.get_experiment_by_name(name)
             if experiment is None:

@@ -81,7 +81,7 @@ def test_a_finished_rerun_supersedes_the_earlier_one_and_the_report_counts_it_on
 
 def test_kill_during_the_tracking_database_creation_leaves_one_the_next_start_uses(tmp_path):
     db = tmp_path / "mlflow.db"
-    code = f"from fairaudit.tracking import prepare_tracking; prepare_tracking('sqlite:///{db}')"
+    code = f"from fairaudit.tracking_db import prepare_tracking; prepare_tracking('sqlite:///{db}')"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stderr=subprocess.DEVNULL)
     while proc.poll() is None and not list(tmp_path.glob(".mlflow.db.building-*")):
