@@ -78,7 +78,7 @@ def run_backend(cfg, K: int, temperature: float) -> dict[str, float]:
     """
     backend = instantiate(cfg.backend, model_dir=str(model_dir_for(cfg)), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
     arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
-    ctx = AuditContext(backend=backend, model=model_spec(cfg.model), dataset=instantiate(cfg.dataset), arm=arm)
+    ctx = AuditContext(backend, backend.tokenizer, model_spec(cfg.model), instantiate(cfg.dataset), arm)
     prompts = render_prompts(ctx, ctx.dataset.pairs(), arm)
     sampled = dict(temperature=temperature, top_p=0.95) if temperature else {}
     requests = [GenerationRequest(encode(backend.tokenizer, p), arm.max_new_tokens, seed=i if temperature else None, **sampled)
@@ -103,8 +103,7 @@ def run_backend(cfg, K: int, temperature: float) -> dict[str, float]:
         "depth_reads": sum(len(x.cuts) for x in depth), "depth_s": t_depth, "depth_tok_s": depth_fed / t_depth,
         "depth_over_generate": t_depth / t_gen,
     }
-    if hasattr(backend, "run_metrics"):
-        figures.update(backend.run_metrics())
+    figures.update(backend.metrics())
     return figures
 
 

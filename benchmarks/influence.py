@@ -20,7 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fairaudit.backends import Block, NLLRequest
-from fairaudit.backends.packing import packed_target_nll, tree_length
+from fairaudit.backends.graphs import packed_target_nll, tree_length
 from fairaudit.models import embedded_model_dir
 from fairaudit.probes.influence import visibility
 

@@ -26,7 +26,8 @@ from fairaudit.models import resolve_model_dir
 from fairaudit.probes import AuditContext
 from fairaudit.probes.decisions import paired_records
 from fairaudit.prompts.yesno import Arm
-from fairaudit.store import CachedBackend, Store
+from fairaudit.client import CachingClient
+from fairaudit.store import Store
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -47,11 +48,11 @@ def main() -> None:
     baseline = Arm(**OmegaConf.to_container(cfg.probe.baseline_arm, resolve=True))
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(args.store or Path(tmp) / "store.sqlite"))
-        backend = CachedBackend(inner, store, chunk_size=cfg.model.batch_size)
+        backend = CachingClient(inner, store, chunk_size=cfg.model.batch_size)
         spec = model_spec(cfg.model)
         readings = {}
         for reading in ("single", "pooled"):
-            ctx = AuditContext(backend, dataclasses.replace(spec, p_yes=reading, answer_source="forced"), dataset, arm)
+            ctx = AuditContext(backend, backend.tokenizer, dataclasses.replace(spec, p_yes=reading, answer_source="forced"), dataset, arm)
             readings[reading] = paired_records(ctx, baseline)
     single, pooled = readings["single"], readings["pooled"]
     diff = (single["p_yes"] - pooled["p_yes"]).abs()

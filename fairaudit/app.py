@@ -1,10 +1,11 @@
-"""The job: validate the config, build dataset, backend and probe from it, run, log to MLflow."""
+"""The job: check the config, build dataset, backend and probe from it, run, log to MLflow."""
 
 from __future__ import annotations
 
 import json
 import os
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -13,13 +14,15 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fairaudit import __version__, dry_run, samples
+from fairaudit import CONF_DIR, __version__, dry_run, samples
+from fairaudit.backends import WHAT, Backend, Capabilities, backends_with
+from fairaudit.client import CachingClient
 from fairaudit.console import console, print_error, print_result, summary_table
 from fairaudit.errors import AuditError, failure_line, input_error_line
 from fairaudit.models import resolve_model_dir
-from fairaudit.probes import AuditContext, ModelSpec, ProbeResult
+from fairaudit.probes import AuditContext, ModelSpec, Probe, ProbeResult
 from fairaudit.prompts.yesno import P_YES_READINGS, Arm, Thinking
-from fairaudit.store import CachedBackend, Store
+from fairaudit.store import Store
 from fairaudit.sweeps import HEADLINE_TAG, swept_in
 from fairaudit.tracking import KEY_TAG, Tracker, config_key, flatten, parent_run_id, tracking_failure
 from fairaudit.validate import validate
@@ -28,9 +31,10 @@ ANSWER_SOURCES = ("parsed", "forced")
 AXES = ("model", "dataset", "probe", "arm", "seed", "checkpoint")  # the grid's axes: tags, and short params
 AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",), "seed": ("dataset.seed",),
              "checkpoint": ("model.checkpoint", "model.checkpoint.label")}  # grid axis -> override keys that set it
+PROBE_META = ("report",)  # keys of conf/probe/*.yaml that fairaudit reads itself, not the probe's constructor
 
 
-def build(node: DictConfig, **kwargs):
+def build(node, **kwargs):
     """hydra's instantiate, with an AuditError raised inside a constructor surfacing as itself (one line)."""
     try:
         return instantiate(node, **kwargs)
@@ -53,8 +57,15 @@ def model_spec(model: DictConfig) -> ModelSpec:
                      answer_prefix=model.answer_prefix, answer_source=model.answer_source, p_yes=model.p_yes)
 
 
-def check_fit(arms: list[Arm], dataset, family: str, spec: ModelSpec, probe_name: str) -> None:
-    """The data set and every arm fit the probe, and the model can run each arm."""
+def build_probe(node: DictConfig) -> Probe:
+    """The probe from its config, without the keys fairaudit reads itself (`report:`); it checks its own settings."""
+    settings = OmegaConf.to_container(node, resolve=True)
+    return build({k: v for k, v in settings.items() if k not in PROBE_META}, _convert_="all")
+
+
+def check_fit(probe: Probe, probe_name: str, arms: list[Arm], dataset, spec: ModelSpec) -> None:
+    """The data set and every arm are of the probe's family, and the model can run each arm."""
+    family = probe.needs.family
     if dataset.family != family:
         raise AuditError(f"probe {probe_name!r} takes {family} datasets; dataset {dataset.name!r} is a {dataset.family} dataset")
     for arm in arms:
@@ -64,30 +75,69 @@ def check_fit(arms: list[Arm], dataset, family: str, spec: ModelSpec, probe_name
             raise AuditError(f"arm {arm.name!r} needs a model that thinks; model {spec.name!r} has thinking.style=none")
 
 
-def check_scores(backend, probe, probe_name: str) -> None:
-    """A backend that only generates (`can_score` false, e.g. openai in chat mode) runs only probes that need no scores."""
-    if getattr(probe, "needs_scores", True) and not getattr(backend, "can_score", True):
-        raise AuditError(f"probe {probe_name!r} needs answer scores (P(Yes), forced answers, depth reads), which "
-                         "backend.mode=chat cannot give; use backend.mode=completions or probe=position")
+def check_capabilities(probe: Probe, probe_name: str, backend: str, capabilities: Capabilities) -> None:
+    """The backend's capabilities (under its settings) cover the probe's needs: else one line naming what
+    lacks, why, the backends that have it, and the probes this backend can run."""
+    lacking = [c for c in probe.needs.capabilities if not capabilities.has(c)]
+    if not lacking:
+        return
+    able = [b for b in backends_with(lacking[0]) if b != backend and all(b in backends_with(c) for c in lacking[1:])]
+    runnable = [name for name, cls in probe_classes().items() if all(capabilities.has(c) for c in cls.needs.capabilities)]
+    raise AuditError(f"probe {probe_name!r} needs a backend that can {' and '.join(WHAT[c] for c in lacking)}; "
+                     f"backend={backend} cannot{f' ({capabilities.limits})' if capabilities.limits else ''}. "
+                     f"Backends that can: {', '.join(f'backend={b}' for b in able) or 'none shipped'}; "
+                     f"probes backend={backend} runs: {', '.join(runnable) or 'none'}")
 
 
-def check_backend(cfg: DictConfig, probe, probe_name: str) -> None:
-    """Before any model loads: the backend's own settings (a `check` classmethod) and the calls the probe needs of it."""
+def probe_classes() -> dict[str, type[Probe]]:
+    """Every shipped probe by its `probe=` name, from `conf/probe/*.yaml`."""
+    return {path.stem: get_class(OmegaConf.load(path)["_target_"]) for path in sorted(Path(CONF_DIR, "probe").glob("*.yaml"))}
+
+
+@dataclass
+class Job:
+    """A job's parts, built and checked before any model loads or run opens."""
+
+    spec: ModelSpec
+    arm: Arm
+    arms: list[Arm]
+    probe: Probe
+    dataset: object
+    backend_class: type[Backend]
+
+
+def check_settings(cfg: DictConfig) -> tuple[type[Backend], Probe]:
+    """Every setting's own check, no data file read and no model loaded: the global config values, the
+    backend's settings (its `check`), the probe's (its constructor). Returns the backend class and the probe."""
+    validate(cfg)
     backend_class = get_class(cfg.backend._target_)
-    if hasattr(backend_class, "check"):
-        backend_class.check(cfg.backend, cfg.model)
-    missing = [call for call in getattr(probe, "backend_calls", ()) if not hasattr(backend_class, call)]
-    if missing:
-        raise AuditError(f"probe {probe_name!r} needs {', '.join(missing)} with attention graphs, which only backend=hf "
-                         f"implements (not {backend_class.__name__}); use backend=hf")
+    backend_class.check(cfg.backend, cfg.model)
+    return backend_class, build_probe(cfg.probe)
+
+
+def prepare(cfg: DictConfig) -> Job:
+    """Every cheap check, in the order a user fixes them: the settings, the data set's and arms' fit to the
+    probe, the backend's capabilities against the probe's needs, the data files."""
+    backend_class, probe = check_settings(cfg)
+    choices = HydraConfig.get().runtime.choices
+    spec = model_spec(cfg.model)
+    arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
+    dataset = build(cfg.dataset)
+    arms = probe.arms(arm)
+    check_fit(probe, choices.get("probe", "?"), arms, dataset, spec)
+    check_capabilities(probe, choices.get("probe", "?"), choices.get("backend", backend_class.name),
+                       backend_class.capabilities_for(cfg.backend))
+    dataset.check()
+    return Job(spec, arm, arms, probe, dataset, backend_class)
 
 
 def model_dir_for(cfg: DictConfig) -> Path:
     """The local folder of cfg.model at its checkpoint; without weights for a backend that does not load them."""
     checkpoint = checkpoint_spec(cfg.model)
+    capabilities = get_class(cfg.backend._target_).capabilities_for(cfg.backend)
     return resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
                              checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"),
-                             weights=getattr(get_class(cfg.backend._target_), "loads_weights", True))
+                             weights=capabilities.loads_weights)
 
 
 def checkpoint_spec(model: DictConfig) -> dict:
@@ -151,39 +201,29 @@ def job_identity(cfg: DictConfig) -> dict[str, str]:
     return {**key, "fairaudit.job_num": str(hydra_cfg.job.num), "fairaudit.job_overrides": " ".join(overrides)[:6000]}
 
 
-def run(cfg: DictConfig) -> ProbeResult:
-    """Validate everything cheap first, then load the model, run the probe and log the run."""
-    validate(cfg)
-    hydra_cfg = HydraConfig.get()
-    choices = dict(hydra_cfg.runtime.choices)
-    spec = model_spec(cfg.model)
-    arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
-    probe = build(cfg.probe, _convert_="all")
-    dataset = build(cfg.dataset)
-    arms = probe.arms(arm)
-    check_fit(arms, dataset, probe.family, spec, choices.get("probe", "?"))
-    dataset.check()
-    check_backend(cfg, probe, choices.get("probe", "?"))
+def run(cfg: DictConfig) -> ProbeResult | None:
+    """Check everything cheap first, then load the model, run the probe and log the run."""
+    job = prepare(cfg)
     if cfg.dry_run:
-        return preview(cfg.model, checkpoint_spec(cfg.model), dataset, arms, spec, getattr(probe, "think_instruction", ""))
-    inner = build(cfg.backend, model_dir=str(model_dir_for(cfg)), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
-    check_scores(inner, probe, choices.get("probe", "?"))
-    backend = CachedBackend(inner, Store(cfg.store.url), chunk_size=getattr(inner, "chunk_size", cfg.model.batch_size))
+        return preview(cfg.model, job)
+    hydra_cfg = HydraConfig.get()
+    backend = build(cfg.backend, model_dir=str(model_dir_for(cfg)), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
+    client = CachingClient(backend, Store(cfg.store.url), chunk_size=cfg.model.batch_size)
 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     parent = parent_run_id(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
-    tags = {**job_tags(cfg, choices), **job_identity(cfg)}
+    tags = {**job_tags(cfg, dict(hydra_cfg.runtime.choices)), **job_identity(cfg)}
     run_name = job_run_name(tags, varied_keys(hydra_cfg))
     axes = {axis: tags[axis] for axis in AXES}  # short params, so Compare can plot against the grid's axes
     run_id = tracker.start(run_name, tags, {**axes, **flatten(OmegaConf.to_container(cfg, resolve=True))}, parent)
     try:
-        result = probe.run(AuditContext(backend=backend, model=spec, dataset=dataset, arm=arm))
-        result.metrics["model_calls"] = backend.model_calls
-        title_figures(result.figures, f"{spec.name}, {dataset.name}: {' vs '.join(a.name for a in arms)}")
-        result.metrics.update(inner.run_metrics() if hasattr(inner, "run_metrics") else {})
+        result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
+        result.metrics.update(client.metrics())
+        title_figures(result.figures, f"{job.spec.name}, {job.dataset.name}: {' vs '.join(a.name for a in job.arms)}")
         tracker.log_config(cfg, list(hydra_cfg.overrides.task))
         tracker.log_result(result.metrics, result.tables, result.figures, result.records)
-        tracker.log_texts(samples.artifacts(result.records, run_name))
+        view = job.probe.samples
+        tracker.log_texts(samples.artifacts(result.records[view.frame], view.layout, run_name))
         tracker.set_tags({HEADLINE_TAG: json.dumps(result.headline)})
     except BaseException as error:
         tracker.end(failed=True, error=failure_line(error))
@@ -199,10 +239,11 @@ def title_figures(figures: dict, title: str) -> None:
         figure.suptitle(title, fontsize="medium", wrap=True)
 
 
-def preview(model: DictConfig, checkpoint: dict, dataset, arms: list[Arm], spec: ModelSpec, think_instruction: str) -> None:
-    """dry_run=true: print the run's prompts and pairs; no model loads, nothing is logged."""
+def preview(model: DictConfig, job: Job) -> None:
+    """dry_run=true: print the prompts the probe would send; no model loads, nothing is logged."""
+    checkpoint = checkpoint_spec(model)
     tokenizer = dry_run.load_tokenizer(model.source, checkpoint["path"] or model.path, checkpoint["revision"] or model.revision)
-    count = dry_run.show(tokenizer, dataset, arms, spec, think_instruction)
+    count = dry_run.show(job.probe.prompts(AuditContext(None, tokenizer, job.spec, job.dataset, job.arm)))
     console.print(f"dry run: {count} prompts, no model loaded, nothing logged")
 
 

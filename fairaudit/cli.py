@@ -32,6 +32,16 @@ Runs are logged to MLflow: mlflow ui --backend-store-uri sqlite:///mlflow.db
 """
 
 
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def hoist_multirun_flag(argv: list[str]) -> list[str]:
+    """`-m`/`--multirun` moved before the overrides: Hydra 1.3's argparse rejects overrides on
+    both sides of it (hydra issue 3053), as in `probe=position -m arm=direct,cot`."""
+    flags = [arg for arg in argv[1:] if arg in MULTIRUN_FLAGS]
+    return argv[:1] + flags + [arg for arg in argv[1:] if arg not in MULTIRUN_FLAGS]
+
+
 def describe(path: Path) -> str:
     """A config file's description: its leading comment up to the first line ending a sentence (or a colon)."""
     words: list[str] = []
@@ -80,8 +90,6 @@ def store_command(argv: list[str]) -> int:
 def hydra_command(module: str, argv: list[str]) -> int:
     """Run a Hydra app (`python -m <module>`) with `argv` as its command line."""
     import importlib
-
-    from fairaudit.__main__ import hoist_multirun_flag
 
     sys.argv = hoist_multirun_flag([sys.argv[0]] + argv)
     importlib.import_module(module).main()

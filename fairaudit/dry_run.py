@@ -1,11 +1,11 @@
-"""`dry_run=true`: print the pairs and the exact prompts a run would send, loading the tokenizer but no model."""
+"""`dry_run=true`: print the exact prompts a run would send, loading the tokenizer but no model."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from fairaudit.models import EMBEDDED_SMOLLM2, EMBEDDED_TINY_QWEN3, resolve_model_dir
-from fairaudit.probes import ModelSpec
-from fairaudit.prompts.mcq import render_mcq_prompt
-from fairaudit.prompts.yesno import Arm, render_prompt
+from fairaudit.probes import Prompt
 
 
 def load_tokenizer(source: str, path: str | None, revision: str | None):
@@ -17,26 +17,14 @@ def load_tokenizer(source: str, path: str | None, revision: str | None):
     return AutoTokenizer.from_pretrained(source, revision=revision)
 
 
-def show(tokenizer, dataset, arms: list[Arm], spec: ModelSpec, think_instruction: str = "") -> int:
-    """Print every prompt of the run, grouped by pair (or MCQ question) and arm, to stdout; returns the count."""
-    if dataset.family == "mcq":
-        rows = dataset.variants()
-        for row in rows.itertuples(index=False):
-            print(f"=== question {row.question_id}, permutation {row.permutation}, gold {'ABCD'[row.gold_position]}")
-            for arm in arms:
-                _print_prompt(arm.name, render_mcq_prompt(tokenizer, arm, row.question, row.options_text, spec.thinking,
-                                                          spec.template_kwargs, think_instruction))
-    else:
-        rows = dataset.pairs()
-        for row in rows.itertuples(index=False):
-            print(f"=== pair {row.pair_id}, {row.side}: {row.attribute_value}")
-            for arm in arms:
-                _print_prompt(arm.name, render_prompt(tokenizer, row.user_message, arm, spec.thinking, spec.template_kwargs))
-    return len(rows) * len(arms)
-
-
-def _print_prompt(arm: str, prompt: str) -> None:
-    print(f"--- arm {arm}")
-    print(prompt)
-    print()
-
+def show(prompts: Sequence[Prompt]) -> int:
+    """Print the prompts to stdout under their headings (a heading once for its run of prompts); returns the count."""
+    heading = None
+    for prompt in prompts:
+        if prompt.heading != heading:
+            heading = prompt.heading
+            print(f"=== {heading}")
+        print(f"--- {prompt.label}")
+        print(prompt.text)
+        print()
+    return len(prompts)

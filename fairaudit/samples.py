@@ -37,20 +37,12 @@ details summary{cursor:pointer;color:#555}
 """
 
 
-def artifacts(frames: dict[str, pd.DataFrame], title: str) -> dict[str, str]:
-    """{artifact file: text}: samples.html and samples.jsonl of a run's records frames."""
-    if "traces" in frames:  # role-channel transcripts (influence probe)
-        labelled, items = _transcript_items(frames["traces"])
-        return {"samples.html": _page(title, sorted(set(labelled["group"])), items),
-                "samples.jsonl": labelled.to_json(orient="records", lines=True, force_ascii=False)}
-    records = frames["records"]
-    if "pair_id" in records:
-        labelled, items = _pair_items(records)
-    else:
-        labelled, items = _question_items(records)
-    labels = sorted(set(labelled["group"]))
-    prefix = "cell " if "pair_id" in records else ""
-    return {"samples.html": _page(title, labels, items, prefix),
+def artifacts(records: pd.DataFrame, layout: str, title: str) -> dict[str, str]:
+    """{artifact file: text}: samples.html and samples.jsonl of a run's records in a `LAYOUTS` layout
+    (the probe's `samples` view names it)."""
+    items_of, label_prefix = LAYOUTS[layout]
+    labelled, items = items_of(records)
+    return {"samples.html": _page(title, sorted(set(labelled["group"])), items, label_prefix),
             "samples.jsonl": labelled.to_json(orient="records", lines=True, force_ascii=False)}
 
 
@@ -133,6 +125,13 @@ def _transcript_items(traces: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         items.append(_item(row["group"], f"trace {row['trace_id']} &middot; question {_esc(row['question_id'])}"
                            f"<span class=tag>{_esc(row['group'])}</span>", f"<p>{facts}</p><pre>{_esc(row['text'])}</pre>"))
     return labelled, items
+
+
+LAYOUTS = {  # layout -> (labelled records and their HTML items, the filter's label prefix)
+    "pairs": (_pair_items, "cell "),                # counterfactual pairs: sides as columns, arms as rows
+    "questions": (_question_items, ""),             # MCQ questions: permutations side by side
+    "transcripts": (_transcript_items, ""),         # role-channel transcripts, by visibility graph
+}
 
 
 def _item(group: str, heading: str, body: str) -> str:

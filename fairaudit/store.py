@@ -1,4 +1,4 @@
-"""Content-addressed store of every generation and score, and the caching backend wrapper.
+"""Content-addressed store of every generation and score (`fairaudit.client` puts it in front of a backend).
 
 A result is keyed by (call kind, model fingerprint, exact token ids, decoding parameters,
 backend version) in one table, reached through an SQLAlchemy URL: a sqlite file (WAL mode) on
@@ -13,16 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
-import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from fairaudit.backends import Backend, Completion, DepthRequest, GenerationRequest, NLLRequest
-from fairaudit.console import progress, warn
+from fairaudit.console import warn
 from fairaudit.errors import AuditError
 
 STORE_VERSION = 1
@@ -193,101 +190,3 @@ def call_key(kind: str, fingerprint: str, payload: object) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def generation_key(fingerprint: str, request: GenerationRequest) -> str:
-    """The store key of one generation (the records' prompt_hash)."""
-    return call_key("generate", fingerprint, asdict(request))
-
-
-def array_json(values) -> list:
-    """An array result (probabilities) as nested float lists for the store."""
-    return np.asarray(values, dtype=float).tolist()
-
-
-class CachedBackend:
-    """Wraps a backend with the store: only calls missing from the store reach the model.
-
-    A batch backend gets the missing calls in chunks of `chunk_size`. A backend that streams
-    results (`streams_results`: its calls take `on_result(i, result)`, e.g. a server pool that
-    bounds its own in-flight requests) gets them all at once. Either way results are committed
-    every `chunk_size` arrivals and, when a call fails, before the failure propagates, so a
-    re-run resumes. Before each batch the store is read again, so what another job committed
-    meanwhile is served, not recomputed. `model_calls` counts the results the model produced.
-    """
-
-    def __init__(self, inner: Backend, store: Store, chunk_size: int = 8):
-        self.inner = inner
-        self.fingerprint = inner.fingerprint
-        self.tokenizer = inner.tokenizer
-        self.store = store
-        self.chunk_size = max(1, chunk_size)
-        self.streams = getattr(inner, "streams_results", False)
-        self.model_calls = 0
-
-    def _cached(self, kind: str, payloads: Sequence[object], label: str, method: Callable, items: Sequence,
-                extra: tuple = (), to_json: Callable = array_json) -> list:
-        """Results of method(items, *extra), read from the store where present, stored as to_json(result)."""
-        keys = [call_key(kind, self.fingerprint, p) for p in payloads]
-        found = self.store.get_many(keys)
-        missing = [i for i, k in enumerate(keys) if k not in found]
-        first_of_key: dict[str, int] = {}
-        todo = [i for i in missing if first_of_key.setdefault(keys[i], i) == i]
-        pending: list[tuple[str, object]] = []
-
-        def commit() -> None:
-            if pending:
-                self.store.put_many(kind, self.fingerprint, pending)
-                pending.clear()
-
-        with progress(label, total=len(todo), done_before=len(keys) - len(missing)) as advance:
-            def receive(i: int, result: object) -> None:
-                found[keys[i]] = to_json(result)
-                pending.append((keys[i], found[keys[i]]))
-                self.model_calls += 1
-                advance(1)
-                if len(pending) >= self.chunk_size:
-                    commit()
-
-            step = max(len(todo), 1) if self.streams else self.chunk_size
-            try:
-                for start in range(0, len(todo), step):
-                    idx = todo[start:start + step]
-                    if start:  # another job may have committed some of these meanwhile
-                        found.update(self.store.get_many([keys[i] for i in idx]))
-                        advance(sum(keys[i] in found for i in idx))
-                        idx = [i for i in idx if keys[i] not in found]
-                    batch = [items[i] for i in idx]
-                    if not batch:
-                        continue
-                    if self.streams:
-                        method(batch, *extra, on_result=lambda j, result, idx=idx: receive(idx[j], result))
-                    else:
-                        for i, result in zip(idx, method(batch, *extra)):
-                            receive(i, result)
-            finally:
-                commit()
-        return [found[k] for k in keys]
-
-    def generate(self, requests: Sequence[GenerationRequest], label: str = "generate") -> list[Completion]:
-        """Completions for the requests, from the store where present."""
-        payloads = [asdict(r) for r in requests]
-        rows = self._cached("generate", payloads, label, self.inner.generate, requests, to_json=asdict)
-        return [Completion(text=r["text"], token_ids=tuple(r["token_ids"]), finish_reason=r["finish_reason"]) for r in rows]
-
-    def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]], label: str = "score") -> np.ndarray:
-        """Choice probabilities per prefix, from the store where present."""
-        choice_lists = [list(c) for c in choices]
-        payloads = [{"prefix": list(p), "choices": choice_lists} for p in prefixes]
-        rows = self._cached("choice_probs", payloads, label, self.inner.choice_probs, prefixes, (choice_lists,))
-        return np.array(rows, dtype=float).reshape(len(prefixes), len(choices))
-
-    def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]], label: str = "depth") -> list[np.ndarray]:
-        """Choice probabilities at every cut of each trace, from the store where present."""
-        choice_lists = [list(c) for c in choices]
-        payloads = [{**asdict(r), "choices": choice_lists} for r in requests]
-        rows = self._cached("depth_choice_probs", payloads, label, self.inner.depth_choice_probs, requests, (choice_lists,))
-        return [np.array(r, dtype=float) for r in rows]
-
-    def target_nll(self, requests: Sequence[NLLRequest], label: str = "target nll") -> np.ndarray:
-        """Target NLL (nats/token) per request, from the store where present; keyed by blocks, target and graph."""
-        payloads = [asdict(r) for r in requests]
-        return np.array(self._cached("target_nll", payloads, label, self.inner.target_nll, requests), dtype=float)

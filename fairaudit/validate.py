@@ -1,7 +1,10 @@
-"""One validation step for every config value a user can type, run before any MLflow run opens or model loads.
+"""One validation step for the global config values a user can type, run before any MLflow run opens or model loads.
 
 Each problem is a short phrase naming the key and what it accepts; `validate` raises them together
-as one AuditError (one `error:` line). Checks that need the data files (n against the data set's
+as one AuditError (one `error:` line). The global keys are the model's, the arms', the data set's,
+the store's and tracking's, and every token budget (`*.max_new_tokens`, below model.max_context).
+A probe validates its own `probe.*` keys in its constructor and a backend its `backend.*` keys in
+its `check`, both with `check_fields`; checks that need the data files (n against the data set's
 size, the protected attribute's values) stay with the dataset's own `check()`.
 """
 
@@ -13,7 +16,7 @@ import sqlite3
 import string
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -26,9 +29,6 @@ REACH_TIMEOUT_S = 3.0          # a tracking server must answer within this
 THINKING_STYLES = ("native", "prompted", "none")
 ANSWER_SOURCES = ("parsed", "forced")
 ARM_FAMILIES = ("decision", "mcq")
-HF_BACKEND = "fairaudit.backends.hf.HFBackend"
-HF_DTYPES = ("float32", "bfloat16", "float16")
-HF_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 SQL_SERVER_SCHEMES = ("postgresql", "mysql", "mssql")   # SQLAlchemy URLs MLflow and the store accept as they are
 
 Check = Callable[[Any], "str | None"]
@@ -120,18 +120,27 @@ def value_rules(max_context: Any) -> dict[str, Check]:
         "dataset.attribute": text(), "dataset.alpha": text(), "dataset.alpha_prime": text(),
         "dataset.question": text(), "dataset.path": text(null=True),
         "dataset.user_template": template_fields({"description", "question"}, {"description"}),
-        "probe.n_boot": integer(MIN_BOOT), "probe.seed": integer(0, 2**32 - 1), "probe.K": integer(1),
-        "probe.k_list": list_of(integer(1)), "probe.identity_atol": number(0),
-        "probe.think_instruction": text(empty=True), "probe.letter_fallback": boolean,
-        "probe.truncation.enabled": boolean, "probe.truncation.arms": list_of(text(), nonempty=False),
-        "probe.truncation.offsets": list_of(number(-1, 1)), "probe.truncation.samples": integer(1),
-        "probe.truncation.temperature": number(0, 10, lo_open=True), "probe.truncation.top_p": number(0, 1, lo_open=True),
-        "probe.truncation.seed": integer(0, 2**32 - 1), "probe.truncation.max_new_tokens": optional(budget),
         "store.url": text(), "tracking.uri": text(), "tracking.experiment": text(), "data.root": text(null=True),
     }
     rules.update({f"arm.{key}": check for key, check in arm.items()})
-    rules.update({f"probe.baseline_arm.{key}": check for key, check in arm.items()})
+    rules.update({f"probe.baseline_arm.{key}": check for key, check in arm.items()})  # an arm, wherever it sits
     return rules
+
+
+def budget_keys(container: DictConfig) -> list[str]:
+    """Dotted keys of every token budget set in the config (`max_new_tokens` at any depth, not null)."""
+    found = []
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, DictConfig):
+            for key in node:
+                path = f"{prefix}{key}"
+                if key == "max_new_tokens" and node[key] is not None:
+                    found.append(path)
+                walk(node[key], f"{path}.")
+
+    walk(container, "")
+    return found
 
 
 def _dataset_n(cfg: DictConfig) -> str | None:
@@ -157,7 +166,9 @@ def value_problems(cfg: DictConfig) -> list[str]:
     container = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     max_context = OmegaConf.select(container, "model.max_context", default=None)
     problems = [p for p in (_dataset_n(container), _checkpoint(container)) if p]
-    for key, check in value_rules(max_context).items():
+    rules = value_rules(max_context)
+    rules.update({key: rules["arm.max_new_tokens"] for key in budget_keys(container) if key not in rules})
+    for key, check in rules.items():
         value = OmegaConf.select(container, key, default=ABSENT)
         if value is ABSENT or _interpolated(cfg, key):  # its source key is checked (and named) instead
             continue
@@ -179,39 +190,6 @@ def _interpolated(cfg: DictConfig, key: str) -> bool:
 
 def _plain(node: Any) -> Any:
     return OmegaConf.to_container(node) if isinstance(node, (DictConfig, ListConfig)) else node
-
-
-def device_problem(device: Any) -> str | None:
-    """backend.device: auto, cpu, mps, cuda or cuda:N, and present on this machine."""
-    import torch
-
-    if not isinstance(device, str):
-        return f"backend.device={device!r} must be one of auto, cpu, cuda, cuda:N, mps"
-    kind, _, index = device.partition(":")
-    if device in ("auto", "cpu"):
-        return None
-    if kind == "cuda" and (not index or index.isdigit()):
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if int(index or 0) >= count:
-            return f"backend.device={device!r} is not available: this machine has {count} CUDA device(s); use auto or cpu"
-        return None
-    if device == "mps":
-        return None if torch.backends.mps.is_available() else "backend.device='mps' is not available on this machine"
-    return f"backend.device={device!r} must be one of auto, cpu, cuda, cuda:N, mps"
-
-
-def backend_problems(backend: DictConfig, dtype: Any) -> list[str]:
-    """Checks of the hf backend's own values (other backends validate their own keys)."""
-    if backend.get("_target_") != HF_BACKEND:
-        return []
-    checks = {"device": device_problem(backend.get("device", "auto")),
-              "attn_implementation": one_of(*HF_ATTENTION)(backend.get("attn_implementation", "sdpa")),
-              "depth_token_budget": integer(1)(backend.get("depth_token_budget", 1))}
-    problems = [p if p.startswith("backend.") else f"backend.{key}={backend.get(key)!r} {p}"
-                for key, p in checks.items() if p]
-    if dtype not in HF_DTYPES:
-        problems.append(f"model.dtype={dtype!r} is not supported by the hf backend; choices: {list(HF_DTYPES)}")
-    return problems
 
 
 def writable_location(key: str, path: Path) -> str | None:
@@ -292,8 +270,28 @@ def validate(cfg: DictConfig) -> None:
     except Exception as error:  # an interpolation that does not resolve, a malformed node
         raise AuditError(f"config does not resolve: {' '.join(str(error).split())}") from None
     if not problems:
-        problems = backend_problems(cfg.backend, cfg.model.dtype) if "backend" in cfg else []
-        problems += [p for p in (store_problem(cfg.store.url), tracking_problem(cfg.tracking.uri)) if p]
+        problems = [p for p in (store_problem(cfg.store.url), tracking_problem(cfg.tracking.uri)) if p]
+    if problems:
+        raise AuditError("; ".join(problems))
+
+
+def field_problems(prefix: str, values: Any, rules: dict[str, Check]) -> list[str]:
+    """`prefix.key=value problem` for each dotted key of `rules` that `values` (a mapping) holds."""
+    problems, plain = [], _plain(values)
+    for key, check in rules.items():
+        value = plain
+        for part in key.split("."):
+            value = value.get(part, ABSENT) if isinstance(value, dict) else ABSENT
+        if value is not ABSENT:
+            problem = check(value)
+            if problem:
+                problems.append(f"{prefix}.{key}={value!r} {problem}")
+    return problems
+
+
+def check_fields(prefix: str, values: Any, rules: dict[str, Check], extra: Sequence[str | None] = ()) -> None:
+    """Raise one AuditError listing every problem of `values` under `rules` (and the `extra` ones given)."""
+    problems = field_problems(prefix, values, rules) + [p for p in extra if p]
     if problems:
         raise AuditError("; ".join(problems))
 

@@ -1,7 +1,7 @@
 """One of several processes sharing a store: `python tests/store_worker.py URL GO_FILE LOG IDS...`.
 
 Waits for GO_FILE (so all start at once), asks for a generation of each prompt id through
-CachedBackend (chunks of 2, each model call slow), and writes a JSON log: for every id it
+CachingClient (chunks of 2, each model call slow), and writes a JSON log: for every id it
 computed, when its last store read before that began; for every id it committed, when the
 commit had finished; and the texts it got.
 """
@@ -13,8 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from fairaudit.backends import Completion, GenerationRequest
-from fairaudit.store import CachedBackend, Store
+from fairaudit.backends import Backend, Completion, GenerationRequest
+from fairaudit.client import CachingClient
+from fairaudit.store import Store
 
 
 class TimedStore(Store):
@@ -32,7 +33,7 @@ class TimedStore(Store):
         self.committed.update({key: time.time() for key, _ in items})
 
 
-class SlowModel:
+class SlowModel(Backend):
     """Echoes the prompt ids, 50 ms per item; notes what it computed and the read before it."""
 
     fingerprint = "slow-echo"
@@ -54,7 +55,7 @@ class SlowModel:
 def main(url: str, go_file: str, log: str, ids: list[int]) -> None:
     store = TimedStore(url)
     model = SlowModel(store)
-    cached = CachedBackend(model, store, chunk_size=2)
+    cached = CachingClient(model, store, chunk_size=2)
     while not Path(go_file).exists():
         time.sleep(0.01)
     texts = [c.text for c in cached.generate([GenerationRequest(prompt_ids=(i,), max_new_tokens=1) for i in ids])]

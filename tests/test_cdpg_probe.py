@@ -18,7 +18,8 @@ from fairaudit.probes import AuditContext, ModelSpec
 from fairaudit.probes.cdpg import CDPGProbe
 from fairaudit.probes.decisions import encode, render_prompts
 from fairaudit.prompts.yesno import Arm, Thinking
-from fairaudit.store import CachedBackend, Store, call_key
+from fairaudit.client import CachingClient, completion_json
+from fairaudit.store import Store, call_key
 
 THINK = Arm("think", True, 64)
 NOTHINK = {"name": "nothink", "think": False, "max_new_tokens": 16}
@@ -32,11 +33,11 @@ TRACES = [
 @pytest.fixture(scope="module")
 def context(tmp_path_factory, data_root):
     store = Store(tmp_path_factory.mktemp("cdpg") / "store.sqlite")
-    backend = CachedBackend(HFBackend(tiny_qwen3_dir(), batch_size=4), store)
+    backend = CachingClient(HFBackend(tiny_qwen3_dir(), batch_size=4), store)
     dataset = CounterfactualTabular("adult", 3, 0, "sex", "Male", "Female", "Does this person earn more than $50K per year?",
                                     "{description}\nQuestion: {question} Answer with a single word: Yes or No.", str(data_root))
     spec = ModelSpec("tiny_qwen3", Thinking(style="native"), {"enable_thinking": True}, answer_source="forced")
-    ctx = AuditContext(backend=backend, model=spec, dataset=dataset, arm=THINK)
+    ctx = AuditContext(backend, backend.tokenizer, spec, dataset, THINK)
     prefill_think_traces(ctx)
     return ctx
 
@@ -46,11 +47,11 @@ def prefill_think_traces(ctx: AuditContext) -> None:
     pairs = ctx.dataset.pairs()
     items = []
     for i, prompt in enumerate(render_prompts(ctx, pairs, THINK)):
-        request = GenerationRequest(encode(ctx.backend.tokenizer, prompt), THINK.max_new_tokens)
+        request = GenerationRequest(encode(ctx.tokenizer, prompt), THINK.max_new_tokens)
         text = f"<think>\n{TRACES[i % len(TRACES)]}\n</think>\n\n{'Yes' if i % 2 else 'No'}"
-        completion = Completion(text=text, token_ids=encode(ctx.backend.tokenizer, text), finish_reason="stop")
-        items.append((call_key("generate", ctx.backend.fingerprint, asdict(request)), asdict(completion)))
-    ctx.backend.store.put_many("generate", ctx.backend.fingerprint, items)
+        completion = Completion(text=text, token_ids=encode(ctx.tokenizer, text), finish_reason="stop")
+        items.append((call_key("generate", ctx.client.fingerprint, asdict(request)), completion_json(completion)))
+    ctx.client.store.put_many("generate", ctx.client.fingerprint, items)
 
 
 def test_depth_records_cut_each_trace_into_equal_token_segments(context):
@@ -74,9 +75,9 @@ def test_depth_records_cut_each_trace_into_equal_token_segments(context):
 
 
 def test_second_run_reads_depths_from_the_store(context):
-    before = context.backend.model_calls
+    before = context.client.model_calls
     CDPGProbe(NOTHINK, K=4, k_list=(2, 4, 8)).run(context)
-    assert context.backend.model_calls == before
+    assert context.client.model_calls == before
 
 
 def test_cdpg_refuses_an_arm_that_does_not_think():

@@ -20,7 +20,8 @@ from mlflow.tracking import MlflowClient
 
 from fairaudit import store_cli
 from fairaudit.backends import GenerationRequest
-from fairaudit.store import RESULTS, CachedBackend, Store, generation_key
+from fairaudit.client import CachingClient, generation_key
+from fairaudit.store import RESULTS, Store
 from tests.conftest import REPO, run_app
 from tests.servers import MlflowServer, PostgresServer, free_port, have
 from tests.test_store import ScriptedBackend, requests
@@ -102,19 +103,19 @@ def test_four_processes_on_overlapping_keys_lose_nothing_and_recompute_nothing_c
     print(f"4 processes x 20 ids (35 distinct): {total} model calls")
     assert 35 <= total < 80
 
-    rerun = CachedBackend(ScriptedBackend("slow-echo"), Store(pg_url))
+    rerun = CachingClient(ScriptedBackend("slow-echo"), Store(pg_url))
     assert [c.text for c in rerun.generate([GenerationRequest(prompt_ids=(i,), max_new_tokens=1) for i in range(35)])] == [
         f"echo {i}" for i in range(35)]
     assert rerun.model_calls == 0
 
 
 def test_damaged_value_on_postgres_is_recomputed(pg_url, capfd):
-    first = CachedBackend(ScriptedBackend(), Store(pg_url))
+    first = CachingClient(ScriptedBackend(), Store(pg_url))
     probs = first.choice_probs([(1, 2), (3, 4)], [[1], [2]])
     store = Store(pg_url)
     with store.engine.begin() as conn:
         conn.execute(RESULTS.update().where(RESULTS.c.kind == "choice_probs").values(value="[0.9, 0.547]"))
-    again = CachedBackend(ScriptedBackend(), Store(pg_url))
+    again = CachingClient(ScriptedBackend(), Store(pg_url))
     np.testing.assert_array_equal(again.choice_probs([(1, 2), (3, 4)], [[1], [2]]), probs)
     assert again.model_calls == 2
     assert capfd.readouterr().err.count("warning:") == 2
@@ -122,20 +123,20 @@ def test_damaged_value_on_postgres_is_recomputed(pg_url, capfd):
 
 
 def test_export_import_between_postgres_and_a_laptop_sqlite(tmp_path, pg_url, capsys):
-    cluster = CachedBackend(ScriptedBackend(), Store(pg_url), chunk_size=3)
+    cluster = CachingClient(ScriptedBackend(), Store(pg_url), chunk_size=3)
     outputs = cluster.generate(requests(6))
     probs = cluster.choice_probs([(1, 2), (3, 4)], [[1], [2]])
     assert store_cli.main(["export", str(tmp_path / "cluster-run.sqlite"), "--store", pg_url]) == 0
-    laptop = CachedBackend(ScriptedBackend(), Store(tmp_path / "cluster-run.sqlite"))
+    laptop = CachingClient(ScriptedBackend(), Store(tmp_path / "cluster-run.sqlite"))
     assert laptop.generate(requests(6)) == outputs
     np.testing.assert_array_equal(laptop.choice_probs([(1, 2), (3, 4)], [[1], [2]]), probs)
     assert laptop.model_calls == 0
 
-    CachedBackend(ScriptedBackend(), Store(tmp_path / "cluster-run.sqlite")).generate(requests(9))  # 3 more on the laptop
+    CachingClient(ScriptedBackend(), Store(tmp_path / "cluster-run.sqlite")).generate(requests(9))  # 3 more on the laptop
     assert store_cli.main(["import", str(tmp_path / "cluster-run.sqlite"), "--store", pg_url]) == 0
     assert "3 copied, 8 already present" in capsys.readouterr().out
     assert Store(pg_url).count() == 11
-    back = CachedBackend(ScriptedBackend(), Store(pg_url))
+    back = CachingClient(ScriptedBackend(), Store(pg_url))
     back.generate(requests(9))
     assert back.model_calls == 0
 

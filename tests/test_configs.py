@@ -12,8 +12,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
+from fairaudit.app import PROBE_META
+
 CONF = Path(__file__).resolve().parents[1] / "conf"
 RUNTIME_KWARGS = {"backend": {"model_dir", "dtype", "batch_size"}}
+READ_BY_FAIRAUDIT = {"probe": set(PROBE_META)}  # keys the app strips before it builds the object
 GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
 
 
@@ -41,7 +44,8 @@ def targets(node, path=""):
 
 def check_binds(path: str, node: DictConfig) -> None:
     target = get_object(node._target_)
-    kwargs = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if not k.startswith("_")}
+    kwargs = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items()
+              if not k.startswith("_") and k not in READ_BY_FAIRAUDIT.get(path, set())}
     signature = inspect.signature(target)
     signature.bind_partial(**kwargs)
     required = {n for n, p in signature.parameters.items()

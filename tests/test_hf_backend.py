@@ -51,7 +51,7 @@ def test_sampled_generation_is_fixed_by_its_seed_whatever_the_batch(backend):
 def test_nucleus_probs_keep_the_smallest_set_reaching_top_p():
     import torch
 
-    from fairaudit.backends.common import nucleus_probs
+    from fairaudit.backends.tensors import nucleus_probs
 
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.9, 0.05, 0.03, 0.02]]))
     probs = nucleus_probs(logits, torch.tensor([1.0, 1.0]), torch.tensor([0.8, 0.5]))

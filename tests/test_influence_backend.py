@@ -6,7 +6,8 @@ import torch
 
 from fairaudit.backends import Block, GenerationRequest, GraphGenerationRequest, NLLRequest
 from fairaudit.backends.hf import HFBackend
-from fairaudit.backends.packing import _additive_mask, graph_allowed, pack_tree, tree_length
+from fairaudit.backends.graphs import graph_allowed, pack_tree, tree_length
+from fairaudit.backends.packing import additive_mask
 from fairaudit.errors import AuditError
 from fairaudit.models import embedded_model_dir, tiny_qwen3_dir
 from fairaudit.probes.influence import visibility
@@ -73,7 +74,7 @@ def test_masked_generation_with_cache_equals_naive_recompute(backend):
     for _ in range(len(cached)):
         with torch.inference_mode():
             logits = model(input_ids=torch.tensor([ids]), position_ids=torch.arange(len(ids))[None],
-                           attention_mask=_additive_mask(graph_allowed(block_of, graph)[None], model.dtype)).logits
+                           attention_mask=additive_mask(graph_allowed(block_of, graph)[None], model.dtype)).logits
         ids.append(int(logits[0, -1].argmax()))
         block_of.append(3)
     assert tuple(ids[-len(cached):]) == cached

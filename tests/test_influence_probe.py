@@ -19,7 +19,8 @@ from fairaudit.models import tiny_qwen3_dir
 from fairaudit.probes import AuditContext
 from fairaudit.probes.influence import A_PRIVATE, InfluenceProbe, Trace
 from fairaudit.prompts.yesno import Arm
-from fairaudit.store import CachedBackend, Store
+from fairaudit.client import CachingClient
+from fairaudit.store import Store
 from omegaconf import OmegaConf
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -27,9 +28,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 def tiny_context(tmp_path, n=3):
     spec = model_spec(OmegaConf.load("conf/model/tiny_qwen3.yaml"))
-    backend = CachedBackend(HFBackend(tiny_qwen3_dir(), device="cpu"), Store(tmp_path / "store.sqlite"))
+    backend = CachingClient(HFBackend(tiny_qwen3_dir(), device="cpu"), Store(tmp_path / "store.sqlite"))
     dataset = MCQDataset("mmlu", n, 0, "mmlu/test.jsonl", root=str(DATA_ROOT))
-    return AuditContext(backend=backend, model=spec, dataset=dataset, arm=Arm("think", True, 8))
+    return AuditContext(backend, backend.tokenizer, spec, dataset, Arm("think", True, 8))
 
 
 def test_probe_on_tiny_qwen3_records_controls_and_cache(tmp_path):
@@ -49,10 +50,10 @@ def test_probe_on_tiny_qwen3_records_controls_and_cache(tmp_path):
     assert np.allclose(scored["delta"], scored["nll_cf"] - scored["nll_nat"])
     assert set(result.tables) == {"influence_rates", "graph_cut_control", "probe_comparison"}
     assert traces["canary"].str.len().eq(8).all()
-    calls = ctx.backend.model_calls
+    calls = ctx.client.model_calls
     again = tiny_context(tmp_path)
     rerun = probe.run(again)
-    assert again.backend.model_calls == 0 and calls > 0
+    assert again.client.model_calls == 0 and calls > 0
     pd.testing.assert_frame_equal(rerun.records["records"], records)
 
 

@@ -25,7 +25,8 @@ from fairaudit.backends import DepthRequest, GenerationRequest
 from fairaudit.backends.openai import OpenAIBackend
 from fairaudit.errors import AuditError
 from fairaudit.models import PROMPT_FILES, model_fingerprint, resolve_model_dir, tiny_qwen3_dir
-from fairaudit.store import CachedBackend, Store
+from fairaudit.client import CachingClient
+from fairaudit.store import Store
 
 from conftest import run_app
 
@@ -200,13 +201,13 @@ def test_choice_and_depth_reads_pool_log_probabilities_as_hf_pools_logits(model_
 def test_results_received_before_a_failure_are_committed_and_a_rerun_resumes(model_dir, servers, tmp_path):
     server = servers(failing={105})
     store = Store(tmp_path / "store.sqlite")
-    cached = CachedBackend(backend(model_dir, server.url, max_retries=3, retry_backoff_s=0.2), store, chunk_size=4)
+    cached = CachingClient(backend(model_dir, server.url, max_retries=3, retry_backoff_s=0.2), store, chunk_size=4)
     with pytest.raises(AuditError, match=rf"^server {server.url} answered HTTP 503"):
         cached.generate(requests(8))
     assert store.count("generate") == 7 and cached.model_calls == 7
     server.failing.clear()
     posts_before = len(server.posts)
-    resumed = CachedBackend(backend(model_dir, server.url), Store(tmp_path / "store.sqlite"), chunk_size=4)
+    resumed = CachingClient(backend(model_dir, server.url), Store(tmp_path / "store.sqlite"), chunk_size=4)
     out = resumed.generate(requests(8))
     assert resumed.model_calls == 1 and len(server.posts) == posts_before + 1 and len(out) == 8
     assert server.posts[-1]["prompt"][0] == 105 and store.count("generate") == 8
@@ -248,7 +249,7 @@ def test_chat_mode_sends_messages_and_wraps_reasoning_as_the_trace(model_dir, se
     assert bodies[0]["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q?"}]
     assert bodies[1]["messages"][-1] == {"role": "assistant", "content": "<think>\n\n</think>\n\nThe"}
     assert bodies[1]["continue_final_message"] is True and "continue_final_message" not in bodies[0]
-    with pytest.raises(AuditError, match="backend.mode=chat serves generation only"):
+    with pytest.raises(AuditError, match="backend=openai cannot read answer scores .* backend.mode=chat serves generation alone"):
         client.choice_probs([(1, 2)], [[3], [4]])
     assert len(server.posts) == 2
 
@@ -259,7 +260,7 @@ def test_the_key_is_sent_but_never_logged_or_stored(model_dir, servers, tmp_path
     caplog.set_level(logging.DEBUG)
     client = OpenAIBackend(model_dir, base_url=server.url, model="fake", api_key_env="FAIRAUDIT_TEST_KEY",
                            retry_backoff_s=0.01)
-    cached = CachedBackend(client, Store(tmp_path / "store.sqlite"))
+    cached = CachingClient(client, Store(tmp_path / "store.sqlite"))
     with pytest.raises(AuditError) as failure:
         cached.generate(requests(1))
     cached.generate(requests(2))
@@ -285,8 +286,10 @@ def test_chat_mode_refuses_a_probe_needing_scores_before_any_request(tmp_path, s
                    "backend.mode=chat", "dataset.n=2")
     assert done.returncode == 2 and server.posts == []
     assert done.stderr.strip().splitlines()[-1] == (
-        "error: probe 'counterfactual' needs answer scores (P(Yes), forced answers, depth reads), which "
-        "backend.mode=chat cannot give; use backend.mode=completions or probe=position")
+        "error: probe 'counterfactual' needs a backend that can read answer scores (choice_probs: P(Yes), forced "
+        "answers); backend=openai cannot (backend.mode=chat serves generation alone: use backend.mode=completions "
+        "with a server that takes token ids). Backends that can: backend=hf, backend=vllm; probes backend=openai "
+        "runs: position")
     assert not (tmp_path / "mlflow.db").exists()
 
 
@@ -296,8 +299,9 @@ def test_the_influence_probe_is_refused_before_any_request(tmp_path, servers):
                    "probe=influence", "dataset=mmlu", "dataset.n=2")
     assert done.returncode == 2 and server.posts == []
     assert done.stderr.strip().splitlines()[-1] == (
-        "error: probe 'influence' needs target_nll with attention graphs, which only backend=hf implements "
-        "(not OpenAIBackend); use backend=hf")
+        "error: probe 'influence' needs a backend that can score a fixed target's likelihood (target_nll) and apply "
+        "a role-visibility attention graph (graph generation, masked target_nll); backend=openai cannot. Backends "
+        "that can: backend=hf; probes backend=openai runs: btm, cdpg, counterfactual, position")
     assert not (tmp_path / "mlflow.db").exists()
 
 
@@ -343,6 +347,6 @@ def test_a_hub_model_is_fetched_without_weights_only_when_served_elsewhere(monke
         return str(tmp_path)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
-    assert resolve_model_dir("org/served", weights=OpenAIBackend.loads_weights) == tmp_path
+    assert resolve_model_dir("org/served", weights=OpenAIBackend.capabilities.loads_weights) == tmp_path
     resolve_model_dir("org/local")
     assert asked == [("org/served", PROMPT_FILES), ("org/local", None)]

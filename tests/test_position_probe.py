@@ -12,16 +12,18 @@ import pytest
 from jinja2.exceptions import TemplateError
 
 from conftest import DATA_ROOT, run_app
-from fairaudit.__main__ import hoist_multirun_flag
+from fairaudit.app import check_fit
+from fairaudit.cli import hoist_multirun_flag
 from fairaudit.analysis.position import truncation
-from fairaudit.backends import Completion, GenerationRequest
+from fairaudit.backends import Backend, Completion, GenerationRequest
 from fairaudit.data.mcq import MCQDataset
 from fairaudit.errors import AuditError
 from fairaudit.probes import AuditContext, ModelSpec
 from fairaudit.probes.position import PositionProbe, continuation_seed
 from fairaudit.prompts.mcq import final_answer, letter_frequency, render_mcq_prompt
 from fairaudit.prompts.yesno import Arm, Thinking
-from fairaudit.store import CachedBackend, Store, generation_key
+from fairaudit.client import CachingClient, generation_key
+from fairaudit.store import Store
 
 SQRT_075 = math.sqrt(0.75)
 PROMPTED = Thinking(style="prompted", instruction="answer Yes or No")  # a decision-probe instruction, unused by MCQ
@@ -43,7 +45,7 @@ class CharTokenizer:
         return text + "<think>\n" if kwargs.get("enable_thinking") else text
 
 
-class ScriptedBackend:
+class ScriptedBackend(Backend):
     """Answers from `script(prompt_text, request) -> (text, finish_reason)`; records every request it serves."""
 
     fingerprint = "scripted/1"
@@ -115,9 +117,9 @@ def dataset(tmp_path) -> MCQDataset:
 
 def context(tmp_path, dataset, arm=REASON, thinking=PROMPTED):
     inner = ScriptedBackend(script)
-    backend = CachedBackend(inner, Store(tmp_path / "store.sqlite"), chunk_size=5)
+    backend = CachingClient(inner, Store(tmp_path / "store.sqlite"), chunk_size=5)
     spec = ModelSpec(name="scripted", thinking=thinking, template_kwargs={})
-    return AuditContext(backend=backend, model=spec, dataset=dataset, arm=arm), inner
+    return AuditContext(backend, inner.tokenizer, spec, dataset, arm), inner
 
 
 def probe(**truncation_overrides) -> PositionProbe:
@@ -249,7 +251,7 @@ def test_truncation_continuations_are_exact_and_cached(tmp_path, dataset):
     # a second run over the same store makes no model call and gives the same records
     again_ctx, again_inner = context(tmp_path, dataset)
     again = probe(permutation=None).run(again_ctx)
-    assert again_inner.calls == [] and again_ctx.backend.model_calls == 0
+    assert again_inner.calls == [] and again_ctx.client.model_calls == 0
     pd.testing.assert_frame_equal(again.records["records"], records)
     pd.testing.assert_frame_equal(again.records["continuations"], continuations)
     # a new base seed resamples every continuation but not the greedy answers
@@ -285,11 +287,10 @@ def test_arm_and_config_validation():
 
 def test_probe_rejects_a_decision_dataset(tmp_path):
     class Pairs:
-        name = "adult"
+        name, family = "adult", "decision"
 
-    ctx, _ = context(tmp_path, Pairs())
-    with pytest.raises(AuditError, match="needs an MCQ dataset.*got 'adult'"):
-        probe().run(ctx)
+    with pytest.raises(AuditError, match="probe 'position' takes mcq datasets; dataset 'adult' is a decision dataset"):
+        check_fit(probe(), "position", [REASON], Pairs(), ModelSpec("scripted", PROMPTED, {}))
 
 
 def test_dataset_check(tmp_path, dataset):

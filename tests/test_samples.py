@@ -34,7 +34,7 @@ def test_pair_cells_follow_the_contingency_definition():
 
 
 def test_page_shows_both_sides_both_arms_escaped_and_one_filter_per_cell():
-    files = artifacts({"records": decision_records()}, "adult | counterfactual smollm2 think")
+    files = artifacts(decision_records(), "pairs", "adult | counterfactual smollm2 think")
     page = files["samples.html"]
     assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "http" not in page  # self-contained
     assert page.count("<section class='item") == 3
@@ -47,7 +47,7 @@ def test_page_shows_both_sides_both_arms_escaped_and_one_filter_per_cell():
 
 
 def test_jsonl_has_one_object_per_record_with_its_cell():
-    lines = artifacts({"records": decision_records()}, "t")["samples.jsonl"].splitlines()
+    lines = artifacts(decision_records(), "pairs", "t")["samples.jsonl"].splitlines()
     rows = [json.loads(line) for line in lines]
     assert len(rows) == 12
     assert {(r["pair_id"], r["group"]) for r in rows} == {("p1", "c"), ("p2", "d"), ("p3", "unparsed")}
@@ -66,7 +66,7 @@ def test_mcq_page_groups_each_questions_permutations_by_correct_count():
         "prompt": ["Q?"] * 8,
         "text": [f"The answer is {c}" for c in "ABCDAAAA"],
     })
-    files = artifacts({"records": records}, "mmlu | position smollm2 cot")
+    files = artifacts(records, "questions", "mmlu | position smollm2 cot")
     page = files["samples.html"]
     assert page.count("<section class='item") == 2
     assert "3/4 correct" in page and "1/4 correct" in page
@@ -83,7 +83,7 @@ def test_influence_transcripts_are_shown_per_trace_and_filterable_by_graph():
         {"trace_id": 1, "question_id": 7, "condition": "unmasked", "valid": False, **blocks, "ngram_raw": 0.0,
          "ngram_corrected": 0.0, "canary": None, "canary_reproduced": None, "text": "B says yes"},
     ])
-    files = artifacts({"records": pd.DataFrame({"direction": ["A->B"]}), "traces": traces}, "mmlu | influence smollm2")
+    files = artifacts(traces, "transcripts", "mmlu | influence smollm2")
     page = files["samples.html"]
     assert "&lt;A private&gt; x &lt; y" in page and "<A private>" not in page
     assert "id=f-masked" in page and "id=f-unmasked" in page

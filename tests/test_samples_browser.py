@@ -31,7 +31,7 @@ def inked(png: Path) -> float:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
 def test_chromium_renders_every_pair_and_the_filter_hides_the_others(tmp_path):
-    page = artifacts({"records": decision_records()}, "adult | counterfactual smollm2 think")["samples.html"]
+    page = artifacts(decision_records(), "pairs", "adult | counterfactual smollm2 think")["samples.html"]
     every, only_c = tmp_path / "all.html", tmp_path / "c.html"
     every.write_text(page)
     only_c.write_text(page.replace("id=f-all checked", "id=f-all").replace("id=f-c>", "id=f-c checked>"))

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from fairaudit import store_cli
-from fairaudit.backends import Completion, GenerationRequest
+from fairaudit.backends import Backend, Completion, GenerationRequest
 from fairaudit.errors import AuditError
-from fairaudit.store import CachedBackend, Store, call_key, checksum, damage
+from fairaudit.client import CachingClient
+from fairaudit.store import Store, call_key, checksum, damage
 
 
-class ScriptedBackend:
+class ScriptedBackend(Backend):
     """Deterministic stand-in model: echoes prompt ids; can fail after `fail_after` calls."""
 
     tokenizer = None
@@ -49,29 +50,29 @@ def requests(n: int) -> list[GenerationRequest]:
 
 def test_second_identical_run_makes_zero_model_calls(tmp_path):
     store = Store(tmp_path / "s.sqlite")
-    first = CachedBackend(ScriptedBackend(), store, chunk_size=3)
+    first = CachingClient(ScriptedBackend(), store, chunk_size=3)
     out1 = first.generate(requests(10))
     probs1 = first.choice_probs([(1, 2), (3, 4)], [[1], [2]])
     assert first.model_calls == 12
-    second = CachedBackend(ScriptedBackend(), Store(tmp_path / "s.sqlite"), chunk_size=3)
+    second = CachingClient(ScriptedBackend(), Store(tmp_path / "s.sqlite"), chunk_size=3)
     assert second.generate(requests(10)) == out1
     np.testing.assert_array_equal(second.choice_probs([(1, 2), (3, 4)], [[1], [2]]), probs1)
-    assert second.model_calls == 0 and second.inner.seen == []
+    assert second.model_calls == 0 and second.backend.seen == []
 
 
 def test_interrupted_run_resumes_and_loses_nothing(tmp_path):
-    clean = CachedBackend(ScriptedBackend(), Store(tmp_path / "clean.sqlite"), chunk_size=4).generate(requests(10))
-    killed = CachedBackend(ScriptedBackend(fail_after=6), Store(tmp_path / "s.sqlite"), chunk_size=4)
+    clean = CachingClient(ScriptedBackend(), Store(tmp_path / "clean.sqlite"), chunk_size=4).generate(requests(10))
+    killed = CachingClient(ScriptedBackend(fail_after=6), Store(tmp_path / "s.sqlite"), chunk_size=4)
     with pytest.raises(KeyboardInterrupt):
         killed.generate(requests(10))
     assert Store(tmp_path / "s.sqlite").count("generate") == 4  # the first whole chunk was committed
-    resumed = CachedBackend(ScriptedBackend(), Store(tmp_path / "s.sqlite"), chunk_size=4)
+    resumed = CachingClient(ScriptedBackend(), Store(tmp_path / "s.sqlite"), chunk_size=4)
     assert resumed.generate(requests(10)) == clean
-    assert resumed.model_calls == 6 and resumed.inner.seen == [r.prompt_ids for r in requests(10)[4:]]
+    assert resumed.model_calls == 6 and resumed.backend.seen == [r.prompt_ids for r in requests(10)[4:]]
 
 
 def test_duplicate_requests_are_computed_once(tmp_path):
-    cached = CachedBackend(ScriptedBackend(), Store(tmp_path / "s.sqlite"))
+    cached = CachingClient(ScriptedBackend(), Store(tmp_path / "s.sqlite"))
     out = cached.generate(requests(2) * 3)
     assert cached.model_calls == 2 and len(out) == 6 and out[0] == out[2] == out[4]
 
@@ -87,8 +88,8 @@ def test_key_depends_on_model_ids_and_decoding():
 
 def test_two_models_share_a_store_without_collisions(tmp_path):
     store = Store(tmp_path / "s.sqlite")
-    a = CachedBackend(ScriptedBackend("model-a"), store).generate(requests(3))
-    b = CachedBackend(ScriptedBackend("model-b"), store)
+    a = CachingClient(ScriptedBackend("model-a"), store).generate(requests(3))
+    b = CachingClient(ScriptedBackend("model-b"), store)
     b.generate(requests(3))
     assert b.model_calls == 3 and store.count() == 6 and len(a) == 3
 
@@ -104,7 +105,7 @@ def damage_value(path, kind: str, edit) -> str:
 
 
 def fill(path) -> tuple[list, np.ndarray]:
-    cached = CachedBackend(ScriptedBackend(), Store(path), chunk_size=3)
+    cached = CachingClient(ScriptedBackend(), Store(path), chunk_size=3)
     return cached.generate(requests(4)), cached.choice_probs([(1, 2), (3, 4), (5, 7)], [[1], [2]])
 
 
@@ -116,7 +117,7 @@ def test_damaged_value_is_reported_deleted_and_recomputed(tmp_path, capfd, kind,
     path = tmp_path / "s.sqlite"
     outputs, probs = fill(path)
     key = damage_value(path, kind, edit)
-    again = CachedBackend(ScriptedBackend(), Store(path))
+    again = CachingClient(ScriptedBackend(), Store(path))
     assert again.generate(requests(4)) == outputs
     np.testing.assert_array_equal(again.choice_probs([(1, 2), (3, 4), (5, 7)], [[1], [2]]), probs)
     assert again.model_calls == 1
@@ -152,7 +153,7 @@ def test_export_import_round_trip_between_sqlite_files(tmp_path, capsys):
     outputs, probs = fill(source)
     assert store_cli.main(["export", str(tmp_path / "moved.sqlite"), "--store", str(source)]) == 0
     assert store_cli.main(["import", str(tmp_path / "moved.sqlite"), "--store", str(tmp_path / "laptop.sqlite")]) == 0
-    laptop = CachedBackend(ScriptedBackend(), Store(tmp_path / "laptop.sqlite"))
+    laptop = CachingClient(ScriptedBackend(), Store(tmp_path / "laptop.sqlite"))
     assert laptop.generate(requests(4)) == outputs
     np.testing.assert_array_equal(laptop.choice_probs([(1, 2), (3, 4), (5, 7)], [[1], [2]]), probs)
     assert laptop.model_calls == 0
@@ -170,7 +171,7 @@ def test_store_written_before_checksums_gains_them(tmp_path):
     value = json.dumps({"text": "0 1", "token_ids": [0, 1], "finish_reason": "stop"})
     db.execute("INSERT INTO results VALUES (?, 'generate', 'scripted', ?, 0)", (call_key("generate", "scripted", asdict(request)), value))
     db.commit()
-    cached = CachedBackend(ScriptedBackend(), Store(path))
+    cached = CachingClient(ScriptedBackend(), Store(path))
     assert cached.generate([request])[0].text == "0 1" and cached.model_calls == 0
 
 

@@ -11,7 +11,8 @@ from hydra.utils import instantiate
 from omegaconf import open_dict
 
 from fairaudit.errors import AuditError, input_error_line
-from fairaudit.validate import validate, value_problems
+from fairaudit.app import build_probe, check_settings
+from fairaudit.validate import value_problems
 from conftest import REPO
 from test_configs import composed
 
@@ -25,10 +26,11 @@ def job_config(*overrides: str):
 
 
 def problem(tmp_path, *overrides: str) -> str | None:
-    """validate()'s one line for the config with the overrides (places under tmp_path), or None."""
+    """The one line of the settings checks (global values, the backend's, the probe's) for the config with
+    the overrides (places under tmp_path), or None."""
     cfg = job_config(f"store.url={tmp_path}/store.sqlite", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *overrides)
     try:
-        validate(cfg)
+        check_settings(cfg)
     except AuditError as error:
         assert "\n" not in str(error)
         return str(error)
@@ -117,11 +119,13 @@ def test_reachable_tracking_server_passes(tmp_path):
 def test_hydra_instantiation_wrapper_is_unwrapped_to_one_line(tmp_path):
     cfg = composed("probe=cdpg", "probe.K=0")
     with pytest.raises(InstantiationException) as wrapped:
-        instantiate(cfg.probe, _convert_="all")
-    assert input_error_line(wrapped.value) == "probe.K=0 and probe.k_list=[5, 10, 20] must be positive segment counts"
+        instantiate({k: v for k, v in cfg.probe.items() if k != "report"}, _convert_="all")
+    assert input_error_line(wrapped.value) == "probe.K=0 must be an integer >= 1"
+    with pytest.raises(AuditError, match="^probe.K=0 must be an integer >= 1$"):
+        build_probe(cfg.probe)  # the app's own build surfaces the probe's AuditError as itself
     cfg = composed("+probe.unknown=1")
     with pytest.raises(InstantiationException) as refused:
-        instantiate(cfg.probe, _convert_="all")
+        build_probe(cfg.probe)
     line = input_error_line(refused.value)
     assert line.startswith("TypeError: ") and "unknown" in line and "\n" not in line
     assert input_error_line(RuntimeError("a bug")) is None

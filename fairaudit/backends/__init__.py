@@ -1,20 +1,25 @@
-"""The narrow backend protocol every model runtime implements (DESIGN.md).
+"""The backend contract: what every model runtime implements, and what it says it can do.
 
-All calls are batched and work on token ids, so the store can key them exactly.
-Backends share helpers as free functions (`fairaudit.backends.common`), never by
-inheritance; caching is a wrapper (`fairaudit.store.CachedBackend`), not a base class.
+A backend is one class in `fairaudit/backends/<name>.py` named by `_target_` in
+`conf/backend/<name>.yaml` (the only registry). It subclasses `Backend`, declares its
+`capabilities`, and implements `generate` plus the calls its capabilities promise; a call it
+does not implement refuses with an AuditError naming the capability and the backends that have
+it. All calls are batched, take and return token ids rendered by the project's own prompts (so
+a record means the same under every backend), and return results in request order.
 
-Two optional attributes: `streams_results = True` for a backend whose calls also take
-`on_result(i, result)` and call it as each result arrives (a server pool; the store commits
-them as they come), and `can_score = False` for one that only generates (chat-only APIs).
+Backends share helpers as free functions (`backends.common`, torch-free; `backends.tensors`,
+torch), never by inheritance between backends. Caching is a wrapper (`fairaudit.client`), not
+part of a backend. docs/adding.md walks through adding one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
+
+from fairaudit.errors import AuditError
 
 
 @dataclass(frozen=True)
@@ -34,12 +39,14 @@ class Completion:
 
     text: the new tokens decoded with special tokens kept (think tags stay visible),
     end-of-sequence and padding removed. token_ids: the new tokens, EOS excluded.
-    finish_reason: "stop" (EOS) or "length" (the max_new_tokens budget cut it).
+    finish_reason: "stop" (EOS or a stop sequence) or "length" (the max_new_tokens budget cut it).
+    key: the result's store key, set by the client (`fairaudit.client`); backends leave it empty.
     """
 
     text: str
     token_ids: tuple[int, ...]
     finish_reason: str
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -101,33 +108,84 @@ class NLLRequest:
     shared_prefix: bool = True
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """A loaded model. `fingerprint` names weights and numerics (dtype, device kind, backend version)."""
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do. Probes name the first four in their `needs`; the app checks them before
+    anything loads, and the client refuses a call the backend's capabilities do not cover."""
 
+    scores: bool = True              # choice_probs: P(Yes) and forced answers at the answer position
+    depth_reads: bool = True         # depth_choice_probs: the answer read at every cut of a trace
+    target_nll: bool = False         # target_nll under ordinary causal attention
+    attention_graphs: bool = False   # GraphGenerationRequest, and NLLRequest with a visibility graph
+    streaming: bool = False          # calls take on_result(i, result), called as each result arrives
+    loads_weights: bool = True       # False: the model folder needs its tokenizer and config only
+    chunk_size: int | None = None    # results per store commit; None: model.batch_size
+    limits: str = ""                 # why settings narrowed the class's declaration, and how to widen it
+
+    def has(self, capability: str) -> bool:
+        """Whether this covers one of the NEEDABLE capabilities (a misspelt name is an error, not False)."""
+        if capability not in NEEDABLE:
+            raise ValueError(f"unknown capability {capability!r}; capabilities a probe may need: {list(NEEDABLE)}")
+        return getattr(self, capability)
+
+
+NEEDABLE = ("scores", "depth_reads", "target_nll", "attention_graphs")  # the capabilities a probe may need
+
+WHAT = {"scores": "read answer scores (choice_probs: P(Yes), forced answers)",
+        "depth_reads": "read answers along a trace (depth_choice_probs)",
+        "target_nll": "score a fixed target's likelihood (target_nll)",
+        "attention_graphs": "apply a role-visibility attention graph (graph generation, masked target_nll)"}
+
+
+class Backend:
+    """A loaded model behind the calls below; subclass it, declare `capabilities`, implement what they promise.
+
+    name: the `backend=` choice (its conf/backend file name); fingerprint: names the weights, the
+    numerics (dtype, device kind) and the backend and its version, so results of different backends
+    never share a store key; tokenizer: a transformers tokenizer that renders every prompt.
+    A constructor reads only what names the model (tokenizer, config, weight digests): weights load
+    on the first model call, so a run served wholly from the store never loads them.
+    """
+
+    name: ClassVar[str] = ""
+    capabilities: Capabilities = Capabilities()  # the class's declaration; an instance may narrow it (capabilities_for)
     fingerprint: str
+    tokenizer: Any
+
+    @classmethod
+    def check(cls, settings: Mapping, model: Mapping) -> None:
+        """Raise an AuditError for settings this backend refuses (its `backend.*` config and the model's);
+        called before anything loads. Default: nothing to check."""
+
+    @classmethod
+    def capabilities_for(cls, settings: Mapping) -> Capabilities:
+        """The capabilities under these `backend.*` settings (a mode may narrow them); default: `capabilities`."""
+        return cls.capabilities
 
     def generate(self, requests: Sequence[GenerationRequest | GraphGenerationRequest]) -> list[Completion]:
         """Continue each prompt; results in request order.
 
-        A GraphGenerationRequest is decoded greedily under its visibility graph (one 4D attention
-        mask, full-sequence position ids); a backend that cannot apply a custom mask refuses it
-        with an AuditError naming the backend.
+        GenerationRequest: greedy at temperature 0, else nucleus sampling (temperature, top_p) from a
+        generator seeded by the request alone, so a continuation does not depend on its batch. The
+        completion is cut at the first of the model's stop ids (finish "stop") or at max_new_tokens
+        ("length"). GraphGenerationRequest (capability `attention_graphs`): greedy under its
+        visibility graph, one 4D attention mask with full-sequence position ids.
         """
+        raise NotImplementedError
 
     def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]]) -> np.ndarray:
-        """Softmax over the given answer choices only (not the vocabulary) at the next position.
+        """Softmax over the given answer choices only (not the vocabulary) at the position after each prefix.
 
-        choices[j] lists the token ids that spell choice j (e.g. "Yes", " Yes", "yes"); their
-        logits are pooled with logsumexp before the softmax across choices. Returns an array
-        of shape (len(prefixes), len(choices)), rows summing to 1, columns in `choices` order.
+        choices[j] lists the token ids that spell choice j (e.g. "Yes", " Yes", "yes"); their logits are
+        pooled with logsumexp before the softmax across choices (`common.pooled_softmax`). Returns a float64
+        array of shape (len(prefixes), len(choices)), rows summing to 1, columns in `choices` order.
         """
+        raise missing(self, "scores")
 
     def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """choice_probs at every cut of each trace: one (len(cuts), len(choices)) array per request.
-
-        Must equal calling choice_probs on each prompt + trace[:cut] + suffix (the naive re-feed).
-        """
+        """choice_probs at every cut of each trace: one (len(cuts), len(choices)) array per request, rows in
+        `cuts` order. Must equal choice_probs of each prompt + trace[:cut] + suffix (the naive re-feed)."""
+        raise missing(self, "depth_reads")
 
     def target_nll(self, requests: Sequence[NLLRequest]) -> np.ndarray:
         """Mean negative log-likelihood per target token, in nats, of each request (paper 002 Eq. 3).
@@ -135,6 +193,42 @@ class Backend(Protocol):
         For request r with target tokens t_1..t_n (the target blocks' ids, in order, tags included):
         -1/n * sum_i ln p(t_i | every earlier token it may see under r.visibility), where the first
         token of a target block is predicted at the last token before it. Returns a float64 array of
-        len(requests), in request order. A backend that cannot apply a custom attention mask refuses
-        a request whose visibility is not None with an AuditError.
+        len(requests), in request order. A visibility graph needs capability `attention_graphs`.
         """
+        raise missing(self, "target_nll")
+
+    def metrics(self) -> dict[str, float]:
+        """Figures of this backend's work so far, logged with the run (e.g. a prefix-cache hit rate); default none."""
+        return {}
+
+
+Streamed = Callable[[int, Any], None]  # on_result(i, result) of a streaming backend
+
+
+def missing(backend: Backend | type[Backend], capability: str, hint: str = "") -> AuditError:
+    """The error for a call `backend` cannot serve: the capability it lacks, the backends that have it, a hint."""
+    cls = backend if isinstance(backend, type) else type(backend)
+    name = cls.name or cls.__name__
+    others = [b for b in backends_with(capability) if b != name]
+    where = f"; backends that can: {', '.join(f'backend={b}' for b in others)}" if others else ""
+    return AuditError(f"backend={name} cannot {WHAT[capability]} (capability {capability!r}){where}"
+                      + (f"; {hint}" if hint else ""))
+
+
+def backend_classes() -> dict[str, type[Backend]]:
+    """Every shipped backend by its `backend=` name, from `conf/backend/*.yaml`; a class whose optional
+    dependency is absent still loads (backend modules import those lazily)."""
+    from pathlib import Path
+
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    from fairaudit import CONF_DIR
+
+    return {path.stem: get_class(OmegaConf.load(path)["_target_"])
+            for path in sorted(Path(CONF_DIR, "backend").glob("*.yaml"))}
+
+
+def backends_with(capability: str) -> list[str]:
+    """Names of the shipped backends whose declared capabilities include `capability`."""
+    return [name for name, cls in backend_classes().items() if cls.capabilities.has(capability)]

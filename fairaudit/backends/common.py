@@ -1,32 +1,34 @@
-"""Helpers shared by backends as free functions."""
+"""Helpers every backend shares, as free functions; torch-free (numpy), so any backend may import them."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
 import numpy as np
-import torch
 
-from fairaudit.backends import Completion
+from fairaudit.backends import Completion, DepthRequest
+
+DTYPES = ("float32", "bfloat16", "float16")  # model.dtype names the float backends compute in
 
 
-def pooled_choice_probs(logits: torch.Tensor, choices: Sequence[Sequence[int]]) -> np.ndarray:
-    """Softmax across choices of each choice's logsumexp-pooled token logits.
+def choice_token_ids(choices: Sequence[Sequence[int]]) -> list[int]:
+    """Every token id spelling any choice, once, in ascending order (the columns `pooled_softmax` reads)."""
+    return sorted({t for ids in choices for t in ids})
 
-    logits: (n, vocab) next-token logits; returns (n, len(choices)) float64 probabilities.
+
+def pooled_softmax(scores: np.ndarray, token_ids: Sequence[int], choices: Sequence[Sequence[int]]) -> np.ndarray:
+    """Softmax across choices of each choice's logsumexp-pooled token scores, in float64.
+
+    scores: (n, len(token_ids)) logits or log-probabilities of `token_ids` (columns in that order)
+    at one position each; log-probabilities differ from logits by one constant per row, which
+    the softmax cancels. Returns (n, len(choices)), rows summing to 1, columns in `choices` order.
     """
-    logits = logits.float()
-    pooled = torch.stack([torch.logsumexp(logits[:, list(ids)], dim=-1) for ids in choices], dim=-1)
-    return torch.softmax(pooled.double(), dim=-1).cpu().numpy()
-
-
-def next_cache(output) -> dict:
-    """A forward's KV cache as keyword arguments for the next forward.
-
-    transformers 5.20 renamed `past_key_values` to `cache` (output field and keyword); both work.
-    """
-    name = "cache" if "cache" in output else "past_key_values"
-    return {name: output[name]}
+    scores = np.asarray(scores, dtype=np.float64).reshape(-1, len(token_ids))
+    column = {t: j for j, t in enumerate(token_ids)}
+    pooled = np.stack([np.logaddexp.reduce(scores[:, [column[t] for t in ids]], axis=1) for ids in choices], axis=1)
+    pooled -= pooled.max(axis=1, keepdims=True)
+    weights = np.exp(pooled)
+    return weights / weights.sum(axis=1, keepdims=True)
 
 
 def stop_token_ids(model_dir: str, tokenizer) -> set[int]:
@@ -47,49 +49,33 @@ def stop_token_ids(model_dir: str, tokenizer) -> set[int]:
     return stop
 
 
-def completion_from_ids(tokenizer, new_ids: Sequence[int], stop_ids: set[int], budget: int) -> Completion:
-    """The Completion of newly generated ids: cut at the first stop id (finish "stop") or at the budget ("length")."""
-    stop = next((i for i, t in enumerate(new_ids) if t in stop_ids), None)
-    stopped = stop is not None and stop < budget
-    kept = list(new_ids[:stop] if stopped else new_ids[:budget])
-    return Completion(text=tokenizer.decode(kept, skip_special_tokens=False), token_ids=tuple(kept),
-                      finish_reason="stop" if stopped else "length")
+def completion_from_ids(tokenizer, new_ids: Sequence[int], stop_ids: set[int], budget: int,
+                        engine_stopped: bool = False) -> Completion:
+    """The Completion of newly generated ids: cut at the first stop id within the budget (finish "stop"),
+    else at the budget ("length", or "stop" when the engine reports it stopped on a stop sequence of its own)."""
+    stop = next((i for i, t in enumerate(new_ids[:budget]) if t in stop_ids), None)
+    kept = list(new_ids[:budget] if stop is None else new_ids[:stop])
+    finish = "stop" if stop is not None or engine_stopped else "length"
+    return Completion(text=tokenizer.decode(kept, skip_special_tokens=False), token_ids=tuple(kept), finish_reason=finish)
 
 
-def positions_after_left_pad(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position ids that ignore left padding: 0 at each row's first real token."""
-    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+def check_depth_request(request: DepthRequest) -> None:
+    """Cuts inside the trace, and something to read at each."""
+    bad = [cut for cut in request.cuts if not 0 <= cut <= len(request.trace_ids)]
+    if bad:
+        raise ValueError(f"cuts {bad} fall outside the trace of {len(request.trace_ids)} tokens")
+    if not request.suffix_ids and any(len(request.prompt_ids) + cut == 0 for cut in request.cuts):
+        raise ValueError("a cut of 0 with an empty prompt and an empty suffix leaves nothing to read")
 
 
-@torch.inference_mode()
-def last_token_choice_probs(model, sequences: Sequence[Sequence[int]], choices: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
-    """pooled_choice_probs at the position after each sequence, in one left-padded forward pass."""
-    ids, mask = left_pad(sequences, pad_id)
-    ids, mask = ids.to(model.device), mask.to(model.device)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions_after_left_pad(mask), logits_to_keep=1)
-    return pooled_choice_probs(out.logits[:, -1], choices)
+def depth_sequences(requests: Sequence[DepthRequest]) -> list[list[int]]:
+    """The naive re-feed: prompt + trace[:cut] + suffix for every cut of every request, in order."""
+    for request in requests:
+        check_depth_request(request)
+    return [list(r.prompt_ids) + list(r.trace_ids[:cut]) + list(r.suffix_ids) for r in requests for cut in r.cuts]
 
 
-def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token id lists into (input_ids, attention_mask) tensors."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        if seq:
-            ids[row, width - len(seq):] = torch.tensor(list(seq), dtype=torch.long)
-            mask[row, width - len(seq):] = 1
-    return ids, mask
-
-
-def nucleus_probs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Sampling distribution per row: softmax(logits / T) cut to the smallest top set of mass >= top_p.
-
-    logits: (n, vocab); temperature, top_p: (n,). The most likely token is always kept.
-    """
-    probs = torch.softmax(logits.float() / temperature[:, None], dim=-1)
-    ranked, order = probs.sort(dim=-1, descending=True)
-    outside = ranked.cumsum(-1) - ranked >= top_p[:, None]  # mass before this token already reaches top_p
-    ranked = ranked.masked_fill(outside, 0.0)
-    kept = torch.zeros_like(probs).scatter_(-1, order, ranked)
-    return kept / kept.sum(-1, keepdim=True)
+def split_by_request(probs: np.ndarray, requests: Sequence[DepthRequest]) -> list[np.ndarray]:
+    """Rows of `probs` (one per cut, requests in order) split into one array per request."""
+    bounds = np.cumsum([len(r.cuts) for r in requests])[:-1]
+    return np.split(probs, bounds) if requests else []

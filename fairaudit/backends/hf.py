@@ -9,15 +9,17 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from fairaudit.backends import Completion, DepthRequest, GenerationRequest, GraphGenerationRequest, NLLRequest
-from fairaudit.backends.common import (completion_from_ids, last_token_choice_probs, left_pad, next_cache, nucleus_probs,
-                                       positions_after_left_pad, stop_token_ids)
+from fairaudit.backends import (Backend, Capabilities, Completion, DepthRequest, GenerationRequest,
+                                GraphGenerationRequest, NLLRequest)
+from fairaudit.backends.common import DTYPES, completion_from_ids, stop_token_ids
+from fairaudit.backends.tensors import (last_token_choice_probs, left_pad, next_cache, nucleus_probs,
+                                        positions_after_left_pad, torch_dtype)
 from fairaudit.console import console
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 
 BACKEND_VERSION = "hf-1"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
 def pick_device(device: str) -> torch.device:
@@ -44,7 +46,7 @@ def load_model(model_dir: str, dtype: str, device: torch.device, attn_implementa
             torch.cuda.empty_cache()
         console.print(f"Loading weights of {model_dir} ({dtype} on {device})", style="dim", highlight=False, soft_wrap=True)  # in place of transformers' bar
         _LOADED[key] = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=DTYPES[dtype], attn_implementation=attn_implementation
+            model_dir, dtype=torch_dtype(dtype), attn_implementation=attn_implementation
         ).to(device).eval()
     return _LOADED[key]
 
@@ -61,19 +63,51 @@ def _prompt_length(request) -> int:
     return len(request.prompt_ids)
 
 
-class HFBackend:
-    """A transformers causal LM; every call is batched by `batch_size`.
+def device_problem(device) -> str | None:
+    """backend.device: auto, cpu, mps, cuda or cuda:N, and present on this machine."""
+    if not isinstance(device, str):
+        return f"backend.device={device!r} must be one of auto, cpu, cuda, cuda:N, mps"
+    kind, _, index = device.partition(":")
+    if device in ("auto", "cpu"):
+        return None
+    if kind == "cuda" and (not index or index.isdigit()):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if int(index or 0) >= count:
+            return f"backend.device={device!r} is not available: this machine has {count} CUDA device(s); use auto or cpu"
+        return None
+    if device == "mps":
+        return None if torch.backends.mps.is_available() else "backend.device='mps' is not available on this machine"
+    return f"backend.device={device!r} must be one of auto, cpu, cuda, cuda:N, mps"
 
+
+class HFBackend(Backend):
+    """A transformers causal LM, in process; every call is batched by `batch_size`.
+
+    Depth reads are one packed pass per trace (tree attention mask); visibility graphs are 4D masks.
     Construction reads only the tokenizer and the weight files' identity; the weights load
     on the first model call, so a run served wholly from the store never loads them.
     """
+
+    name = "hf"
+    capabilities = Capabilities(scores=True, depth_reads=True, target_nll=True, attention_graphs=True)
+
+    @classmethod
+    def check(cls, settings, model) -> None:
+        """Device present, attention implementation known, depth budget positive, dtype supported: one line."""
+        from fairaudit.validate import check_fields, integer, one_of
+
+        rules = {"attn_implementation": one_of(*ATTENTION), "depth_token_budget": integer(1)}
+        extra = [device_problem(settings.get("device", "auto"))]
+        if model["dtype"] not in DTYPES:
+            extra.append(f"model.dtype={model['dtype']!r} is not supported by the hf backend; choices: {list(DTYPES)}")
+        check_fields("backend", settings, rules, extra)
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", device: str = "auto", batch_size: int = 8,
                  attn_implementation: str = "sdpa", depth_token_budget: int = 16384):
         from transformers import AutoTokenizer
 
-        if dtype not in DTYPES:
-            raise AuditError(f"model.dtype {dtype!r} is not supported by the hf backend; choices: {sorted(DTYPES)}")
+        self.check({"device": device, "attn_implementation": attn_implementation,
+                    "depth_token_budget": depth_token_budget}, {"dtype": dtype})
         self.model_dir, self.dtype, self.attn_implementation = str(model_dir), dtype, attn_implementation
         self.device = pick_device(device)
         self.batch_size = batch_size
@@ -156,7 +190,8 @@ class HFBackend:
         (its own earlier tokens included) plus the tokens generated before it, at the next position
         of the full sequence.
         """
-        from fairaudit.backends.packing import _additive_mask, graph_allowed, pad_allowed
+        from fairaudit.backends.graphs import graph_allowed
+        from fairaudit.backends.packing import additive_mask, pad_allowed
 
         rows, step_rows = [], []
         for r in requests:
@@ -171,7 +206,7 @@ class HFBackend:
             step_allowed[b, offset:] = row
         device, dtype = self.device, self.model.dtype
         step_allowed = step_allowed.to(device)
-        step = self.model(input_ids=ids.to(device), attention_mask=_additive_mask(allowed.to(device), dtype),
+        step = self.model(input_ids=ids.to(device), attention_mask=additive_mask(allowed.to(device), dtype),
                           position_ids=positions.to(device), use_cache=True, logits_to_keep=1)
         next_position = positions[:, -1:].to(device) + 1
         stop_ids, new = self.stop_ids, [[] for _ in requests]
@@ -187,7 +222,7 @@ class HFBackend:
             if not open_rows:
                 break
             step_allowed = torch.cat([step_allowed, torch.ones_like(step_allowed[:, :1])], dim=1)
-            step = self.model(input_ids=tokens[:, None], attention_mask=_additive_mask(step_allowed[:, None], dtype),
+            step = self.model(input_ids=tokens[:, None], attention_mask=additive_mask(step_allowed[:, None], dtype),
                               position_ids=next_position, use_cache=True, **next_cache(step))
             next_position = next_position + 1
         return [self._graph_completion(row, r) for row, r in zip(new, requests)]
@@ -202,7 +237,7 @@ class HFBackend:
     @torch.inference_mode()
     def target_nll(self, requests: Sequence[NLLRequest]) -> np.ndarray:
         """Mean target NLL in nats/token under each request's graph, tree-packed (see the protocol)."""
-        from fairaudit.backends.packing import packed_target_nll
+        from fairaudit.backends.graphs import packed_target_nll
 
         self._check_graphs()
         return packed_target_nll(self.model, requests, pad_id=self.pad_id, token_budget=self.depth_token_budget)

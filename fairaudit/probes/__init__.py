@@ -1,9 +1,18 @@
-"""Probes: one file per audit. A probe asks the backend for what it needs and hands records to analysis."""
+"""The probe contract: one file per audit, which asks the model (through the client) for what it needs
+and hands records to `analysis/`.
+
+A probe is the class named by `_target_` in `conf/probe/<name>.yaml`; that file also lists, under
+`report:`, the functions that build the probe's sections of `fairaudit report`. A probe declares
+what it `needs` (data set family, backend capabilities: the app checks both before anything
+loads), the arms it asks under, the prompts it sends (`fairaudit dry_run=true` prints them), how
+its records are shown per sample, and it validates its own settings in its constructor.
+docs/adding.md walks through adding one.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
@@ -22,11 +31,39 @@ class ModelSpec:
     p_yes: str = "single"  # single: the one Yes / No token (paper 000 §3.3) | pooled: six spellings each
 
 
+@dataclass(frozen=True)
+class Needs:
+    """What a probe needs: data sets and arms of one family, and backend capabilities (`backends.NEEDABLE`)."""
+
+    family: str                          # decision (counterfactual pairs, Yes/No) | mcq (multiple choice)
+    capabilities: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt a probe sends: what it is about (a pair's side, a question's permutation), under what
+    (an arm, a visibility graph), and its exact text, special tokens and pre-fill included."""
+
+    heading: str
+    label: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SampleView:
+    """How `samples.html` shows a run: the records frame it reads and its layout (`samples.LAYOUTS`)."""
+
+    frame: str
+    layout: str
+
+
 @dataclass
 class AuditContext:
-    """Everything a probe runs against: the (store-wrapped) backend, model, data and the grid's arm."""
+    """Everything a probe runs against. client: the model behind the store (`fairaudit.client.CachingClient`),
+    None in a dry run, where only prompts are rendered; tokenizer: the model's, which renders every prompt."""
 
-    backend: Any  # fairaudit.store.CachedBackend
+    client: Any
+    tokenizer: Any
     model: ModelSpec
     dataset: Any
     arm: Arm
@@ -41,3 +78,22 @@ class ProbeResult:
     figures: dict[str, Any] = field(default_factory=dict)
     records: dict[str, pd.DataFrame] = field(default_factory=dict)
     headline: list[str] = field(default_factory=list)
+
+
+class Probe:
+    """Base of every probe: declare `needs` and `samples`, implement `prompts` and `run`."""
+
+    needs: ClassVar[Needs]
+    samples: ClassVar[SampleView]
+
+    def arms(self, arm: Arm) -> list[Arm]:
+        """Every arm the probe asks the model under, given the grid's arm; checked before any model loads."""
+        return [arm]
+
+    def prompts(self, ctx: AuditContext) -> list[Prompt]:
+        """The prompts `run` sends first, in order, rendered with ctx.tokenizer (no model call)."""
+        raise NotImplementedError
+
+    def run(self, ctx: AuditContext) -> ProbeResult:
+        """Ask the model through ctx.client, hand the records to `analysis/`, return what tracking logs."""
+        raise NotImplementedError

@@ -10,9 +10,13 @@ from fairaudit.analysis.cdpg import cdpg, segment_cuts
 from fairaudit.analysis.cdpg_figures import cdpg_figures
 from fairaudit.analysis.pairs import answer_accounting
 from fairaudit.errors import AuditError
-from fairaudit.probes import AuditContext, ProbeResult
-from fairaudit.probes.decisions import PairedProbe, answer_choices, answer_parts, paired_records
+from fairaudit.probes import AuditContext, Needs, ProbeResult
+from fairaudit.probes.decisions import RESAMPLING, PairedProbe, answer_choices, answer_parts, paired_records
 from fairaudit.prompts.yesno import Arm
+from fairaudit.validate import check_fields, integer, list_of, number, optional
+
+SETTINGS = {**RESAMPLING, "K": integer(1), "k_list": list_of(integer(1)), "identity_atol": number(0),
+            "k_sensitivity_subsample": optional(integer(1, why=" (pairs per model and dataset, or null for all)"))}
 
 HEADLINE = ["cdpg_n_pairs", "cdpg_n_c", "cdpg_slope_a", "cdpg_slope_b", "cdpg_slope_c", "cdpg_slope_c_ci_low",
             "cdpg_slope_c_ci_high", "cdpg_slope_c_from0", "cdpg_slope_d"]
@@ -26,14 +30,13 @@ class CDPGProbe(PairedProbe):
     K are among those of the finest.
     """
 
+    needs = Needs("decision", ("scores", "depth_reads"))
+
     def __init__(self, baseline_arm: dict, K: int = 10, k_list: tuple[int, ...] = (5, 10, 20), n_boot: int = 2000,
                  seed: int = 0, identity_atol: float = 1e-4, k_sensitivity_subsample: int | None = None):
         super().__init__(baseline_arm)
-        if K < 1 or any(k < 1 for k in k_list):
-            raise AuditError(f"probe.K={K} and probe.k_list={list(k_list)} must be positive segment counts")
-        if k_sensitivity_subsample is not None and k_sensitivity_subsample < 1:
-            raise AuditError(f"probe.k_sensitivity_subsample={k_sensitivity_subsample} must be a positive "
-                             "number of pairs, or null for all pairs")
+        check_fields("probe", {"K": K, "k_list": list(k_list), "n_boot": n_boot, "seed": seed,
+                               "identity_atol": identity_atol, "k_sensitivity_subsample": k_sensitivity_subsample}, SETTINGS)
         self.K, self.k_list = K, tuple(k_list)
         self.n_boot, self.seed, self.identity_atol = n_boot, seed, identity_atol
         self.k_sensitivity_subsample = k_sensitivity_subsample
@@ -61,7 +64,7 @@ class CDPGProbe(PairedProbe):
         Ks = sorted({self.K, *self.k_list})
         cuts = [{K: segment_cuts(len(part.trace_ids), K) for K in Ks} for part in parts]
         requests = [replace(part, cuts=tuple(sorted({c for K in Ks for c in by_k[K]}))) for part, by_k in zip(parts, cuts)]
-        probs = ctx.backend.depth_choice_probs(requests, answer_choices(ctx), label=f"depth {ctx.arm.name}")
+        probs = ctx.client.depth_choice_probs(requests, answer_choices(ctx), label=f"depth {ctx.arm.name}")
         out = []
         for record, request, by_k, p in zip(rows.itertuples(), requests, cuts, probs):
             p_yes_at = dict(zip(request.cuts, p[:, 0]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fairaudit.analysis.contingency import cell_disparity_table, contingency, contingency_table
 from fairaudit.analysis.contingency_figures import disparity_shift_figure
 from fairaudit.probes import AuditContext, ProbeResult
-from fairaudit.probes.decisions import PairedProbe, paired_records
+from fairaudit.probes.decisions import PairedProbe, check_resampling, paired_records
 
 HEADLINE = ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "d_cf_{t}", "d_cf_{b}",
             "delta_d_cf", "delta_d_group", "d_disp_c_{t}", "asym_c", "parse_rate_{t}", "parse_rate_{b}",
@@ -22,6 +22,7 @@ class CounterfactualProbe(PairedProbe):
 
     def __init__(self, baseline_arm: dict, n_boot: int = 2000, seed: int = 0):
         super().__init__(baseline_arm)
+        check_resampling(n_boot, seed)
         self.n_boot, self.seed = n_boot, seed
 
     def run(self, ctx: AuditContext) -> ProbeResult:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pandas as pd
 
 from fairaudit.backends import DepthRequest, GenerationRequest
-from fairaudit.probes import AuditContext
+from fairaudit.probes import AuditContext, Needs, Probe, Prompt, SampleView
 from fairaudit.prompts.yesno import (Arm, choice_token_ids, complies_with_nothink, force_answer_suffix, parse_yes_no,
                                      render_prompt, split_output, think_prompt_prefix)
-from fairaudit.store import generation_key
+from fairaudit.validate import MIN_BOOT, check_fields, integer
+
+RESAMPLING = {"n_boot": integer(MIN_BOOT), "seed": integer(0, 2**32 - 1)}  # the paired bootstrap's settings
 
 
 def encode(tokenizer, text: str) -> tuple[int, ...]:
@@ -23,7 +25,7 @@ def answer_parts(ctx: AuditContext, prompt: str, trace: str, arm: Arm) -> DepthR
     Other arms: the prompt (pre-fill included), no trace, the model's answer prefix. CDPG
     cuts the same trace ids, so its full-depth cut reads the same P(Yes) as the arm itself.
     """
-    tok = ctx.backend.tokenizer
+    tok = ctx.tokenizer
     if arm.think:
         return DepthRequest(encode(tok, think_prompt_prefix(prompt, ctx.model.thinking)), encode(tok, trace),
                             encode(tok, force_answer_suffix(ctx.model.thinking, ctx.model.answer_prefix)))
@@ -32,12 +34,12 @@ def answer_parts(ctx: AuditContext, prompt: str, trace: str, arm: Arm) -> DepthR
 
 def answer_choices(ctx: AuditContext) -> tuple[list[int], list[int]]:
     """The Yes and No token ids P(Yes) is read over, by the model's `p_yes` reading."""
-    return choice_token_ids(ctx.backend.tokenizer, ctx.model.answer_prefix, ctx.model.p_yes)
+    return choice_token_ids(ctx.tokenizer, ctx.model.answer_prefix, ctx.model.p_yes)
 
 
 def render_prompts(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> list[str]:
     """The full prompt text (pre-fill included) of every row of `pairs` under `arm`."""
-    tok = ctx.backend.tokenizer
+    tok = ctx.tokenizer
     return [render_prompt(tok, m, arm, ctx.model.thinking, ctx.model.template_kwargs) for m in pairs["user_message"]]
 
 
@@ -50,14 +52,13 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
     or reasons before answering; under `answer_source: parsed` its answer is dropped (None),
     like an unparsed one. `truncated`: the generation hit the arm's token budget.
     """
-    tok = ctx.backend.tokenizer
     prompts = render_prompts(ctx, pairs, arm)
-    requests = [GenerationRequest(encode(tok, p), arm.max_new_tokens) for p in prompts]
-    completions = ctx.backend.generate(requests, label=f"generate {arm.name}")
+    requests = [GenerationRequest(encode(ctx.tokenizer, p), arm.max_new_tokens) for p in prompts]
+    completions = ctx.client.generate(requests, label=f"generate {arm.name}")
     outputs = [split_output(p, c.text, arm, ctx.model.thinking) for p, c in zip(prompts, completions)]
     parts = [answer_parts(ctx, p, o.trace, arm) for p, o in zip(prompts, outputs)]
     prefixes = [part.prompt_ids + part.trace_ids + part.suffix_ids for part in parts]
-    p_yes = ctx.backend.choice_probs(prefixes, answer_choices(ctx), label=f"score {arm.name}")[:, 0]
+    p_yes = ctx.client.choice_probs(prefixes, answer_choices(ctx), label=f"score {arm.name}")[:, 0]
     parsed = [parse_yes_no(o.answer_text) if o.closed else None for o in outputs]
     compliant = [None if arm.think else complies_with_nothink(o.answer_text, ctx.model.thinking) for o in outputs]
     kept = [None if ok is False else answer for answer, ok in zip(parsed, compliant)]
@@ -76,25 +77,37 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
         "trace_tokens": [len(part.trace_ids) for part in parts],
         "think_closed": [o.closed for o in outputs],
         "truncated": [c.finish_reason == "length" for c in completions],
-        "prompt_hash": [generation_key(ctx.backend.fingerprint, r) for r in requests],
+        "prompt_hash": [c.key for c in completions],
         "prompt": prompts,
         "trace": [o.trace for o in outputs],
         "text": [c.text for c in completions],
     })
 
 
-class PairedProbe:
+class PairedProbe(Probe):
     """Base of probes comparing the grid's arm (treatment) with the probe's `baseline_arm` on pairs."""
 
-    family = "decision"
-    needs_scores = True  # every record carries P(Yes)
+    needs = Needs("decision", ("scores",))  # every record carries P(Yes)
+    samples = SampleView("records", "pairs")
 
     def __init__(self, baseline_arm: dict):
         self.baseline = Arm(**baseline_arm)
 
     def arms(self, arm: Arm) -> list[Arm]:
-        """Every arm the probe asks the model under, validated before any model loads."""
+        """The grid's arm (treatment) and the baseline arm."""
         return [arm, self.baseline]
+
+    def prompts(self, ctx: AuditContext) -> list[Prompt]:
+        """Every pair's two sides under each arm, pair by pair."""
+        pairs = ctx.dataset.pairs()
+        by_arm = {arm.name: render_prompts(ctx, pairs, arm) for arm in self.arms(ctx.arm)}
+        return [Prompt(f"pair {row.pair_id}, {row.side}: {row.attribute_value}", f"arm {arm}", texts[i])
+                for i, row in enumerate(pairs.itertuples(index=False)) for arm, texts in by_arm.items()]
+
+
+def check_resampling(n_boot: int, seed: int) -> None:
+    """probe.n_boot and probe.seed of a probe with bootstrap intervals: one error line listing both problems."""
+    check_fields("probe", {"n_boot": n_boot, "seed": seed}, RESAMPLING)
 
 
 def paired_records(ctx: AuditContext, baseline: Arm) -> pd.DataFrame:

@@ -20,9 +20,9 @@ import pandas as pd
 from fairaudit.analysis.influence import THRESHOLDS, influence, ngram_overlap
 from fairaudit.analysis.influence_figures import influence_rates_figure
 from fairaudit.backends import Block, GraphGenerationRequest, NLLRequest, Visibility
-from fairaudit.data.mcq import MCQDataset, format_options
+from fairaudit.data.mcq import format_options
 from fairaudit.errors import AuditError
-from fairaudit.probes import AuditContext, ProbeResult
+from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import encode
 from fairaudit.prompts.yesno import Arm
 
@@ -73,11 +73,11 @@ class Trace:
         return tokenizer.decode(list(self.blocks[index].ids))
 
 
-class InfluenceProbe:
+class InfluenceProbe(Probe):
     """Counterfactual influence A->B and B->A per visibility graph, with graph-cut controls and diagnostics."""
 
-    family = "mcq"
-    backend_calls = ("target_nll",)  # and generation under visibility graphs: the hf backend's 4D masks
+    needs = Needs("mcq", ("target_nll", "attention_graphs"))  # transcripts are written and scored under 4D masks
+    samples = SampleView("traces", "transcripts")
 
     def __init__(self, conditions=GRAPHS, system_prompt: str = "", tags: dict | None = None,
                  max_block_tokens: int = 24, length_match: bool = True, bridge: str = "", donor_seed: int = 0,
@@ -101,13 +101,21 @@ class InfluenceProbe:
         """None: the transcripts follow the probe's own role protocol, not an arm."""
         return []
 
+    def prompts(self, ctx: AuditContext) -> list[Prompt]:
+        """Each item's first request per graph: the chat prompt with A's private block opened."""
+        opening = self.tags["open"].format(role="A", channel="private")
+        return [Prompt(f"question {item.question_id}", f"graph {condition}",
+                       ctx.tokenizer.decode(list(self._prompt(ctx, item.question, list(item.options)).ids)) + opening)
+                for item in self.items(ctx).itertuples(index=False) for condition in self.conditions]
+
+    @staticmethod
+    def items(ctx: AuditContext) -> pd.DataFrame:
+        """The sampled MCQ items in their original option order. # question_id, question, options, ..."""
+        return ctx.dataset.variants().query("permutation == 0").reset_index(drop=True)
+
     def run(self, ctx: AuditContext) -> ProbeResult:
-        if not isinstance(ctx.dataset, MCQDataset):
-            raise AuditError(f"probe 'influence' needs an MCQ dataset (mmlu, openbookqa, arc, gpqa); "
-                             f"got {getattr(ctx.dataset, 'name', type(ctx.dataset).__name__)!r}")
-        items = ctx.dataset.variants().query("permutation == 0").reset_index(drop=True)
-        traces = self.write(ctx, items)
-        valid = {t.trace_id for t in traces if t.canary is None and self.valid(t, ctx.backend.tokenizer)}
+        traces = self.write(ctx, self.items(ctx))
+        valid = {t.trace_id for t in traces if t.canary is None and self.valid(t, ctx.tokenizer)}
         contrasts = self.contrasts(ctx, [t for t in traces if t.canary is None and t.trace_id in valid])
         trace_rows = self.trace_records(ctx, traces, valid)
         report = influence(contrasts, trace_rows, self.thresholds)
@@ -124,9 +132,9 @@ class InfluenceProbe:
     def _prompt(self, ctx: AuditContext, question: str, options: list[str]) -> Block:
         messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         messages.append({"role": "user", "content": f"{question}\n\n{format_options(options)}"})
-        text = ctx.backend.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+        text = ctx.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                                          **ctx.model.template_kwargs)
-        return Block(encode(ctx.backend.tokenizer, text))
+        return Block(encode(ctx.tokenizer, text))
 
     def _canary(self, question_id: int) -> str:
         rng = np.random.default_rng([self.canary["seed"], question_id])
@@ -138,7 +146,7 @@ class InfluenceProbe:
         Canary copies branch off before B writes: the planted string is appended to A_private's text,
         A_public is held fixed (as the counterfactual test holds public tokens), B's blocks are regenerated.
         """
-        tok = ctx.backend.tokenizer
+        tok = ctx.tokenizer
         traces = [Trace(len(self.conditions) * i + c, int(item.question_id), condition,
                         (self._prompt(ctx, item.question, list(item.options)),))
                   for i, item in enumerate(items.itertuples(index=False)) for c, condition in enumerate(self.conditions)]
@@ -159,26 +167,26 @@ class InfluenceProbe:
 
     def _extend(self, ctx: AuditContext, traces: list[Trace], role: str, channel: str) -> None:
         """Generate one block (opening tag pre-filled, up to its closing tag) for every trace, under its graph."""
-        tok = ctx.backend.tokenizer
+        tok = ctx.tokenizer
         opening, close = self._tag("open", role, channel, tok), self._tag("close", role, channel, tok)
         requests = []
         for t in traces:
             blocks = t.blocks + (Block(opening, role, channel),)
             requests.append(GraphGenerationRequest(blocks, visibility(blocks, t.condition), self.max_block_tokens,
                                                    encode(tok, self.tags["close"].format(role=role, channel=channel).strip())))
-        completions = ctx.backend.generate(requests, label=f"generate {role}_{channel}")
+        completions = ctx.client.generate(requests, label=f"generate {role}_{channel}")
         for t, c in zip(traces, completions):
             t.blocks = t.blocks + (Block(opening + c.token_ids + close, role, channel),)
 
     def _next_a_turn(self, ctx: AuditContext, traces: list[Trace]) -> None:
         """§6.2: the next A-attributed block. Where the model's own continuation opens an A block it is
         natural; elsewhere the fixed bridge is appended first. Canary copies need none."""
-        tok = ctx.backend.tokenizer
+        tok = ctx.tokenizer
         firsts = [t for t in traces if t.canary is None]
         opening = self._tag("open", "A", "private", tok)
         probes = [GraphGenerationRequest(t.blocks + (Block(()),), visibility(t.blocks + (Block(()),), t.condition),
                                          len(opening)) for t in firsts]
-        for t, c in zip(firsts, ctx.backend.generate(probes, label="continuation check")):
+        for t, c in zip(firsts, ctx.client.generate(probes, label="continuation check")):
             t.natural_a2 = c.token_ids == opening
             if not t.natural_a2:
                 t.blocks = t.blocks + (Block(encode(tok, self.bridge)),)
@@ -240,8 +248,8 @@ class InfluenceProbe:
                                 NLLRequest(swapped, target, cut, shared_prefix=False)]
         out = pd.DataFrame(rows, columns=RECORD_COLUMNS)
         has_donor = out["donor_trace"].notna().to_numpy()
-        scores = ctx.backend.target_nll(primary, label="target nll").reshape(-1, 2)
-        controls = (ctx.backend.target_nll(control, label="graph-cut control").reshape(-1, 2)
+        scores = ctx.client.target_nll(primary, label="target nll").reshape(-1, 2)
+        controls = (ctx.client.target_nll(control, label="graph-cut control").reshape(-1, 2)
                     if control else np.full((len(scores), 2), np.nan))
         for name, values in (("nll_nat", scores[:, 0]), ("nll_cf", scores[:, 1]),
                              ("control_nll_nat", controls[:, 0]), ("control_nll_cf", controls[:, 1])):
@@ -256,7 +264,7 @@ class InfluenceProbe:
     def trace_records(self, ctx: AuditContext, traces: list[Trace], valid: set[int]) -> pd.DataFrame:
         """One row per first-exchange trace: validity, block lengths, 4-gram overlaps (§4.1-4.2), canary
         reproduction of its canary copy (§4.3), whether the next A turn was natural, and the texts."""
-        tok = ctx.backend.tokenizer
+        tok = ctx.tokenizer
         copies = {(t.question_id, t.condition): t for t in traces if t.canary is not None}
         rows = []
         for t in (t for t in traces if t.canary is None):

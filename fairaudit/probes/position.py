@@ -18,18 +18,28 @@ from fairaudit.analysis.position import (LETTERS, OFFSETS, position, preferred_p
                                          truncation_trajectories, with_trajectory_metrics)
 from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
 from fairaudit.backends import GenerationRequest
-from fairaudit.data.mcq import MCQDataset
 from fairaudit.errors import AuditError
-from fairaudit.probes import AuditContext, ProbeResult
+from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import encode
 from fairaudit.prompts.mcq import MCQ_ARMS, MENTION_CASES, final_answer, render_mcq_prompt
 from fairaudit.prompts.yesno import Arm
-from fairaudit.store import generation_key
+from fairaudit.validate import boolean, check_fields, integer, list_of, number, one_of, optional, text
 
 HEADLINE = ["n_questions_complete", "extraction_rate", "fallback_rate", "answered_rate", "accuracy", "pbs", "pbs_q1", "pbs_q2",
             "pbs_q3", "pbs_q4", "partial_rho_length_pbs", "ccp", "eff_sw", "length_chars", "preferred_position",
             "truncated_rate", "trunc_n_questions", "trunc_n", "trunc_change_rate", "trunc_directional_shift", "trunc_change_rate_before_ccp",
             "trunc_change_rate_after_ccp", "trunc_ccp_chi2_p"]
+
+
+SETTINGS = {  # probe.* keys this probe checks; the budget's upper bound (model.max_context) is the arm's check
+    "think_instruction": text(empty=True), "letter_fallback": boolean, "mention_case": one_of(*MENTION_CASES),
+    "truncation.enabled": boolean, "truncation.arms": list_of(text(), nonempty=False),
+    "truncation.n_questions": optional(integer(1)), "truncation.permutation": optional(integer(0, 3)),
+    "truncation.include_ccp_bounds": boolean, "truncation.offsets": list_of(number(-1, 1)),
+    "truncation.samples": integer(1), "truncation.temperature": number(0, 10, lo_open=True),
+    "truncation.top_p": number(0, 1, lo_open=True), "truncation.seed": integer(0, 2**32 - 1),
+    "truncation.max_new_tokens": optional(integer(1)),
+}
 
 
 @dataclass(frozen=True)
@@ -61,16 +71,16 @@ def _position(letter: str | None) -> int | None:
     return None if letter is None else LETTERS.index(letter)
 
 
-class PositionProbe:
+class PositionProbe(Probe):
     """Position bias (PBS, CCP, Eff-Sw, length quartiles) of the grid's MCQ arm, plus the truncation intervention."""
 
-    family = "mcq"
-    needs_scores = False  # answers are parsed from generations alone
+    needs = Needs("mcq")  # answers are parsed from generations alone: no scores
+    samples = SampleView("records", "questions")
 
     def __init__(self, think_instruction: str = "", letter_fallback: bool = True, mention_case: str = "insensitive",
                  truncation: dict | None = None):
-        if mention_case not in MENTION_CASES:
-            raise AuditError(f"probe.mention_case {mention_case!r} is not one of {list(MENTION_CASES)}")
+        check_fields("probe", {"think_instruction": think_instruction, "letter_fallback": letter_fallback,
+                               "mention_case": mention_case, "truncation": truncation or {}}, SETTINGS)
         self.think_instruction = think_instruction
         self.letter_fallback = letter_fallback
         self.mention_case = mention_case
@@ -82,19 +92,26 @@ class PositionProbe:
             self.truncation = Truncation(**spec)
         except TypeError as err:
             raise AuditError(f"probe.truncation: {err}; fields: {list(Truncation.__dataclass_fields__)}") from None
-        if self.truncation.samples < 1:
-            raise AuditError(f"probe.truncation.samples={self.truncation.samples} must be at least 1")
 
     def arms(self, arm: Arm) -> list[Arm]:
         """The grid's arm alone; an MCQ arm must name one of the A.1 prompts."""
-        if arm.family == self.family and arm.name not in MCQ_ARMS:
+        if arm.family == self.needs.family and arm.name not in MCQ_ARMS:
             raise AuditError(f"arm {arm.name!r} has no MCQ prompt; choices: {list(MCQ_ARMS)}")
         return [arm]
 
+    def prompts(self, ctx: AuditContext) -> list[Prompt]:
+        """Every sampled question in each of its cyclic permutations, under the grid's arm."""
+        variants = ctx.dataset.variants()
+        texts = self.render(ctx, variants)
+        return [Prompt(f"question {row.question_id}, permutation {row.permutation}, gold {LETTERS[row.gold_position]}",
+                       f"arm {ctx.arm.name}", text) for row, text in zip(variants.itertuples(index=False), texts)]
+
+    def render(self, ctx: AuditContext, variants: pd.DataFrame) -> list[str]:
+        """The full prompt text of every variant under the grid's arm. variants: question, options_text"""
+        return [render_mcq_prompt(ctx.tokenizer, ctx.arm, q, o, ctx.model.thinking, ctx.model.template_kwargs,
+                                  self.think_instruction) for q, o in zip(variants["question"], variants["options_text"])]
+
     def run(self, ctx: AuditContext) -> ProbeResult:
-        if not isinstance(ctx.dataset, MCQDataset):
-            raise AuditError(f"probe 'position' needs an MCQ dataset (mmlu, openbookqa, arc, gpqa); "
-                             f"got {getattr(ctx.dataset, 'name', type(ctx.dataset).__name__)!r}")
         arm = ctx.arm.name
         records, prompt_ids = self.answer(ctx, ctx.dataset.variants())
         report = position(records)
@@ -124,11 +141,10 @@ class PositionProbe:
 
         variants: question_id, permutation, gold_position, question, options_text
         """
-        tok, arm, model = ctx.backend.tokenizer, ctx.arm, ctx.model
-        prompts = [render_mcq_prompt(tok, arm, q, o, model.thinking, model.template_kwargs, self.think_instruction)
-                   for q, o in zip(variants["question"], variants["options_text"])]
-        requests = [GenerationRequest(encode(tok, p), arm.max_new_tokens) for p in prompts]
-        completions = ctx.backend.generate(requests, label=f"generate {arm.name}")
+        arm, model = ctx.arm, ctx.model
+        prompts = self.render(ctx, variants)
+        requests = [GenerationRequest(encode(ctx.tokenizer, p), arm.max_new_tokens) for p in prompts]
+        completions = ctx.client.generate(requests, label=f"generate {arm.name}")
         answers = [final_answer(c.text, self.letter_fallback, self.mention_case) for c in completions]
         records = pd.DataFrame({
             "question_id": variants["question_id"].to_numpy(),
@@ -140,7 +156,7 @@ class PositionProbe:
             "completion_tokens": [len(c.token_ids) for c in completions],
             "arm": arm.name,
             "truncated": [c.finish_reason == "length" for c in completions],
-            "prompt_hash": [generation_key(ctx.backend.fingerprint, r) for r in requests],
+            "prompt_hash": [c.key for c in completions],
             "prompt": prompts,
             "text": [c.text for c in completions],
             "model": model.name,
@@ -156,7 +172,7 @@ class PositionProbe:
         sample, seed, answer_position (the original answer), new_answer_position (of prefix +
         continuation), new_answer_source, preferred_position, truncated, prompt_hash, text.
         """
-        spec, tok = self.truncation, ctx.backend.tokenizer
+        spec, tok = self.truncation, ctx.tokenizer
         budget = spec.max_new_tokens or ctx.arm.max_new_tokens
         preferred = preferred_position(records.dropna(subset=["answer_position"]))
         chosen = truncation_trajectories(records.reset_index(drop=True), spec.n_questions, spec.permutation,
@@ -173,7 +189,7 @@ class PositionProbe:
                                  "dataset": record.dataset, "offset": cut.offset,
                                  "position": cut.position, "cut_char": cut.char, "sample": sample, "seed": seed,
                                  "answer_position": record.answer_position, "prefix": record.text[:cut.char]})
-        completions = ctx.backend.generate(requests, label=f"resume {ctx.arm.name}")
+        completions = ctx.client.generate(requests, label=f"resume {ctx.arm.name}")
         out = pd.DataFrame(rows, columns=[
             "question_id", "permutation", "gold_position", "arm", "model", "dataset", "offset", "position", "cut_char",
             "sample", "seed", "answer_position", "prefix"])
@@ -185,6 +201,6 @@ class PositionProbe:
             new_answer_source=[source for _, source in answers],
             preferred_position=preferred,
             truncated=[c.finish_reason == "length" for c in completions],
-            prompt_hash=[generation_key(ctx.backend.fingerprint, r) for r in requests],
+            prompt_hash=[c.key for c in completions],
             text=[c.text for c in completions],
         )

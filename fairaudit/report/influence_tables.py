@@ -8,7 +8,7 @@ import pandas as pd
 
 from fairaudit.analysis import influence_study as tables
 from fairaudit.analysis.influence_figures import influence_rates_figure
-from fairaudit.report.build import Report, Section
+from fairaudit.report.sections import RecordsLoader, Report, Section
 from fairaudit.report.render import NA, p_from_log10
 
 
@@ -29,6 +29,11 @@ def rate_with_ci(rate: float, low: float, high: float) -> str:
 
 def _axes_shown(table: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
     return table[axes].astype(str) if axes else pd.DataFrame(index=table.index)
+
+
+def paper002(report: Report, runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> None:
+    """Paper 002's Tables 1-5 from the influence runs (registered by influence)."""
+    add_influence_tables(report, runs, cfg.influence.condition, cfg.influence.rate)
 
 
 def add_influence_tables(report: Report, runs: pd.DataFrame, condition: str = "masked", rate: str = "substantive") -> None:

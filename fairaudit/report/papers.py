@@ -8,19 +8,23 @@ loads their records, and names, captions and formats the tables as the papers pr
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping
+
+from typing import Mapping
 
 import pandas as pd
 
 from fairaudit.analysis import fairness_tables as f000
+from fairaudit.analysis import study
+from fairaudit.analysis.study_figures import delta_figure
 from fairaudit.analysis import position_tables as f001
 from fairaudit.analysis.cdpg_figures import cdpg_figures
 from fairaudit.analysis.position import truncation
 from fairaudit.analysis.position_figures import length_pbs_panels, pbs_length_figure, truncation_figure
+from fairaudit.errors import AuditError
 from fairaudit.report import render
+from fairaudit.report.sections import RecordsLoader, Report, Section
 
 PAIRED_PROBES = ("counterfactual", "btm", "cdpg")
-Loader = Callable[..., Mapping[str, pd.DataFrame]]
 
 
 def stacked(runs: pd.DataFrame, frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -38,6 +42,71 @@ def stacked(runs: pd.DataFrame, frames: Mapping[str, pd.DataFrame]) -> pd.DataFr
     return pd.concat(parts, ignore_index=True)
 
 
+def paper000(report: Report, runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> None:
+    """Paper 000 from the paired probes' runs: Tables 2, 9, 5, 7 with a pooled row, then Tables 3/10/11, 4,
+    13/14, 12, App. G and, from cdpg runs, Table 6 and Figs. 3, 4, 6 (registered by counterfactual, btm, cdpg)."""
+    add_paper_tables(report, runs, load_records, list(cfg.tables.probes))
+    paired = runs[runs["probe"].isin(PAIRED_PROBES)]
+    if not paired.empty:
+        sections, figures = paper000_sections(runs, load_records, *comparison(paired), cfg.cdpg)
+        report.sections += sections
+        report.figures |= figures
+
+
+def paper001(report: Report, runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> None:
+    """The position-bias paper's Tables 1-4 and Figs. 2-4 from the position runs (registered by position)."""
+    sections, figures = paper001_sections(runs, load_records, dict(cfg.position.pairs))
+    report.sections += sections
+    report.figures |= figures
+
+
+def table_runs(runs: pd.DataFrame, probes: list[str]) -> pd.DataFrame:
+    """Runs of the paired probes that logged contingency cells."""
+    if "cell_a" not in runs:
+        return runs.iloc[0:0]
+    return runs[runs["probe"].isin(probes) & runs["cell_a"].notna()]
+
+
+def comparison(rows: pd.DataFrame) -> tuple[str, str]:
+    """The (treatment, baseline) arms every paired run compares; an AuditError when they differ."""
+    arms = rows[["arm", "baseline"]].drop_duplicates()
+    if len(arms) > 1 or arms["baseline"].isna().any():
+        pairs = [f"{a} vs {b}" for a, b in arms.itertuples(index=False)]
+        raise AuditError(f"the paired runs compare different arms ({pairs}); pool one comparison at a time, "
+                         "e.g. select.tags.arm=think")
+    return tuple(arms.iloc[0])
+
+
+def add_paper_tables(report: Report, runs: pd.DataFrame, load_records: RecordsLoader, probes: list[str]) -> None:
+    """Tables 2, 9, 5 and 7 of paper 000, one row per run and a pooled row from the pooled records."""
+    rows = table_runs(runs, probes)
+    if rows.empty:
+        return
+    treatment, baseline = comparison(rows)
+    axes = study.cell_axes(rows)
+    pooled = study.pooled_metrics(load_records(list(rows["run_id"])), treatment, baseline)
+    tables = study.paper_tables(rows, pooled, treatment, baseline, axes)
+    headers = render.paper_headers(treatment, baseline)
+    captions = {
+        "table2": ("Table 2: contingency cells, McNemar's exact test, mean D_disp in cells b and c",
+                   f"Cells a-d of {treatment} against {baseline}; McNemar p is exact two-sided on (b, c); "
+                   "the pooled row is computed from all runs' records pooled, not from their metrics."),
+        "table9": ("Table 9: counterfactual and group disparity per arm",
+                   f"D_cf and D_group under {treatment} and {baseline}, Δ = {treatment} − {baseline}."),
+        "table5": ("Table 5: directional decomposition of created flips (cell c)",
+                   "c α↑: alpha answered Yes and alpha' No under the treatment; δ_c in % of N."),
+        "table7": ("Table 7: the asymmetric dual effect per model (Appendix D layout)",
+                   f"Same protocol as Table 2; c:b the ratio of created to resolved flips; D_disp at full "
+                   f"{treatment} depth within cells c and b."),
+    }
+    for name, table in tables.items():
+        title, note = captions[name]
+        report.sections.append(Section(name, title, table, render.display(table, headers), note, pooled_last=True))
+    report.figures["disparity_changes"] = delta_figure(tables["table9"], axes, (treatment, baseline))
+    report.metrics.update({f"pooled_{k}": v for k, v in pooled.items() if isinstance(v, (int, float))})
+    report.metrics["n_table_runs"] = len(rows)
+
+
 def _one_probe_per_cell(runs: pd.DataFrame, probes: tuple[str, ...]) -> pd.DataFrame:
     """Runs of the first of `probes` each (model, dataset) has: they all hold the same generations."""
     rows = runs[runs["probe"].isin(probes)].copy()
@@ -49,12 +118,10 @@ def _one_probe_per_cell(runs: pd.DataFrame, probes: tuple[str, ...]) -> pd.DataF
 def _section(name: str, title: str, table: pd.DataFrame, headers: dict[str, str], note: str = "",
              formats: dict | None = None, shown: pd.DataFrame | None = None):
     """A report section: `table` numeric in its CSV, `shown` (default: `table` formatted) in report.md."""
-    from fairaudit.report.build import Section
-
     return Section(name, title, table, render.display(table if shown is None else shown, headers, formats), note)
 
 
-def paper000_sections(runs: pd.DataFrame, load: Loader, treatment: str, baseline: str, cdpg_cfg) -> tuple[list, dict]:
+def paper000_sections(runs: pd.DataFrame, load: RecordsLoader, treatment: str, baseline: str, cdpg_cfg) -> tuple[list, dict]:
     """Tables 3 (10, 11), 4, 13 (14), 12, App. G's marginal T and, from cdpg runs, Table 6 and Figs. 3, 4, 6."""
     sections, figures = [], {}
     record_runs = _one_probe_per_cell(runs, PAIRED_PROBES)
@@ -109,7 +176,7 @@ def paper000_sections(runs: pd.DataFrame, load: Loader, treatment: str, baseline
     return sections, figures
 
 
-def paper001_sections(runs: pd.DataFrame, load: Loader, pairs: Mapping[str, str]) -> tuple[list, dict]:
+def paper001_sections(runs: pd.DataFrame, load: RecordsLoader, pairs: Mapping[str, str]) -> tuple[list, dict]:
     """The position-bias paper's Tables 1-4 and Figs. 2-4 from position runs."""
     sections, figures = [], {}
     position_runs = runs[runs["probe"] == "position"]

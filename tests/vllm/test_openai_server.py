@@ -24,7 +24,8 @@ from fairaudit.backends.openai import OpenAIBackend  # noqa: E402
 from fairaudit.backends.vllm_server import free_port, start_server, stop_server, wait_ready  # noqa: E402
 from fairaudit.models import embedded_model_dir  # noqa: E402
 from fairaudit.prompts.yesno import choice_token_ids  # noqa: E402
-from fairaudit.store import CachedBackend, Store  # noqa: E402
+from fairaudit.client import CachingClient  # noqa: E402
+from fairaudit.store import Store  # noqa: E402
 
 from conftest import run_app  # noqa: E402
 
@@ -110,7 +111,7 @@ def test_a_replica_killed_mid_run_loses_nothing_and_computes_nothing_twice(tmp_p
     (url_a, _, _), (url_b, process_b, _) = replicas
     model_dir = embedded_model_dir()
     served = OpenAIBackend(model_dir, base_url=[url_a, url_b], max_concurrency=4, retry_backoff_s=0.2)
-    backend = CachedBackend(served, Store(tmp_path / "store.sqlite"), chunk_size=2)
+    backend = CachingClient(served, Store(tmp_path / "store.sqlite"), chunk_size=2)
     tok = backend.tokenizer
     requests = [GenerationRequest(tuple(tok.encode(tok.apply_chat_template(
         [{"role": "user", "content": f"Count from {i} to {i + 30}."}], tokenize=False, add_generation_prompt=True),
@@ -133,5 +134,5 @@ def test_a_replica_killed_mid_run_loses_nothing_and_computes_nothing_twice(tmp_p
     assert answered[url_b] >= 1 and answered[url_a] + answered[url_b] == len(requests)  # none answered twice
     assert len(out) == 24 and all(c.token_ids for c in out)
     assert backend.model_calls == 24 and backend.store.count("generate") == 24
-    rerun = CachedBackend(OpenAIBackend(model_dir, base_url=url_a), Store(tmp_path / "store.sqlite"))
+    rerun = CachingClient(OpenAIBackend(model_dir, base_url=url_a), Store(tmp_path / "store.sqlite"))
     assert rerun.generate(requests) == out and rerun.model_calls == 0

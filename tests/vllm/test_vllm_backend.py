@@ -22,7 +22,8 @@ from fairaudit.backends.vllm import VLLMBackend, free_engine
 from fairaudit.probes import AuditContext
 from fairaudit.probes.decisions import answer_choices, answer_parts, decide, encode
 from fairaudit.prompts.yesno import Arm
-from fairaudit.store import CachedBackend, Store
+from fairaudit.client import CachingClient
+from fairaudit.store import Store
 
 P_YES_ATOL = 2e-3   # the issue's bound between backends
 DEPTH_ATOL = 1e-4   # a depth read served from the prefix cache vs the same prefix re-fed cold
@@ -61,7 +62,7 @@ def hf_backend():
 def audit_records(backend, audit, store_path):
     """Records of both arms of the default audit, and the store-wrapped context that made them."""
     spec, dataset, arms = audit
-    ctx = AuditContext(backend=CachedBackend(backend, Store(store_path), chunk_size=80), model=spec, dataset=dataset, arm=arms[0])
+    ctx = AuditContext(CachingClient(backend, Store(store_path), chunk_size=80), backend.tokenizer, spec, dataset, arms[0])
     pairs = dataset.pairs()
     return ctx, {arm.name: decide(ctx, pairs, arm) for arm in arms}
 
@@ -75,10 +76,10 @@ def both(default_audit, vllm_backend, hf_backend, tmp_path_factory):
 
 def completions(ctx, records, arm: Arm):
     """The stored completions behind each record (read back from the store, no model call)."""
-    calls = ctx.backend.model_calls
-    requests = [GenerationRequest(encode(ctx.backend.tokenizer, p), arm.max_new_tokens) for p in records["prompt"]]
-    out = ctx.backend.generate(requests)
-    assert ctx.backend.model_calls == calls
+    calls = ctx.client.model_calls
+    requests = [GenerationRequest(encode(ctx.tokenizer, p), arm.max_new_tokens) for p in records["prompt"]]
+    out = ctx.client.generate(requests)
+    assert ctx.client.model_calls == calls
     return requests, out
 
 
@@ -122,7 +123,7 @@ def test_p_yes_of_every_record_within_2e_3_of_hf(both, default_audit):
         # every record, split ones included: vLLM reading hf's exact answer prefixes
         parts = [answer_parts(hf_ctx, p, t, arm) for p, t in zip(hf["prompt"], hf["trace"])]
         prefixes = [x.prompt_ids + x.trace_ids + x.suffix_ids for x in parts]
-        p_yes = vllm_ctx.backend.choice_probs(prefixes, answer_choices(vllm_ctx))[:, 0]
+        p_yes = vllm_ctx.client.choice_probs(prefixes, answer_choices(vllm_ctx))[:, 0]
         np.testing.assert_allclose(p_yes, hf["p_yes"], atol=P_YES_ATOL)
         worst = max(worst, float(np.abs(p_yes - hf["p_yes"]).max()))
     print(f"\nlargest |P(Yes) vllm - hf| over 80 records: {worst:.2e}")

@@ -1,0 +1,33 @@
+"""The report's parts: a Section per table, and the Report they make (no MLflow, no rendering)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+RecordsLoader = Callable[..., Mapping[str, pd.DataFrame]]  # (run ids, frame name="records") -> {run id: frame}
+
+
+@dataclass
+class Section:
+    """One table of the report: numeric (CSV) and as shown (Markdown, terminal)."""
+
+    name: str                 # file stem of its CSV
+    title: str
+    table: pd.DataFrame
+    shown: pd.DataFrame | None = None   # None: CSV only
+    note: str = ""
+    pooled_last: bool = False
+
+
+@dataclass
+class Report:
+    sections: list[Section] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    main: str | None = None   # name of the section printed in the terminal
+
+    def section(self, name: str) -> Section:
+        return next(s for s in self.sections if s.name == name)
