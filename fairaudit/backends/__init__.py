@@ -215,6 +215,12 @@ def missing(backend: Backend | type[Backend], capability: str, hint: str = "") -
                       + (f"; {hint}" if hint else ""))
 
 
+def refuse_graphs(backend: Backend, requests: Sequence) -> None:
+    """For a backend without `attention_graphs`: refuse a batch holding a GraphGenerationRequest in one line."""
+    if any(isinstance(r, GraphGenerationRequest) for r in requests):
+        raise missing(backend, "attention_graphs")
+
+
 def backend_classes() -> dict[str, type[Backend]]:
     """Every shipped backend by its `backend=` name, from `conf/backend/*.yaml`; a class whose optional
     dependency is absent still loads (backend modules import those lazily)."""

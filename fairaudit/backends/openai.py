@@ -30,7 +30,7 @@ from typing import Any, Awaitable, Callable, Sequence
 import httpx
 import numpy as np
 
-from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, GenerationRequest, missing
+from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, GenerationRequest, missing, refuse_graphs
 from fairaudit.backends.common import choice_token_ids, completion_from_ids, pooled_softmax, stop_token_ids
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
@@ -262,6 +262,7 @@ class OpenAIBackend(Backend):
 
     def generate(self, requests: Sequence[GenerationRequest], on_result=None) -> list[Completion]:
         """Continue each prompt (greedy, or seeded nucleus sampling); results in request order."""
+        refuse_graphs(self, requests)
         one = self._chat_completion if self.mode == "chat" else self._completion
         return self._gather([partial(one, request=r) for r in requests], on_result)
 

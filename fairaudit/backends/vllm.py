@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, GenerationRequest
+from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, GenerationRequest, refuse_graphs
 from fairaudit.backends.common import (DTYPES, choice_token_ids, completion_from_ids, depth_sequences, pooled_softmax,
                                        split_by_request, stop_token_ids)
 from fairaudit.errors import AuditError
@@ -139,6 +139,7 @@ class VLLMBackend(Backend):
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Greedy (temperature 0) or seeded nucleus sampling per request; results in request order."""
         from vllm import SamplingParams
+        refuse_graphs(self, requests)
 
         params = [SamplingParams(max_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, seed=r.seed,
                                  stop_token_ids=sorted(self.stop_ids), skip_special_tokens=False, detokenize=False)

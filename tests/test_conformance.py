@@ -1,0 +1,199 @@
+"""Every backend holds to the one contract of `fairaudit.backends` (real model forward passes where it has one).
+
+A new backend joins the suite with one entry in SUBJECTS: a context manager that yields it on a model
+folder. Entries whose engine is not installed are skipped here and run where it is (`make test-vllm`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import shutil
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from fairaudit.backends import (NEEDABLE, Backend, Block, DepthRequest, GenerationRequest, GraphGenerationRequest,
+                                NLLRequest)
+from fairaudit.backends.vllm import vllm_distribution
+from fairaudit.client import CachingClient
+from fairaudit.errors import AuditError
+from fairaudit.models import tiny_qwen3_dir
+from fairaudit.store import Store
+
+from model_server import ModelServer
+from scripted import ScriptedModel
+
+Factory = Callable[[Path], contextlib.AbstractContextManager[Backend]]
+
+
+@contextlib.contextmanager
+def hf(model_dir: Path) -> Iterator[Backend]:
+    from fairaudit.backends.hf import HFBackend
+
+    yield HFBackend(model_dir, device="cpu", batch_size=4)
+
+
+@contextlib.contextmanager
+def openai(model_dir: Path) -> Iterator[Backend]:
+    """backend=openai against a loopback server that answers from the hf backend on the same folder."""
+    from fairaudit.backends.hf import HFBackend
+    from fairaudit.backends.openai import OpenAIBackend
+
+    server = ModelServer(HFBackend(model_dir, device="cpu", batch_size=4))
+    try:
+        yield OpenAIBackend(model_dir, base_url=server.url, max_concurrency=4)
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def vllm(model_dir: Path) -> Iterator[Backend]:
+    from fairaudit.backends.vllm import VLLMBackend, free_engine
+
+    try:
+        yield VLLMBackend(model_dir, batch_size=8, max_model_len=1024, kv_cache_space_gib=1, block_size=32)
+    finally:
+        free_engine()
+
+
+@contextlib.contextmanager
+def scripted(model_dir: Path) -> Iterator[Backend]:
+    yield ScriptedModel(model_dir)
+
+
+NEEDS_VLLM = pytest.mark.skipif(vllm_distribution() is None, reason="vLLM is not installed (make test-vllm)")
+SUBJECTS = [
+    pytest.param(hf, id="hf"),
+    pytest.param(openai, id="openai"),
+    pytest.param(scripted, id="scripted"),
+    pytest.param(vllm, id="vllm", marks=[NEEDS_VLLM, pytest.mark.vllm]),
+]
+MODULES = {"hf": "fairaudit.backends.hf", "openai": "fairaudit.backends.openai", "scripted": "scripted",
+           "vllm": "fairaudit.backends.vllm"}  # whose BACKEND_VERSION names the backend's version
+TOL = {"hf": 1e-6, "openai": 1e-6, "scripted": 1e-12, "vllm": 2e-4}  # batched vs alone, depth vs re-fed prefix
+
+
+@pytest.fixture(scope="module", params=SUBJECTS)
+def backend(request) -> Iterator[Backend]:
+    with request.param(tiny_qwen3_dir()) as built:
+        yield built
+
+
+def prompts(backend: Backend) -> list[tuple[int, ...]]:
+    """Three prompts of different lengths, rendered by the backend's own tokenizer."""
+    texts = ["Is the sky blue?", "Name a prime number larger than ten, please.", "Yes or no: does ice float on water?"]
+    return [tuple(backend.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+
+
+def choices(backend: Backend) -> list[list[int]]:
+    """Two answer choices, the first spelt by two tokens (pooled)."""
+    encode = lambda text: backend.tokenizer.encode(text, add_special_tokens=False)[0]  # noqa: E731
+    return [[encode(" Yes"), encode("Yes")], [encode(" No")]]
+
+
+def tolerance(backend: Backend) -> float:
+    return TOL[backend.name]
+
+
+def test_choice_rows_are_distributions_over_the_choices_in_their_order(backend):
+    if not backend.capabilities.scores:
+        pytest.skip("no scores (test_a_missing_capability_is_one_audit_error covers it)")
+    probs = backend.choice_probs(prompts(backend), choices(backend))
+    assert probs.shape == (3, 2) and probs.dtype == np.float64 and (probs >= 0).all()
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-9)
+    swapped = backend.choice_probs(prompts(backend), choices(backend)[::-1])
+    np.testing.assert_allclose(swapped, probs[:, ::-1], atol=tolerance(backend))
+
+
+def test_results_come_back_in_request_order(backend):
+    requests = [GenerationRequest(p, 6) for p in prompts(backend)]
+    forward, backward = backend.generate(requests), backend.generate(requests[::-1])
+    assert [c.token_ids for c in forward] == [c.token_ids for c in backward[::-1]]
+    alone = [backend.generate([r])[0] for r in requests]
+    assert [c.token_ids for c in alone] == [c.token_ids for c in forward]
+    if backend.capabilities.scores:
+        batched = backend.choice_probs(prompts(backend), choices(backend))
+        singles = np.vstack([backend.choice_probs([p], choices(backend)) for p in prompts(backend)])
+        np.testing.assert_allclose(batched, singles, atol=tolerance(backend))
+
+
+def test_a_completion_is_cut_at_a_stop_id_or_its_budget(backend):
+    for completion in backend.generate([GenerationRequest(p, 5) for p in prompts(backend)]):
+        assert completion.finish_reason in ("stop", "length") and len(completion.token_ids) <= 5
+        assert completion.finish_reason == "stop" or len(completion.token_ids) == 5
+        assert completion.text == backend.tokenizer.decode(list(completion.token_ids), skip_special_tokens=False)
+        assert completion.key == ""  # keys are the client's to set
+
+
+def test_sampled_requests_with_the_same_seed_repeat(backend):
+    first = GenerationRequest(prompts(backend)[0], 8, temperature=0.9, top_p=0.95, seed=7)
+    again = backend.generate([first])[0]
+    batched = backend.generate([GenerationRequest(p, 8, temperature=0.9, top_p=0.95, seed=3) for p in prompts(backend)]
+                               + [first])[-1]
+    assert backend.generate([first])[0].token_ids == again.token_ids == batched.token_ids
+
+
+def test_depth_reads_equal_the_refed_prefixes(backend):
+    if not backend.capabilities.depth_reads:
+        pytest.skip("no depth reads")
+    prompt, trace, suffix = prompts(backend)
+    request = DepthRequest(prompt, trace, suffix[:3], cuts=(0, 2, 5, len(trace)))
+    (depth,) = backend.depth_choice_probs([request], choices(backend))
+    refed = backend.choice_probs([prompt + trace[:cut] + suffix[:3] for cut in request.cuts], choices(backend))
+    assert depth.shape == (4, 2)
+    np.testing.assert_allclose(depth, refed, atol=tolerance(backend))
+
+
+def calls(backend: Backend) -> dict[str, Callable]:
+    """One minimal call per capability a probe may need, through `target` (the backend or its client)."""
+    ids = prompts(backend)[0]
+    blocks = (Block(ids), Block(ids[:2], "A", "private"), Block(ids[:3], "B", "public"))
+    return {"scores": lambda target: target.choice_probs([ids], choices(backend)),
+            "depth_reads": lambda target: target.depth_choice_probs([DepthRequest(ids, ids, (), (1,))], choices(backend)),
+            "target_nll": lambda target: target.target_nll([NLLRequest(blocks, (2,))]),
+            "attention_graphs": lambda target: target.generate([GraphGenerationRequest(blocks, ((), (0,), (0,)), 2)])}
+
+
+def test_a_missing_capability_is_one_audit_error(backend, tmp_path):
+    lacking = [c for c in NEEDABLE if not backend.capabilities.has(c)]
+    client = CachingClient(backend, Store(tmp_path / "store.sqlite"))
+    for capability in lacking:
+        for target in (backend, client):
+            with pytest.raises(AuditError, match=f"backend={backend.name} cannot .* \\(capability '{capability}'\\)"):
+                calls(backend)[capability](target)
+    assert client.model_calls == 0 and Store(tmp_path / "store.sqlite").count() == 0
+
+
+@pytest.mark.parametrize("factory", SUBJECTS)
+def test_the_fingerprint_changes_with_the_backend_version_and_the_model_files(factory, tmp_path, monkeypatch):
+    folder = shutil.copytree(tiny_qwen3_dir(), tmp_path / "model")
+    with factory(folder) as built:
+        original, name, loads_weights = built.fingerprint, built.name, built.capabilities.loads_weights
+    monkeypatch.setattr(importlib.import_module(MODULES[name]), "BACKEND_VERSION", "next-version")
+    with factory(folder) as built:
+        assert built.fingerprint != original
+    monkeypatch.undo()
+    if loads_weights:  # one bit of the last weight
+        weights = next(folder.glob("*.safetensors"))
+        changed = bytearray(weights.read_bytes())
+        changed[-1] ^= 1
+        weights.write_bytes(bytes(changed))
+    else:  # a served model is named by its config
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "fairaudit_revision": 2}))
+    with factory(folder) as built:
+        assert built.fingerprint != original
+
+
+def test_fingerprints_of_different_backends_never_coincide():
+    fingerprints = {}
+    for subject in SUBJECTS:
+        if any(mark.name == "skipif" and mark.args[0] for mark in subject.marks):
+            continue
+        with subject.values[0](tiny_qwen3_dir()) as built:
+            fingerprints[built.name] = built.fingerprint
+    assert len(set(fingerprints.values())) == len(fingerprints) >= 3, fingerprints
