@@ -84,6 +84,15 @@ def test_dry_run_of_an_mcq_probe_prints_each_permutation(tmp_path):
     assert all(f"permutation {s}" in result.stdout for s in range(4))
 
 
+def test_dry_run_of_the_influence_probe_prints_each_items_first_request_per_graph(tmp_path):
+    result = run_app(tmp_path, "dry_run=true", "model=tiny_qwen3", "probe=influence", "dataset=mmlu", "dataset.n=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert out.count("=== question") == 2 and out.count("--- graph masked") == 2 and out.count("--- graph unmasked") == 2
+    assert out.count("The proposer A thinks privately") == 4 and out.count("<|im_start|>assistant\n<A_private>\n") == 4
+    assert "dry run: 4 prompts, no model loaded, nothing logged" in result.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.long
 def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):

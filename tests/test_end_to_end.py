@@ -52,6 +52,21 @@ def test_default_job_logs_metrics_tables_figure_and_records(tmp_path):
     assert "MLflow run" in result.stderr and "mlflow ui --backend-store-uri" in result.stderr
 
 
+def test_artifacts_go_beside_the_tracking_database_whatever_the_working_folder(tmp_path):
+    elsewhere, db = tmp_path / "started-here", tmp_path / "study" / "m.db"
+    elsewhere.mkdir()
+    env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT)}
+    done = subprocess.run([sys.executable, "-m", "fairaudit", *TINY, f"tracking.uri=sqlite:///{db}",
+                           f"store.url={tmp_path}/store.sqlite", f"hydra.run.dir={tmp_path}/outputs"],
+                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{db}")
+    (run,) = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
+    assert run.info.artifact_uri.startswith((db.parent / "mlartifacts").as_uri())
+    assert (db.parent / "mlartifacts" / run.info.experiment_id / run.info.run_id / "artifacts" / "samples.html").exists()
+    assert list(elsewhere.iterdir()) == []  # no mlruns/ (or anything else) where the command was started
+
+
 def test_second_identical_run_makes_no_model_call(tmp_path):
     first = run_app(tmp_path, *TINY)
     second = run_app(tmp_path, *TINY)

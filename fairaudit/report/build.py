@@ -22,9 +22,6 @@ from fairaudit.analysis.study_figures import checkpoint_curve_figure
 from fairaudit.report import render
 from fairaudit.report.sections import RecordsLoader, Report, Section
 
-MAIN_SECTIONS = ("table2", "influence_table3", "seeds")  # the first of these the report has is printed in the terminal
-
-
 def registered_sections(probes: Iterable[str]) -> list[Callable]:
     """The section builders that `conf/probe/<probe>.yaml` lists under `report:`, each once, in probe name order."""
     builders: dict[str, Callable] = {}
@@ -50,7 +47,7 @@ def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:
     if "checkpoint" in study.varying_axes(runs):
         add_checkpoint_curves(report, runs, list(cfg.curves.metrics), cfg.curves.order, float(cfg.seeds.level))
     add_runs(report, runs)
-    report.main = next((s.name for s in report.sections if s.name in MAIN_SECTIONS), "runs")
+    report.main = next((s.name for s in report.sections if s.main), "runs")
     return report
 
 
@@ -63,7 +60,7 @@ def add_seed_summary(report: Report, runs: pd.DataFrame, metrics: list[str], lev
     note = (f"Across seeds per cell: mean, SD (ddof=1) and the {level:.0%} Student-t interval "
             "mean ± t(n−1)·SD/√n. Metrics not logged by these runs are left out.")
     report.sections.append(Section("seeds", f"Seed summary ({level:.0%} interval across seeds)", summary,
-                                   render.seed_display(summary, axes), note))
+                                   render.seed_display(summary, axes), note, main=True))
 
 
 def add_sign_test(report: Report, runs: pd.DataFrame, greater: str, than: Any, alternative: str) -> None:

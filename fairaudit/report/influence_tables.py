@@ -77,7 +77,7 @@ def add_table3(report, runs: pd.DataFrame, condition: str, rate: str) -> None:
         shown[f"{label} mean Δ_NLL"] = t3[f"mean_delta_{d}"].map(_num)
     threshold = {"influence": "> 0", "substantive": "> 0.05"}.get(rate, rate)
     report.sections.append(Section("influence_table3", f"Table 3: rates at Δ_NLL {threshold} ({condition})", t3, shown,
-                                   "Wilson 95% intervals from the counts pooled over seeds."))
+                                   "Wilson 95% intervals from the counts pooled over seeds.", main=True))
 
 
 def add_table5(report, runs: pd.DataFrame, condition: str, rate: str) -> None:

@@ -101,7 +101,8 @@ def add_paper_tables(report: Report, runs: pd.DataFrame, load_records: RecordsLo
     }
     for name, table in tables.items():
         title, note = captions[name]
-        report.sections.append(Section(name, title, table, render.display(table, headers), note, pooled_last=True))
+        report.sections.append(Section(name, title, table, render.display(table, headers), note, pooled_last=True,
+                                       main=name == "table2"))
     report.figures["disparity_changes"] = delta_figure(tables["table9"], axes, (treatment, baseline))
     report.metrics.update({f"pooled_{k}": v for k, v in pooled.items() if isinstance(v, (int, float))})
     report.metrics["n_table_runs"] = len(rows)

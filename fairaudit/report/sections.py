@@ -20,6 +20,7 @@ class Section:
     shown: pd.DataFrame | None = None   # None: CSV only
     note: str = ""
     pooled_last: bool = False
+    main: bool = False        # a headline table: the first one a report has is printed in the terminal
 
 
 @dataclass
