@@ -14,13 +14,12 @@ from fairaudit.backends import GenerationRequest
 from fairaudit.backends.hf import HFBackend
 
 
-class ModelServer:
-    """Serves model "local" from `backend` at `url` (…/v1) until `stop()`; one request computes at a time."""
+class LoopbackServer:
+    """An HTTP server on 127.0.0.1, serving `handler` from a daemon thread at `url` (…/v1) until `stop()`."""
 
-    def __init__(self, backend: HFBackend):
-        self.backend = backend
+    def __init__(self, handler: type[BaseHTTPRequestHandler]):
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
@@ -28,6 +27,14 @@ class ModelServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class ModelServer(LoopbackServer):
+    """Serves model "local" from `backend`; one request computes at a time."""
+
+    def __init__(self, backend: HFBackend):
+        self.backend = backend
+        super().__init__(self._handler())
 
     @torch.inference_mode()
     def logprobs(self, prompt: list[int], token_ids: list[int]) -> dict[str, float]:

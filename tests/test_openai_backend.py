@@ -11,7 +11,7 @@ import logging
 import shutil
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import huggingface_hub
@@ -29,13 +29,14 @@ from fairaudit.client import CachingClient
 from fairaudit.store import Store
 
 from conftest import run_app
+from model_server import LoopbackServer
 
 KEY = "sk-test-5ecret-never-logged"
 HANG = "hang"
 MALFORMED = "malformed"
 
 
-class FakeServer:
+class FakeServer(LoopbackServer):
     """An OpenAI-compatible server on 127.0.0.1 serving model "fake".
 
     script: what the next POSTs get, in turn (an HTTP status, HANG or MALFORMED); once it is
@@ -48,15 +49,7 @@ class FakeServer:
         self.eos, self.script, self.failing, self.hang_s = eos, list(script), set(failing), hang_s
         self.posts: list[dict] = []
         self.auth: set[str] = set()
-        self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(self._handler())
 
     def answer(self, body: dict):
         with self.lock:
