@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
