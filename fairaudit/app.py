@@ -103,7 +103,6 @@ class Job:
     arms: list[Arm]
     probe: Probe
     dataset: object
-    backend_class: type[Backend]
 
 
 def check_settings(cfg: DictConfig) -> tuple[type[Backend], Probe]:
@@ -128,7 +127,7 @@ def prepare(cfg: DictConfig) -> Job:
     check_capabilities(probe, choices.get("probe", "?"), choices.get("backend", backend_class.name),
                        backend_class.capabilities_for(cfg.backend))
     dataset.check()
-    return Job(spec, arm, arms, probe, dataset, backend_class)
+    return Job(spec, arm, arms, probe, dataset)
 
 
 def model_dir_for(cfg: DictConfig) -> Path:
