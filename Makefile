@@ -60,10 +60,10 @@ test-cluster: $(STAMP)
 	SLURM_CONF=$(CLUSTER_DIR)/slurm.conf $(PY) -m pytest -m cluster $(ARGS); rc=$$?; \
 	CLUSTER_DIR=$(CLUSTER_DIR) scripts/cluster.sh down; exit $$rc
 
-# The vLLM tests (tests/vllm/, not collected by `make test`) in .venv-vllm, and the hf backend's
-# tests under the transformers<5.20 that vLLM pins.
+# The vLLM tests (tests/vllm/, not collected by `make test`) in .venv-vllm, vllm's conformance entries, and
+# the hf backend's tests under the transformers<5.20 that vLLM pins.
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_PY) -m pytest tests/vllm tests/test_hf_backend.py $(ARGS)
+	$(VLLM_PY) -m pytest tests/vllm tests/test_hf_backend.py tests/test_conformance.py -k "vllm or coincide or hf" $(ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/cdpg_depth.py
