@@ -52,8 +52,10 @@ def contrasts_frame():
         "direction": ["a_to_b", "a_to_b", "a_to_b", "b_to_a", "b_to_a", "b_to_a", "a_to_b", "b_to_a"],
         "delta": [0.10, 0.02, -0.01, 0.0, 0.06, np.nan, 0.2, 0.3],
         "bridge_used": [False, False, False, True, False, True, False, True],
+        "nll_nat": [0.5, 0.45, 0.3, 0.25, 0.1, np.nan, 0.5, 0.5],
         "control_nll_nat": [0.5, 0.4, 0.3, 0.2, 0.1, np.nan, 0.5, 0.5],
         "control_nll_cf": [0.5, 0.4, 0.3, 0.2, 0.1, np.nan, 0.6, 0.5],
+        "skip_reason": [None, None, None, None, None, "identical", None, None],
     })
 
 
@@ -78,8 +80,21 @@ def test_control_counts_exact_zeros_only():
 def test_influence_metrics_per_condition():
     traces = pd.DataFrame({"condition": ["masked"] * 3 + ["unmasked"], "valid": [True, True, False, True],
                            "ngram_raw": [0.5, 0.0, 0.9, 0.2], "ngram_corrected": [0.1, np.nan, 0.9, 0.0],
-                           "canary_reproduced": [False, True, None, False]})
+                           "canary_reproduced": [False, True, None, False],
+                           "a_private_truncated": [True, False, False, False], "b_public_truncated": [True, True, False, False]})
     m = influence(contrasts_frame(), traces)["metrics"]
+    # skips by reason, truncation per graph and per block (over every trace, valid or not)
+    assert (m["skipped_identical_b_to_a_masked"], m["skipped_no_donor_b_to_a_masked"]) == (1, 0)
+    assert m["truncated_rate_masked"] == pytest.approx(3 / 6) and m["truncated_rate_b_public_masked"] == pytest.approx(2 / 3)
+    assert m["truncated_rate_unmasked"] == 0.0
+    # B->A by origin: natural (delta 0.06) and bridge (delta 0.0)
+    assert (m["n_contrasts_b_to_a_natural_masked"], m["substantive_k_b_to_a_natural_masked"]) == (1, 1)
+    assert (m["n_contrasts_b_to_a_bridge_masked"], m["influence_k_b_to_a_bridge_masked"]) == (1, 0)
+    assert m["mean_delta_b_to_a_natural_masked"] == pytest.approx(0.06)
+    # the control's natural NLL range and how often it differs from the primary natural NLL (0.4 vs 0.45, 0.2 vs 0.25)
+    assert (m["control_nll_min_masked"], m["control_nll_max_masked"]) == (0.1, 0.5)
+    assert m["control_nll_mean_masked"] == pytest.approx(0.3) and m["control_nll_sd_masked"] == pytest.approx(np.std([0.5, 0.4, 0.3, 0.2, 0.1], ddof=1))
+    assert (m["control_differs_k_masked"], m["control_differs_rate_masked"]) == (2, pytest.approx(0.4))
     assert m["influence_rate_a_to_b_masked"] == pytest.approx(2 / 3)
     assert m["substantive_k_b_to_a_masked"] == 1 and m["skipped_b_to_a_masked"] == 1
     assert m["influence_rate_masked"] == pytest.approx(3 / 5) and m["influence_k_masked"] == 3

@@ -193,7 +193,7 @@ def test_records_and_metrics_of_scripted_answers(tmp_path, dataset):
     assert m["preferred_position_reason"] == 0
     assert set(result.headline) - set(m) == {f"{name}_reason" for name in (
         "trunc_n_questions", "trunc_n", "trunc_change_rate", "trunc_directional_shift", "trunc_change_rate_before_ccp",
-        "trunc_change_rate_after_ccp", "trunc_ccp_chi2_p")}
+        "trunc_change_rate_after_ccp", "trunc_ccp_chi2_p", "trunc_ccp_perm_p", "trunc_ccp_perm_n_questions")}
     assert set(result.tables) == {"per_question", "pbs_by_length", "position_summary"}
     assert set(result.figures) == {"pbs_by_length", "pbs_length"}
 

@@ -11,14 +11,13 @@ from typing import Sequence
 
 import pandas as pd
 
-from fairaudit.stats import wilson_interval
+from fairaudit.stats import FEW, wilson_interval
 
 DIRECTIONS = ("a_to_b", "b_to_a")
 THRESHOLDS = (0.0, 0.05)  # inclusive and substantive influence (paper 002 §9)
 RATE_NAMES = {0.0: "influence", 0.05: "substantive"}
 SKIP_REASONS = ("no_donor", "identical", "truncated")  # why a contrast has no donor (probes.influence.donor)
 BLOCKS = ("a_private", "a_public", "b_private", "b_public", "a2_private", "a2_public")
-FEW = 10  # an interval over fewer units than this is flagged
 
 
 def ngram_overlap(source_ids: Sequence[int], target_ids: Sequence[int], n: int = 4,
