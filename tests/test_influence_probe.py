@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -163,3 +165,45 @@ def test_smollm2_thirty_traces_end_to_end_unmasked_leaks_more_and_rerun_is_free(
     assert (scored["x_tokens"] == scored["donor_tokens"]).all() and scored["skip_reason"].isna().all()
     assert (scored["delta"] != 0.0).all()   # token-identical donors are skipped, not scored as "no influence"
     assert (scored.loc[scored["condition"] == "masked", "control_delta"] == 0.0).all()
+
+
+def test_private_channel_preset_is_section_6s_and_the_smoke_study_its_miniature():
+    from test_studies import compose_job, sweep_jobs
+
+    cfg = compose_job("+experiment=private_channel")
+    assert (cfg.probe.max_block_tokens, cfg.probe.length_match, cfg.probe.target) == (512, "complete", "content")
+    assert cfg.probe.sampling.temperature > 0 and cfg.dataset.n == 500
+    jobs = sweep_jobs(OmegaConf.to_container(cfg.hydra.sweeper.params))
+    assert jobs == [[f"dataset.seed={s}"] for s in range(5)]
+    seeded = compose_job("+experiment=private_channel", "dataset.seed=3")
+    assert seeded.probe.sampling.seed == 3          # the grid's seed seeds the sampling, not only the items
+    smoke = compose_job("+experiment=private_channel_smoke")
+    assert smoke.model.name == "tiny_qwen3" and smoke.dataset.n <= 8
+    assert len(sweep_jobs(OmegaConf.to_container(smoke.hydra.sweeper.params))) == 4
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_private_channel_smoke_study_then_report_shows_tables_1_to_5_at_both_thresholds(tmp_path, data_root):
+    """`python -m fairaudit +experiment=private_channel_smoke -m`, then `python -m fairaudit.report` on it."""
+    study = run_app(tmp_path, "+experiment=private_channel_smoke", "-m", timeout=1800)
+    assert study.returncode == 0, study.stderr[-3000:]
+    uri, out = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "report"
+    report = subprocess.run(
+        [sys.executable, "-m", "fairaudit.report", f"tracking.uri={uri}", f"select.sweep_dir={tmp_path / 'multirun'}",
+         f"output_dir={out}"], cwd=tmp_path, env={**os.environ, "FAIRAUDIT_DATA": str(data_root)},
+        capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stderr[-3000:]
+    md = (out / "report.md").read_text()
+    for title in ("Table 1: probe comparison (%), at both thresholds", "Table 2: length-matched validation (masked)",
+                  "Table 3: rates at Δ_NLL > 0.05, then at the other threshold", "Table 4: graph-cut control",
+                  "Table 5: seed-level statistics", "Paper 002 diagnostics"):
+        assert title in md
+    assert "| Counterfactual influence (Δ > 0) |" in md and "| Counterfactual influence (Δ > 0.05) |" in md
+    assert "probe.target=content" in md and "figures/influence_fig4_checkpoints.png" in md
+    table3 = pd.read_csv(out / "influence_table3.csv")
+    assert set(table3["threshold"]) == {"Δ_NLL > 0.05", "Δ_NLL > 0"} and set(table3["checkpoint"]) == {"step1", "step2"}
+    assert (table3["n_a_to_b"] == 8).all()   # two seeds x 4 traces pooled per checkpoint
+    diagnostics = pd.read_csv(out / "influence_diagnostics.csv").set_index("metric")
+    assert diagnostics.loc["Control natural NLL, min", "masked"] <= diagnostics.loc["Control natural NLL, max", "masked"]
+    assert (out / "figures" / "influence_fig4_checkpoints.png").stat().st_size > 0

@@ -218,7 +218,7 @@ def diagnostics(runs: pd.DataFrame, conditions: tuple[str, ...] = ("unmasked", "
     4-gram overlap and canary; §6.2's bridge share and B-to-A split by natural and bridged next A turns at
     both thresholds; §6.3's control NLL range, mean and SD and the share of control scores that differ from
     the primary natural score; the share of blocks cut by the budget; the contrasts skipped, by reason.
-    Long format: metric, kind (pct: k/n in %, value, count), then per condition its value, k and n."""
+    Long format: metric, kind (pct: k/n in %, percent, value, count), then per condition its value, k and n."""
     items = [("Raw 4-gram overlap (%)", "pct", "ngram_raw_k", "ngram_raw_n"),
              ("Corrected 4-gram overlap (%)", "pct", "ngram_corrected_k", "ngram_corrected_n"),
              ("Canary reproduction (%)", "pct", "canary_k", "canary_n"),
@@ -239,7 +239,8 @@ def diagnostics(runs: pd.DataFrame, conditions: tuple[str, ...] = ("unmasked", "
               ("Control natural NLL, mean", lambda c: _weighted(runs, f"control_nll_mean_{c}", f"control_n_{c}")),
               ("Control natural NLL, SD", lambda c: _pooled_sd(runs, c)),
               ("Blocks cut by the budget (%)", lambda c: 100 * _weighted(runs, f"truncated_rate_{c}", f"n_traces_{c}"))]
-    rows += [{"metric": label, "kind": "value", **{c: value(c) for c in conditions}} for label, value in values]
+    rows += [{"metric": label, "kind": "percent" if "%" in label else "value", **{c: value(c) for c in conditions}}
+             for label, value in values]
     for reason, label in (("identical", "token-identical donors only"), ("no_donor", "no length-matched donor"),
                           ("truncated", "own block cut by the budget (length_match=complete)")):
         for d, direction in (("a_to_b", "A-to-B"), ("b_to_a", "B-to-A")):

@@ -148,8 +148,8 @@ def add_table5(report, runs: pd.DataFrame, condition: str, rate: str) -> None:
 def _diagnostic_cell(kind: str, value: float, k: float, n: float) -> str:
     if kind == "count":
         return NA if not math.isfinite(value) else f"{value:.0f}"
-    if kind == "value":
-        return _num(value)
+    if kind in ("value", "percent"):
+        return _num(value, 1 if kind == "percent" else 3)
     if not math.isfinite(n) or n == 0:
         return NO_CONTRASTS if math.isfinite(n) else NA
     return f"{value:.1f} ({k:.0f}/{n:.0f})" if math.isfinite(k) else NA
