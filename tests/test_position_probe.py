@@ -283,6 +283,11 @@ def test_arm_and_config_validation():
     assert probe().arms(Arm("think", True, 10, "decision"))  # the family check in app.check_fit names it
     with pytest.raises(AuditError, match="probe.truncation.*offset"):
         PositionProbe(truncation={"offset": [0.1]})
+    with pytest.raises(AuditError, match=r"^probe.partial_corr='kendall' must be one of \['pearson', 'spearman'\]$"):
+        PositionProbe(partial_corr="kendall")
+    with pytest.raises(AuditError, match=r"^probe.truncation.relabelings=10 must be an integer >= 100$"):
+        PositionProbe(truncation={"relabelings": 10})
+    assert PositionProbe(partial_corr="spearman", truncation={"relabelings": 500}).truncation.relabelings == 500
 
 
 def test_probe_rejects_a_decision_dataset(tmp_path):
