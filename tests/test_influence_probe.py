@@ -64,6 +64,15 @@ def test_probe_on_tiny_qwen3_records_controls_and_cache(tmp_path):
     pd.testing.assert_frame_equal(rerun.records["records"], records)
 
 
+def test_greedy_tiny_qwen3_gives_token_identical_blocks_and_every_contrast_is_skipped_as_such(tmp_path):
+    """The random tiny Qwen3 repeats one token greedily: every donor would give Delta = 0 by construction."""
+    result = InfluenceProbe(max_block_tokens=6, sampling={"temperature": 0.0}).run(tiny_context(tmp_path))
+    records = result.records["records"]
+    assert (records["skip_reason"] == "identical").all() and records["delta"].isna().all()
+    assert result.metrics["skipped_identical_a_to_b_masked"] == result.metrics["skipped_a_to_b_masked"] == 3
+    assert result.metrics["n_contrasts_masked"] == 0
+
+
 def trace(trace_id, length, condition="masked", token=1, truncated=False):
     return Trace(trace_id, trace_id, condition, (Block((0,)), Block((token,) * length, "A", "private")),
                  truncated=(False, truncated))

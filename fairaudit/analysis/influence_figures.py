@@ -32,7 +32,8 @@ def influence_rates_figure(rates: pd.DataFrame) -> Figure:
         ax.set_ylim(0, 100)
         ax.set_ylabel("influence rate (%)")
         ax.set_title(f"Δ_NLL > {threshold:g} (Wilson 95% CI)")
-        ax.legend(fontsize=8)
+        if conditions:
+            ax.legend(fontsize=8)
     return fig
 
 
