@@ -28,6 +28,7 @@ SUPERSEDED_TAG = "fairaudit.superseded_by"  # a later run of the same job that r
 RESUMES_TAG = "fairaudit.resumes"          # runs of the same job this run closed as KILLED
 ERROR_TAG = "fairaudit.error"
 FAILED_JOBS_TAG = "fairaudit.failed_jobs"
+UNBOUNDED_TAG = "fairaudit.unbounded_metrics"  # infinite metrics (an interval unbounded above): MLflow skips them
 NOTE_TAG = "mlflow.note.content"           # the run's description in the MLflow UI
 PROCESS_TAGS = ("fairaudit.host", "fairaudit.pid", "fairaudit.pid_start")
 MAX_TAG = 8000
@@ -59,6 +60,15 @@ def flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
 def finite_metrics(metrics: dict[str, float]) -> dict[str, float]:
     """Metrics MLflow can store as numbers; the rest (nan, inf) live in metrics.json."""
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def unbounded_note(metrics: dict[str, Any]) -> str | None:
+    """The note a run carries (tag UNBOUNDED_TAG) for metrics that are infinite, e.g. an interval unbounded above:
+    MLflow stores finite numbers only, so they are absent from its metrics and null in metrics.json."""
+    names = sorted(k for k, v in metrics.items() if isinstance(v, float) and math.isinf(v))
+    if not names:
+        return None
+    return ", ".join(f"{k}={'+' if metrics[k] > 0 else '-'}inf" for k in names) + " (unbounded; not logged as metrics)"
 
 
 def json_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -192,6 +202,9 @@ class Tracker:
         """Metrics, tables (parquet + MLflow table), figures (PNG) and records (parquet)."""
         self.mlflow.log_metrics(finite_metrics(metrics))
         self.mlflow.log_dict(json_metrics(metrics), "metrics.json")
+        note = unbounded_note(metrics)
+        if note:
+            self.mlflow.set_tag(UNBOUNDED_TAG, note[:MAX_TAG])
         with tempfile.TemporaryDirectory() as tmp:
             for name, table in tables.items():
                 path = Path(tmp) / f"{name}.parquet"

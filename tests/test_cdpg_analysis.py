@@ -140,6 +140,9 @@ def test_cell_slopes_and_their_bootstrap_interval():
     assert metrics["cdpg_slope_c_ci_high"] == pytest.approx(1.2)
     assert metrics["cdpg_slope_a_ci_low"] == metrics["cdpg_slope_a_ci_high"] == pytest.approx(-0.4)
     assert [metrics[f"cdpg_n_{c}"] for c in "abcd"] == [1, 1, 2, 1] and metrics["cdpg_n_pairs"] == 5
+    # every cell here has fewer than 10 pairs: its interval is flagged in the metrics and the slopes table
+    assert all(metrics[f"cdpg_slope_{c}_ci_few"] == 1.0 for c in "abcd")
+    assert run()["tables"]["cdpg_slopes"]["few"].all()
 
 
 def test_cell_slope_is_the_slope_of_the_cell_mean_trajectory():
@@ -256,3 +259,11 @@ def test_k_sensitivity_on_a_rerun_subsample():
     assert table.equals(again["tables"]["cdpg_k_sensitivity"])
     assert sub["metrics"]["cdpg_slope_c"] == full["metrics"]["cdpg_slope_c"] == pytest.approx(1.1)
     assert run(k_sensitivity_subsample=50)["tables"]["cdpg_k_sensitivity"].equals(full["tables"]["cdpg_k_sensitivity"])
+
+
+def test_a_cell_with_three_pairs_is_flagged_and_one_with_ten_is_not():
+    from fairaudit.analysis.cdpg import _cell_slopes
+
+    slopes = pd.DataFrame({"K": 10, "cell": ["c"] * 3 + ["d"] * 10, "slope": np.linspace(0.0, 1.0, 13)})
+    table = _cell_slopes(slopes, n_boot=200, seed=0).set_index("cell")
+    assert table.loc["c", ["n", "few"]].tolist() == [3, True] and table.loc["d", ["n", "few"]].tolist() == [10, False]

@@ -164,3 +164,23 @@ def test_answer_accounting_counts_pairs_dropped_per_cause_and_arm():
     assert "compliance_rate_think" not in m and m["parse_rate_think"] == pytest.approx(5 / 6)
     assert m["parse_rate_nothink"] == 1.0
     assert contingency(records, n_boot=0)["n_pairs"] == 1
+
+
+def test_ratio_interval_for_b2_c20_of_1000_pairs_is_unbounded_above_and_reports_its_n():
+    """Resamples with no resolved (b) pair stay in as +inf; 13.7% of them exceed the 2.5% upper tail."""
+    m = contingency(records_from_cells(975, 2, 20, 3), n_boot=2000, seed=0)
+    assert (m["cell_b"], m["cell_c"], m["c_b_ratio"]) == (2, 20, 10.0)
+    assert m["c_b_ratio_ci_high"] == math.inf and 2.5 < m["c_b_ratio_ci_low"] < 5.0
+    assert m["c_b_ratio_exact_ci_high"] == pytest.approx(88.2412, rel=1e-5)   # Clopper-Pearson on 20 of 22
+    assert m["c_b_ratio_exact_ci_low"] == pytest.approx(2.4292, rel=1e-4)
+    assert (m["c_b_ratio_ci_n"], m["c_b_ratio_ci_few"]) == (22, 0.0)
+    assert (m["delta_d_cf_ci_n"], m["delta_d_cf_ci_few"]) == (1000, 0.0)
+    from fairaudit.tracking import finite_metrics, json_metrics, unbounded_note
+    assert "c_b_ratio_ci_high" not in finite_metrics(m) and json_metrics(m)["c_b_ratio_ci_high"] is None
+    assert unbounded_note(m) == "c_b_ratio_ci_high=+inf (unbounded; not logged as metrics)"   # the run's tag
+    assert unbounded_note({"c_b_ratio": 2.0, "x": math.nan}) is None
+
+
+def test_an_interval_over_fewer_than_ten_units_is_flagged():
+    m = contingency(records_from_cells(5, 1, 3, 0), n_boot=200)
+    assert (m["c_b_ratio_ci_n"], m["c_b_ratio_ci_few"], m["delta_d_cf_ci_few"]) == (4, 1.0, 1.0)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from fairaudit.analysis.influence import control_summary, influence, influence_rates, ngram_overlap
-from fairaudit.analysis.influence_study import table1, table3, table4, table5
+from fairaudit.analysis.influence_study import table1, table2, table3, table4, table5
 from fairaudit.report.sections import Report
 from fairaudit.report.influence_tables import add_influence_tables, rate_with_ci
 from fairaudit.stats import wilson_interval
@@ -52,8 +52,10 @@ def contrasts_frame():
         "direction": ["a_to_b", "a_to_b", "a_to_b", "b_to_a", "b_to_a", "b_to_a", "a_to_b", "b_to_a"],
         "delta": [0.10, 0.02, -0.01, 0.0, 0.06, np.nan, 0.2, 0.3],
         "bridge_used": [False, False, False, True, False, True, False, True],
+        "nll_nat": [0.5, 0.45, 0.3, 0.25, 0.1, np.nan, 0.5, 0.5],
         "control_nll_nat": [0.5, 0.4, 0.3, 0.2, 0.1, np.nan, 0.5, 0.5],
         "control_nll_cf": [0.5, 0.4, 0.3, 0.2, 0.1, np.nan, 0.6, 0.5],
+        "skip_reason": [None, None, None, None, None, "identical", None, None],
     })
 
 
@@ -78,8 +80,21 @@ def test_control_counts_exact_zeros_only():
 def test_influence_metrics_per_condition():
     traces = pd.DataFrame({"condition": ["masked"] * 3 + ["unmasked"], "valid": [True, True, False, True],
                            "ngram_raw": [0.5, 0.0, 0.9, 0.2], "ngram_corrected": [0.1, np.nan, 0.9, 0.0],
-                           "canary_reproduced": [False, True, None, False]})
+                           "canary_reproduced": [False, True, None, False],
+                           "a_private_truncated": [True, False, False, False], "b_public_truncated": [True, True, False, False]})
     m = influence(contrasts_frame(), traces)["metrics"]
+    # skips by reason, truncation per graph and per block (over every trace, valid or not)
+    assert (m["skipped_identical_b_to_a_masked"], m["skipped_no_donor_b_to_a_masked"]) == (1, 0)
+    assert m["truncated_rate_masked"] == pytest.approx(3 / 6) and m["truncated_rate_b_public_masked"] == pytest.approx(2 / 3)
+    assert m["truncated_rate_unmasked"] == 0.0
+    # B->A by origin: natural (delta 0.06) and bridge (delta 0.0)
+    assert (m["n_contrasts_b_to_a_natural_masked"], m["substantive_k_b_to_a_natural_masked"]) == (1, 1)
+    assert (m["n_contrasts_b_to_a_bridge_masked"], m["influence_k_b_to_a_bridge_masked"]) == (1, 0)
+    assert m["mean_delta_b_to_a_natural_masked"] == pytest.approx(0.06)
+    # the control's natural NLL range and how often it differs from the primary natural NLL (0.4 vs 0.45, 0.2 vs 0.25)
+    assert (m["control_nll_min_masked"], m["control_nll_max_masked"]) == (0.1, 0.5)
+    assert m["control_nll_mean_masked"] == pytest.approx(0.3) and m["control_nll_sd_masked"] == pytest.approx(np.std([0.5, 0.4, 0.3, 0.2, 0.1], ddof=1))
+    assert (m["control_differs_k_masked"], m["control_differs_rate_masked"]) == (2, pytest.approx(0.4))
     assert m["influence_rate_a_to_b_masked"] == pytest.approx(2 / 3)
     assert m["substantive_k_b_to_a_masked"] == 1 and m["skipped_b_to_a_masked"] == 1
     assert m["influence_rate_masked"] == pytest.approx(3 / 5) and m["influence_k_masked"] == 3
@@ -131,12 +146,14 @@ def test_report_sections_for_influence_runs():
     report = Report()
     add_influence_tables(report, runs)
     names = [s.name for s in report.sections]
-    assert names == [f"influence_table{i}" for i in range(1, 6)]
+    assert names == [f"influence_table{i}" for i in range(1, 6)] + ["influence_diagnostics"]
     table3_shown = report.section("influence_table3").shown
     assert table3_shown["A-to-B rate (95% CI)"].tolist()[0] == "23.6% [21.9, 25.4]"
     assert table3_shown["A-to-B k/n"].tolist()[0] == "546/2311"
+    assert set(table3_shown["threshold"]) == {"Δ_NLL > 0.05"}   # these runs logged no Δ > 0 counts
     assert report.section("influence_table5").shown["A>B by rate"].iloc[-1] == "15/15"
-    assert "influence_rates" in report.figures
+    assert {"influence_rates", "influence_fig4_checkpoints"} <= set(report.figures)
+    assert "probe.target=with_tags" in report.section("influence_table3").note   # runs from before the setting
 
 
 def test_table1_pools_counts_across_runs():
@@ -144,7 +161,71 @@ def test_table1_pools_counts_across_runs():
                          "mean_delta_masked": [0.01, 0.03], "ngram_corrected_k_masked": [5, 0],
                          "ngram_corrected_n_masked": [5, 5], "canary_k_masked": [0, 0], "canary_n_masked": [4, 4]})
     t1 = table1(runs, conditions=("masked",)).set_index("probe")["masked"]
-    assert t1["Counterfactual influence"] == pytest.approx(10.0)
+    assert t1["Counterfactual influence (Δ > 0)"] == pytest.approx(10.0)
+    assert math.isnan(t1["Counterfactual influence (Δ > 0.05)"])  # no substantive counts logged
     assert t1["Corrected n-gram overlap"] == pytest.approx(50.0)
     assert t1["Canary reproduction"] == 0.0
     assert t1["Mean Delta (nats/token)"] == pytest.approx(0.025)
+
+
+def small_runs():
+    """Two seeds of one cell, with counts at both thresholds, diagnostics and skips."""
+    base = {"model": "m", "dataset": "mmlu", "probe": "influence", "arm": "think", "checkpoint": "c1",
+            "probe.target": "content", "probe.length_match": "exact", "probe.max_block_tokens": "24"}
+    rows = []
+    for seed, (ka0, ka5, na, kb0, kb5, nb) in enumerate(((6, 3, 10, 2, 0, 8), (9, 4, 12, 0, 0, 0))):
+        rows.append({**base, "run_id": f"r{seed}", "seed": str(seed),
+                     "influence_k_a_to_b_masked": ka0, "substantive_k_a_to_b_masked": ka5, "n_contrasts_a_to_b_masked": na,
+                     "influence_k_b_to_a_masked": kb0, "substantive_k_b_to_a_masked": kb5, "n_contrasts_b_to_a_masked": nb,
+                     "influence_k_masked": ka0 + kb0, "substantive_k_masked": ka5 + kb5, "n_contrasts_masked": na + nb,
+                     "mean_delta_a_to_b_masked": 0.02, "mean_delta_b_to_a_masked": -0.01 if nb else np.nan,
+                     "substantive_rate_a_to_b_masked": ka5 / na, "substantive_rate_b_to_a_masked": kb5 / nb if nb else np.nan,
+                     "n_valid_masked": 10, "n_traces_masked": 10, "ngram_corrected_k_masked": 5, "ngram_corrected_n_masked": 10,
+                     "control_n_masked": na + nb, "control_zero_count_masked": na + nb, "control_mean_delta_masked": 0.0,
+                     "control_nll_min_masked": 0.1 + seed, "control_nll_max_masked": 0.9 + seed,
+                     "control_nll_mean_masked": [0.5, 2.0][seed], "control_nll_sd_masked": [0.2, 0.1][seed],
+                     "control_differs_k_masked": na + nb - 1, "truncated_rate_masked": [0.5, 0.25][seed],
+                     "skipped_identical_a_to_b_masked": seed, "n_contrasts_b_to_a_bridge_masked": nb,
+                     "n_contrasts_b_to_a_natural_masked": 0})
+    return pd.DataFrame(rows)
+
+
+def test_table2_at_both_thresholds_with_counts_and_wilson_intervals():
+    t2 = table2(small_runs()).set_index("metric")
+    row = t2.loc["A-to-B influence rate, Δ > 0 (%)"]
+    assert (row["k"], row["n"], row["value"]) == (15, 22, pytest.approx(100 * 15 / 22))
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(tuple(100 * v for v in wilson_interval(15, 22)))
+    assert t2.loc["A-to-B influence rate, Δ > 0.05 (%)", "k"] == 7
+    assert t2.loc["Overall influence rate, Δ > 0 (%)", ["k", "n"]].tolist() == [17, 30]
+    assert t2.loc["B-to-A mean delta (nats/token)", "value"] == pytest.approx(-0.01)  # the run without B->A weighs 0
+
+
+def test_table3_says_no_contrasts_flags_few_and_keeps_settings_apart():
+    runs = small_runs()
+    runs.loc[1, "probe.length_match"] = "complete"
+    report = Report()
+    add_influence_tables(report, runs, rate="influence")
+    section = report.section("influence_table3")
+    shown = section.shown.set_index(["threshold", "length_match"])
+    # seed 1 ran another length_match: its own row, where B->A had no contrast at all
+    assert shown.loc[("Δ_NLL > 0", "complete"), "B-to-A rate (95% CI)"] == "n/a (no contrasts)"
+    assert shown.loc[("Δ_NLL > 0", "exact"), "B-to-A rate (95% CI)"].endswith(" †")   # 8 contrasts < 10
+    assert not shown.loc[("Δ_NLL > 0", "complete"), "A-to-B rate (95% CI)"].endswith("†")  # 12 contrasts
+    assert list(dict.fromkeys(section.shown["threshold"])) == ["Δ_NLL > 0", "Δ_NLL > 0.05"]  # report.influence.rate first
+    assert "Runs differ in length_match" in section.note and "probe.target=content" in section.note
+
+
+def test_diagnostics_pool_counts_ranges_and_the_control_sd():
+    from fairaudit.analysis.influence_study import diagnostics
+    d = diagnostics(small_runs(), ("masked",)).set_index("metric")
+    assert d.loc["Control natural NLL, min", "masked"] == 0.1 and d.loc["Control natural NLL, max", "masked"] == 1.9
+    # pooled SD from (n, mean, SD) per run equals the SD of the concatenated values it stands for
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(0.5, 0.2, 18), rng.normal(2.0, 0.1, 12)
+    runs = small_runs().assign(control_nll_mean_masked=[a.mean(), b.mean()], control_nll_sd_masked=[a.std(ddof=1), b.std(ddof=1)])
+    pooled = diagnostics(runs, ("masked",)).set_index("metric").loc["Control natural NLL, SD", "masked"]
+    assert pooled == pytest.approx(np.concatenate([a, b]).std(ddof=1), rel=1e-12)
+    assert d.loc["Control evaluations differing from the primary natural NLL (%)", ["k_masked", "n_masked"]].tolist() == [28, 30]
+    assert d.loc["Blocks cut by the budget (%)", "masked"] == pytest.approx(37.5)   # weighted by traces
+    assert d.loc["A-to-B skipped: token-identical donors only", "masked"] == 1
+    assert d.loc["B-to-A on the bridge (%)", "masked"] == 100.0

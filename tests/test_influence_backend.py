@@ -63,6 +63,21 @@ def test_causal_graph_generation_equals_plain_greedy(backend):
     assert graph.token_ids == plain.token_ids
 
 
+def test_sampled_graph_generation_equals_plain_sampling_with_its_seed(backend):
+    """A sampled block draws from the generator its seed names, as a GenerationRequest does, whatever its batch."""
+    blocks = transcript(backend.tokenizer)[:4]
+    ids = tuple(t for b in blocks for t in b.ids)
+    request = GraphGenerationRequest(blocks, None, 10, (), 0.8, 0.95, 11)
+    alone = backend.generate([request])[0]
+    batched = backend.generate([GraphGenerationRequest(blocks[:2], None, 6), request,
+                                GraphGenerationRequest(blocks, visibility(blocks, "masked"), 10, (), 0.8, 0.95, 12)])
+    assert batched[1].token_ids == alone.token_ids
+    assert alone.token_ids == backend.generate([GenerationRequest(ids, 10, 0.8, 0.95, 11)])[0].token_ids
+    greedy = backend.generate([GraphGenerationRequest(blocks, None, 10)])[0]
+    other_seed = backend.generate([GraphGenerationRequest(blocks, None, 10, (), 0.8, 0.95, 12)])[0]
+    assert alone.token_ids != greedy.token_ids or alone.token_ids != other_seed.token_ids
+
+
 def test_masked_generation_with_cache_equals_naive_recompute(backend):
     tok = backend.tokenizer
     blocks = transcript(tok)[:3] + (Block(tuple(tok.encode("<B_private>", add_special_tokens=False)), "B", "private"),)
@@ -118,3 +133,16 @@ def test_graphs_are_refused_where_the_mask_cannot_be_applied(backend):
         config.sliding_window = None
     with pytest.raises(ValueError, match="target blocks"):
         backend.target_nll([NLLRequest(blocks, (7,))])
+
+
+def test_a_block_split_into_pieces_scores_as_the_whole_block(backend):
+    """probe.target=content splits a target block into tag, content, tag of one role and channel: the graph gives
+    the pieces the attention the block had, so scoring every piece equals scoring the block (up to packing)."""
+    blocks = transcript(backend.tokenizer)
+    split = blocks[:3] + tuple(Block(part, "B", "private") for part in
+                               (blocks[3].ids[:3], blocks[3].ids[3:-3], blocks[3].ids[-3:])) + blocks[4:]
+    masked = visibility(blocks, "masked")
+    whole = backend.target_nll([NLLRequest(blocks, (3,), masked, False)])[0]
+    pieces = backend.target_nll([NLLRequest(split, (3, 4, 5), visibility(split, "masked"), False)])[0]
+    content = backend.target_nll([NLLRequest(split, (4,), visibility(split, "masked"), False)])[0]
+    assert pieces == pytest.approx(whole, abs=1e-5) and content != pytest.approx(whole, abs=1e-5)

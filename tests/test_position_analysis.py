@@ -11,7 +11,7 @@ import statsmodels.api as sm
 from scipy import stats
 
 from fairaudit.analysis.position import (
-    OFFSETS, ccp_chi_square, length_bins, monotonic_profile, pbs, pbs_wilcoxon,
+    OFFSETS, _changes, ccp_chi_square, length_bins, monotonic_profile, pbs, pbs_wilcoxon,
     position, truncation, truncation_cuts,
 )
 from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
@@ -20,7 +20,7 @@ from fairaudit.prompts.mcq import (
     ANSWER_PATTERNS, TRAJECTORY_PATTERNS, commitment_change_point, effective_switching, extract_answer,
     mcq_messages, split_think, trajectory,
 )
-from fairaudit.stats import partial_correlation
+from fairaudit.stats import cluster_permutation_test, partial_correlation
 
 SQRT_075 = math.sqrt(0.75)
 
@@ -263,6 +263,35 @@ def test_pbs_wilcoxon_against_scipy_and_exact_value():
     assert out["pbs_wilcoxon_p"] == pytest.approx(expected.pvalue) and out["pbs_wilcoxon_p"] == pytest.approx(1 / 32)
     assert pbs_wilcoxon(b, a)["pbs_wilcoxon_p"] == pytest.approx(1.0)
     assert math.isnan(pbs_wilcoxon(a, a)["pbs_wilcoxon_p"])
+    # one zero difference (q5) among the six pairs: each zero method gives scipy's statistic and p
+    assert out["pbs_wilcoxon_zeros"] == 1
+    for method in ("wilcox", "pratt", "zsplit"):
+        test = pbs_wilcoxon(a, b, zero_method=method)
+        expected = stats.wilcoxon(diffs, alternative="greater", zero_method=method)
+        assert (test["pbs_wilcoxon_statistic"], test["pbs_wilcoxon_p"]) == pytest.approx((expected.statistic, expected.pvalue))
+    with pytest.raises(ValueError, match="zero_method must be one of"):
+        pbs_wilcoxon(a, b, zero_method="drop")
+
+
+def test_wilcoxon_zero_methods_by_hand():
+    """Differences 0, 1, -2, 3: wilcox drops the zero (ranks 1, 2, 3; T+ = 4), pratt ranks it first and drops
+    its rank (ranks 2, 3, 4; T+ = 6), zsplit gives half its rank to each sign (T+ = 6.5); one-sided exact p = 3/8."""
+    for method, statistic in (("wilcox", 4.0), ("pratt", 6.0), ("zsplit", 6.5)):
+        result = stats.wilcoxon([0, 1, -2, 3], alternative="greater", zero_method=method)
+        assert (result.statistic, result.pvalue) == (statistic, pytest.approx(3 / 8))
+
+
+def test_position_keeps_both_partial_correlations_and_names_the_chosen_one():
+    rng = np.random.default_rng(4)
+    answers = {q: list(rng.integers(0, 4, 4)) for q in range(12)}
+    records = _records("reason", answers, gold_k={q: 0 for q in range(12)},
+                       lengths={q: float(rng.integers(10, 2000)) for q in range(12)})
+    pearson = position(records)["metrics"]
+    spearman = position(records, partial_corr="spearman")["metrics"]
+    assert pearson["partial_rho_length_pbs_reason"] == pearson["partial_rho_length_pbs_pearson_reason"]
+    assert spearman["partial_rho_length_pbs_reason"] == spearman["partial_rho_length_pbs_spearman_reason"]
+    assert spearman["partial_rho_length_pbs_p_reason"] == spearman["partial_rho_length_pbs_spearman_p_reason"]
+    assert pearson["partial_rho_length_pbs_spearman_reason"] == spearman["partial_rho_length_pbs_spearman_reason"]
 
 
 # --- truncation intervention ----------------------------------------------------------------------
@@ -299,6 +328,17 @@ def test_truncation_metrics_on_a_hand_example():
     assert by_position["directional_shift"].iloc[1:4].isna().all()
     by_offset = out["tables"]["truncation_by_offset"].set_index("offset")
     assert by_offset["n_changed"].tolist() == [1, 1, 0, 2]
+
+
+def test_truncation_reports_the_question_level_permutation_test_beside_the_chi_square():
+    two = pd.concat([CONTINUATIONS, CONTINUATIONS.assign(question_id=2, new_answer_position=2)], ignore_index=True)
+    m = truncation(two)["metrics"]
+    rows = _changes(two)
+    after, before = rows[rows["offset"] > 0], rows[rows["offset"] < 0]
+    assert m["trunc_ccp_rate_diff"] == pytest.approx(after["changed"].mean() - before["changed"].mean())
+    assert (m["trunc_ccp_perm_n_questions"], m["trunc_ccp_perm_exact"]) == (2, 1.0)
+    expected = cluster_permutation_test(rows["question_id"], rows["offset"] > 0, rows["changed"])["p"]
+    assert m["trunc_ccp_perm_p"] == expected and "trunc_ccp_chi2_p" in m
 
 
 def test_before_after_ccp_chi_square_by_hand():

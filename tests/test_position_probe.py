@@ -193,7 +193,7 @@ def test_records_and_metrics_of_scripted_answers(tmp_path, dataset):
     assert m["preferred_position_reason"] == 0
     assert set(result.headline) - set(m) == {f"{name}_reason" for name in (
         "trunc_n_questions", "trunc_n", "trunc_change_rate", "trunc_directional_shift", "trunc_change_rate_before_ccp",
-        "trunc_change_rate_after_ccp", "trunc_ccp_chi2_p")}
+        "trunc_change_rate_after_ccp", "trunc_ccp_chi2_p", "trunc_ccp_perm_p", "trunc_ccp_perm_n_questions")}
     assert set(result.tables) == {"per_question", "pbs_by_length", "position_summary"}
     assert set(result.figures) == {"pbs_by_length", "pbs_length"}
 
@@ -283,6 +283,11 @@ def test_arm_and_config_validation():
     assert probe().arms(Arm("think", True, 10, "decision"))  # the family check in app.check_fit names it
     with pytest.raises(AuditError, match="probe.truncation.*offset"):
         PositionProbe(truncation={"offset": [0.1]})
+    with pytest.raises(AuditError, match=r"^probe.partial_corr='kendall' must be one of \['pearson', 'spearman'\]$"):
+        PositionProbe(partial_corr="kendall")
+    with pytest.raises(AuditError, match=r"^probe.truncation.relabelings=10 must be an integer >= 100$"):
+        PositionProbe(truncation={"relabelings": 10})
+    assert PositionProbe(partial_corr="spearman", truncation={"relabelings": 500}).truncation.relabelings == 500
 
 
 def test_probe_rejects_a_decision_dataset(tmp_path):

@@ -92,7 +92,8 @@ def mcq_records(model: str, arm: str, seed: int, n_questions: int = 12) -> pd.Da
         length = 100 * (q + 1)
         for s in range(4):
             gold = (q + s) % 4
-            answer = 0 if rng.random() < 0.2 + 0.05 * q else gold
+            draw = rng.random()  # toward A, else gold, else the option after gold (so PBS is not a function of accuracy)
+            answer = 0 if draw < 0.2 + 0.05 * q else gold if draw < 0.85 else (gold + 1) % 4
             rows.append({"question_id": q, "permutation": s, "gold_position": gold, "answer_position": answer,
                          "answer_source": "cascade", "length_chars": length + s, "arm": arm, "model": model,
                          "ccp": 0.5, "eff_sw": 0.1, "text": "x"})
@@ -127,3 +128,28 @@ def test_position_bias_tables_from_a_sweep(store, tmp_path):
     assert {"monotonic_k3", "first_violation_k5", "gradient_k10"} <= set(table3.columns)
     md = (out / "report.md").read_text()
     assert "Position bias, Table 2: full per-configuration results" in md and "| n-rec |" in md
+    # Table 1 by the configured method (pearson) and by the other one; Table 4 under all three zero methods
+    spearman = pd.read_csv(out / "p001_table1_spearman.csv").set_index(["model", "arm"])
+    assert spearman.at[("qwen25_7b_instruct", "cot"), "mmlu_rho"] == pytest.approx(position(
+        frames[("qwen25_7b_instruct", "cot")])["metrics"]["partial_rho_length_pbs_spearman_cot"])
+    for method in ("wilcox", "pratt", "zsplit"):
+        test = pbs_wilcoxon(frames[("r1_distill_qwen_7b", "reason")], frames[("qwen25_7b_instruct", "cot")],
+                            zero_method=method)
+        assert table4.at["reason > cot", f"p_{method}"] == pytest.approx(test["pbs_wilcoxon_p"])
+    assert table4.at["reason > cot", "p"] == table4.at["reason > cot", "p_wilcox"]
+    assert "Table 1 by the other method (spearman)" in md and "| p pratt |" in md
+
+
+def test_position_report_settings_choose_the_method_and_are_checked(store, tmp_path):
+    parent = store.sweep()
+    records = mcq_records("r1_distill_qwen_7b", "reason", 0)
+    log_job(store, parent, {"records": records}, position(records)["metrics"],
+            model="r1_distill_qwen_7b", dataset="mmlu", probe="position", arm="reason")
+    result = app.run(report_cfg(store, tmp_path / "out", "position.partial_corr=spearman", "log_to_mlflow=false"))
+    table1 = pd.read_csv(result.out_dir / "p001_table1.csv")
+    expected = position(records, partial_corr="spearman")["metrics"]["partial_rho_length_pbs_reason"]
+    assert table1["mmlu_rho"].iloc[0] == pytest.approx(expected)
+    assert "p001_table1_pearson" in {s.name for s in result.report.sections}
+    from fairaudit.errors import AuditError
+    with pytest.raises(AuditError, match=r"report.position.zero_method='drop' must be one of \['wilcox', 'pratt', 'zsplit'\]"):
+        app.run(report_cfg(store, tmp_path / "out2", "position.zero_method=drop", "log_to_mlflow=false"))

@@ -17,7 +17,7 @@ import pandas as pd
 from fairaudit.analysis.contingency import CELLS, cell_labels
 from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, SIDES, complete_pairs
 from fairaudit.errors import AuditError
-from fairaudit.stats import bootstrap_ci
+from fairaudit.stats import FEW, bootstrap_ci
 
 GROUP_COLUMNS = ("model", "dataset")
 POOLED = "pooled"
@@ -182,16 +182,19 @@ def pair_slopes(traj: pd.DataFrame, first_k: int = 1) -> pd.DataFrame:
 
 
 def _cell_slopes(slopes: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
-    """Cell slope (mean of pair slopes) per (K, cell), percentile bootstrap over the cell's pairs.
+    """Cell slope (mean of pair slopes) per (K, cell), percentile bootstrap over the cell's pairs; `few` flags
+    a cell of fewer than FEW pairs, where that interval covers far less than its nominal 95%
+    (benchmarks/interval_coverage.py).
 
-    # -> K, cell, n, slope, ci_low, ci_high
+    # -> K, cell, n, slope, ci_low, ci_high, few
     """
     rows = []
     for (K, cell), part in slopes.groupby(["K", "cell"]):
         values = part["slope"].to_numpy(float)
         low, high = bootstrap_ci(lambda i: values[i].mean(), len(values), n_boot, seed)
-        rows.append({"K": K, "cell": cell, "n": len(values), "slope": values.mean(), "ci_low": low, "ci_high": high})
-    return pd.DataFrame(rows, columns=["K", "cell", "n", "slope", "ci_low", "ci_high"])
+        rows.append({"K": K, "cell": cell, "n": len(values), "slope": values.mean(), "ci_low": low, "ci_high": high,
+                     "few": len(values) < FEW})
+    return pd.DataFrame(rows, columns=["K", "cell", "n", "slope", "ci_low", "ci_high", "few"])
 
 
 def _k_sensitivity(slopes_table: pd.DataFrame, k_list: Sequence[int], group_cols: list[str]) -> pd.DataFrame:
@@ -227,6 +230,7 @@ def _slope_metrics(slopes: pd.DataFrame, from0: pd.DataFrame, sensitivity: pd.Da
             m[f"cdpg_slope_{cell}{suffix}"] = lookup(K, cell, "slope")
             m[f"cdpg_slope_{cell}{suffix}_ci_low"] = lookup(K, cell, "ci_low")
             m[f"cdpg_slope_{cell}{suffix}_ci_high"] = lookup(K, cell, "ci_high")
+        m[f"cdpg_slope_{cell}_ci_few"] = float(m[f"cdpg_n_{cell}"] < FEW)  # cdpg_n_<cell> is the intervals' n
         for segments in sorted(set(k_list)):
             m[f"cdpg_slope_{cell}_k{segments}"] = value_k(segments, cell, "slope")
     m["cdpg_n_pairs"] = sum(m[f"cdpg_n_{cell}"] for cell in CELLS)
@@ -269,12 +273,13 @@ def cdpg(
     Returns {"metrics": {...}, "tables": {...}}. Metrics, at the headline K:
     cdpg_n_pairs, cdpg_n_{cell}; cdpg_slope_{cell} (OLS slope of the cell's mean |CDPG_k|
     on k/K over k = 1..K) with cdpg_slope_{cell}_ci_low/_ci_high (percentile bootstrap over
-    the cell's pairs); cdpg_slope_{cell}_from0 (and its interval), the same fit over
+    the cell's pairs; cdpg_n_{cell} is its n and cdpg_slope_{cell}_ci_few is 1.0 below FEW = 10 pairs,
+    where it undercovers); cdpg_slope_{cell}_from0 (and its interval), the same fit over
     k = 0..K, the baseline arm included; and cdpg_slope_{cell}_k{K'} for each K' in k_list,
     fitted on `k_sensitivity_subsample` pairs per (model, dataset) when set (all pairs when None).
     Tables: cdpg_by_cell (K, cell, k, depth, n, mean_abs_cdpg; Figs. 3 and 6), cdpg_sides
     (K, cell, anchor_answer, role, k, depth, n, p_yes; Fig. 4), cdpg_slopes (K, cell, n,
-    slope, ci_low, ci_high), cdpg_slopes_from0 (the same from k = 0) and cdpg_k_sensitivity
+    slope, ci_low, ci_high, few), cdpg_slopes_from0 (the same from k = 0) and cdpg_k_sensitivity
     (cell, n_k{K'}, slope_k{K'}; Table 6, on the subsample);
     their k = 0 rows are the baseline arm. Raises AuditError when a K is missing from the
     depth records or |CDPG_K| departs from the treatment arm's D_disp by more than

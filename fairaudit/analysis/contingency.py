@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, answer_accounting, complete_pairs, flips
-from fairaudit.stats import bootstrap_ci, mcnemar_exact_log10_p
+from fairaudit.stats import FEW, bootstrap_ci, mcnemar_exact_log10_p, ratio_interval_exact
 
 CELLS = ("a", "b", "c", "d")
 
@@ -57,7 +57,7 @@ def contingency(
     snake_case metrics: cells, McNemar, D_cf / D_group per arm and deltas, mean D_disp in
     cells b and c per arm, the directional split of cells c and d, `answer_accounting`
     (parse and compliance rates, pairs dropped for a truncated or non-compliant output) and
-    paired-bootstrap 95% intervals for delta_d_cf and the c/b ratio.
+    95% intervals for delta_d_cf and the c/b ratio with their n and flags (`_bootstrap`).
     """
     pairs = complete_pairs(records, treatment, baseline)
     cells = cell_labels(pairs, treatment, baseline)
@@ -91,18 +91,31 @@ def contingency(
 
 
 def _bootstrap(pairs, cells, treatment, baseline, n_boot, seed) -> dict[str, float]:
-    """Paired bootstrap over pairs for delta_d_cf and the c/b ratio."""
+    """Intervals of delta_d_cf and the c/b ratio, each with its n (units) and a `_few` flag (n < FEW).
+
+    delta_d_cf: paired bootstrap over pairs (n = pairs). c/b: the paired bootstrap with resamples that
+    hold no b pair kept in as +inf, so it is unbounded above when they exceed the upper tail; and the exact
+    conditional interval (`stats.ratio_interval_exact`); n = the b + c discordant pairs that carry the ratio.
+    """
     flip_t = flips(pairs, treatment).to_numpy(float)
     flip_b = flips(pairs, baseline).to_numpy(float)
     is_b = (cells == "b").to_numpy()
     is_c = (cells == "c").to_numpy()
     delta = bootstrap_ci(lambda i: flip_t[i].mean() - flip_b[i].mean(), len(pairs), n_boot, seed)
-    ratio = bootstrap_ci(lambda i: _ratio(is_c[i].sum(), is_b[i].sum()), len(pairs), n_boot, seed)
+    ratio = bootstrap_ci(lambda i: _ratio(is_c[i].sum(), is_b[i].sum()), len(pairs), n_boot, seed, keep_infinite=True)
+    exact = ratio_interval_exact(int(is_c.sum()), int(is_b.sum()))
+    discordant = int(is_b.sum() + is_c.sum())
     return {
         "delta_d_cf_ci_low": delta[0],
         "delta_d_cf_ci_high": delta[1],
+        "delta_d_cf_ci_n": len(pairs),
+        "delta_d_cf_ci_few": float(len(pairs) < FEW),
         "c_b_ratio_ci_low": ratio[0],
         "c_b_ratio_ci_high": ratio[1],
+        "c_b_ratio_exact_ci_low": exact[0],
+        "c_b_ratio_exact_ci_high": exact[1],
+        "c_b_ratio_ci_n": discordant,
+        "c_b_ratio_ci_few": float(discordant < FEW),
     }
 
 

@@ -11,11 +11,13 @@ from typing import Sequence
 
 import pandas as pd
 
-from fairaudit.stats import wilson_interval
+from fairaudit.stats import FEW, wilson_interval
 
 DIRECTIONS = ("a_to_b", "b_to_a")
 THRESHOLDS = (0.0, 0.05)  # inclusive and substantive influence (paper 002 §9)
 RATE_NAMES = {0.0: "influence", 0.05: "substantive"}
+SKIP_REASONS = ("no_donor", "identical", "truncated")  # why a contrast has no donor (probes.influence.donor)
+BLOCKS = ("a_private", "a_public", "b_private", "b_public", "a2_private", "a2_public")
 
 
 def ngram_overlap(source_ids: Sequence[int], target_ids: Sequence[int], n: int = 4,
@@ -36,7 +38,8 @@ def ngram_overlap(source_ids: Sequence[int], target_ids: Sequence[int], n: int =
 
 
 def influence_rates(contrasts: pd.DataFrame, thresholds: Sequence[float] = THRESHOLDS) -> pd.DataFrame:
-    """One row per direction x threshold: n, k (Delta > threshold), rate, Wilson 95% ci_low, ci_high, mean_delta.
+    """One row per direction x threshold: n, k (Delta > threshold), rate, Wilson 95% ci_low, ci_high, mean_delta,
+    few (n below FEW: a rate over so few contrasts is flagged).
 
     contrasts: direction, delta (nats/token; NaN rows, i.e. contrasts without a donor, are left out).
     """
@@ -48,8 +51,8 @@ def influence_rates(contrasts: pd.DataFrame, thresholds: Sequence[float] = THRES
             k, n = int((delta > threshold).sum()), len(delta)
             low, high = wilson_interval(k, n)
             rows.append({"direction": direction, "threshold": float(threshold), "n": n, "k": k, "rate": k / n,
-                         "ci_low": low, "ci_high": high, "mean_delta": float(delta.mean())})
-    return pd.DataFrame(rows, columns=["direction", "threshold", "n", "k", "rate", "ci_low", "ci_high", "mean_delta"])
+                         "ci_low": low, "ci_high": high, "mean_delta": float(delta.mean()), "few": n < FEW})
+    return pd.DataFrame(rows, columns=["direction", "threshold", "n", "k", "rate", "ci_low", "ci_high", "mean_delta", "few"])
 
 
 def control_summary(contrasts: pd.DataFrame) -> pd.DataFrame:
@@ -108,12 +111,82 @@ def _diagnostic_metrics(traces: pd.DataFrame, condition: str) -> dict[str, float
     return metrics
 
 
+def _skip_metrics(mine: pd.DataFrame, condition: str) -> dict[str, int]:
+    """Contrasts without a donor per direction: in all (skipped_<d>) and per reason (skipped_<reason>_<d>).
+
+    mine: direction, delta, skip_reason (absent in records written before reasons were kept: counted as no_donor).
+    """
+    metrics = {}
+    reasons = mine["skip_reason"] if "skip_reason" in mine else pd.Series("no_donor", index=mine.index)
+    for direction in DIRECTIONS:
+        skipped = (mine["direction"] == direction) & mine["delta"].isna()
+        metrics[f"skipped_{direction}_{condition}"] = int(skipped.sum())
+        for reason in SKIP_REASONS:
+            metrics[f"skipped_{reason}_{direction}_{condition}"] = int((skipped & (reasons.fillna("no_donor") == reason)).sum())
+    return metrics
+
+
+def _truncation_metrics(traces: pd.DataFrame, condition: str) -> dict[str, float]:
+    """Share of generated blocks cut by the block budget (and force-closed), in all and per block, over all traces.
+
+    traces: <block>_truncated for the blocks of BLOCKS it has.
+    """
+    columns = [f"{b}_truncated" for b in BLOCKS if f"{b}_truncated" in traces]
+    flags = traces[columns].astype(float).to_numpy()
+    metrics = {f"truncated_rate_{condition}": float(flags.mean()) if flags.size else math.nan}
+    metrics.update({f"truncated_rate_{c.removesuffix('_truncated')}_{condition}": float(traces[c].astype(float).mean())
+                    if len(traces) else math.nan for c in columns})
+    return metrics
+
+
+def _reverse_split(scored: pd.DataFrame, condition: str, thresholds: Sequence[float]) -> dict[str, float]:
+    """B->A split by the origin of its target (§6.2): `natural` next A turns and the synthetic `bridge` ones.
+
+    scored: direction, delta, bridge_used (contrasts with a donor). Names: n_contrasts_b_to_a_<origin>_<c>,
+    <rate>_k_b_to_a_<origin>_<c>, <rate>_rate_b_to_a_<origin>_<c>, mean_delta_b_to_a_<origin>_<c>.
+    """
+    reverse = scored[scored["direction"] == "b_to_a"]
+    metrics = {f"bridge_share_{condition}": float(reverse["bridge_used"].mean()) if len(reverse) else math.nan}
+    for origin, part in (("natural", reverse[~reverse["bridge_used"].astype(bool)]),
+                         ("bridge", reverse[reverse["bridge_used"].astype(bool)])):
+        delta = part["delta"].to_numpy(float)
+        metrics[f"n_contrasts_b_to_a_{origin}_{condition}"] = len(delta)
+        metrics[f"mean_delta_b_to_a_{origin}_{condition}"] = float(delta.mean()) if len(delta) else math.nan
+        for threshold in thresholds:
+            name, k = RATE_NAMES.get(threshold, f"rate_gt{threshold:g}"), int((delta > threshold).sum())
+            metrics[f"{name}_k_b_to_a_{origin}_{condition}"] = k
+            metrics[f"{name}_rate_b_to_a_{origin}_{condition}"] = k / len(delta) if len(delta) else math.nan
+    return metrics
+
+
+def _control_metrics(mine: pd.DataFrame, controls: pd.DataFrame, condition: str) -> dict[str, float]:
+    """§6.3 per condition: evaluations, exact zeros, mean Delta, the natural control NLL's min, max, mean and
+    SD (ddof=1), and how many control scores differ (!=) from the primary natural score."""
+    control = controls[controls["condition"] == condition]
+    n = int(control["n"].sum())
+    evaluated = mine.dropna(subset=["control_nll_nat", "control_nll_cf"])
+    nat = evaluated["control_nll_nat"].to_numpy(float)
+    differs = int((evaluated["control_nll_nat"] != evaluated["nll_nat"]).sum())
+    return {
+        f"control_n_{condition}": n, f"control_zero_count_{condition}": int(control["zero_count"].sum()),
+        f"control_zero_rate_{condition}": control["zero_count"].sum() / n if n else math.nan,
+        f"control_mean_delta_{condition}": float((control["mean_delta"] * control["n"]).sum() / n) if n else math.nan,
+        f"control_nll_min_{condition}": float(nat.min()) if n else math.nan,
+        f"control_nll_max_{condition}": float(nat.max()) if n else math.nan,
+        f"control_nll_mean_{condition}": float(nat.mean()) if n else math.nan,
+        f"control_nll_sd_{condition}": float(nat.std(ddof=1)) if n > 1 else math.nan,
+        f"control_differs_k_{condition}": differs,
+        f"control_differs_rate_{condition}": differs / n if n else math.nan,
+    }
+
+
 def influence(contrasts: pd.DataFrame, traces: pd.DataFrame, thresholds: Sequence[float] = THRESHOLDS) -> dict:
     """Per-run metrics and tables of the influence probe, per condition (graph).
 
-    contrasts: condition, direction, delta, bridge_used, control_nll_nat, control_nll_cf (one row per
-    directional contrast; delta NaN where no donor was found). traces: condition, valid, ngram_raw,
-    ngram_corrected, canary_reproduced. Returns {"metrics": flat dict, "tables": {name: DataFrame}}.
+    contrasts: condition, direction, delta, nll_nat, bridge_used, skip_reason, control_nll_nat,
+    control_nll_cf (one row per directional contrast; delta NaN where no donor was found). traces:
+    condition, valid, ngram_raw, ngram_corrected, canary_reproduced, <block>_truncated.
+    Returns {"metrics": flat dict, "tables": {name: DataFrame}}.
     """
     metrics: dict[str, float] = {}
     rate_tables = []
@@ -129,18 +202,10 @@ def influence(contrasts: pd.DataFrame, traces: pd.DataFrame, thresholds: Sequenc
         metrics[f"n_traces_{condition}"] = len(these)
         metrics[f"n_valid_{condition}"] = int(these["valid"].sum())
         metrics[f"validity_rate_{condition}"] = float(these["valid"].mean()) if len(these) else math.nan
-        for direction in DIRECTIONS:
-            metrics[f"skipped_{direction}_{condition}"] = int((mine["direction"] == direction).sum()
-                                                             - (scored["direction"] == direction).sum())
-        reverse = scored[scored["direction"] == "b_to_a"]
-        metrics[f"bridge_share_{condition}"] = float(reverse["bridge_used"].mean()) if len(reverse) else math.nan
-        control = controls[controls["condition"] == condition]
-        n_control = int(control["n"].sum())
-        metrics[f"control_n_{condition}"] = n_control
-        metrics[f"control_zero_count_{condition}"] = int(control["zero_count"].sum())
-        metrics[f"control_zero_rate_{condition}"] = control["zero_count"].sum() / n_control if n_control else math.nan
-        metrics[f"control_mean_delta_{condition}"] = (float((control["mean_delta"] * control["n"]).sum() / n_control)
-                                                      if n_control else math.nan)
+        metrics.update(_skip_metrics(mine, condition))
+        metrics.update(_truncation_metrics(these, condition))
+        metrics.update(_reverse_split(scored, condition, thresholds))
+        metrics.update(_control_metrics(mine, controls, condition))
         metrics.update(_diagnostic_metrics(these, condition))
     rates = pd.concat(rate_tables, ignore_index=True) if rate_tables else influence_rates(contrasts.iloc[0:0])
     rates = rates[["condition", *[c for c in rates.columns if c != "condition"]]]
@@ -149,9 +214,10 @@ def influence(contrasts: pd.DataFrame, traces: pd.DataFrame, thresholds: Sequenc
 
 
 def probe_comparison(metrics: dict[str, float], conditions: list[str]) -> pd.DataFrame:
-    """Paper 002 Table 1 for one run: corrected n-gram overlap, canary reproduction and counterfactual
-    influence (both directions pooled, Delta > 0) per condition, in percent."""
-    probes = {"Corrected n-gram overlap": "ngram_corrected_rate", "Canary reproduction": "canary_rate",
-              "Counterfactual influence": "influence_rate"}
+    """Paper 002 Table 1 for one run: raw and corrected n-gram overlap, canary reproduction and counterfactual
+    influence (both directions pooled) at Delta > 0 and at Delta > 0.05, per condition, in percent."""
+    probes = {"Raw n-gram overlap": "ngram_raw_rate", "Corrected n-gram overlap": "ngram_corrected_rate",
+              "Canary reproduction": "canary_rate", "Counterfactual influence (Δ > 0)": "influence_rate",
+              "Counterfactual influence (Δ > 0.05)": "substantive_rate"}
     return pd.DataFrame([{"probe": label, **{c: 100.0 * metrics.get(f"{key}_{c}", math.nan) for c in conditions}}
                          for label, key in probes.items()])

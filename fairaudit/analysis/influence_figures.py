@@ -32,5 +32,34 @@ def influence_rates_figure(rates: pd.DataFrame) -> Figure:
         ax.set_ylim(0, 100)
         ax.set_ylabel("influence rate (%)")
         ax.set_title(f"Δ_NLL > {threshold:g} (Wilson 95% CI)")
-        ax.legend(fontsize=8)
+        if conditions:
+            ax.legend(fontsize=8)
+    return fig
+
+
+def checkpoint_rates_figure(table3: pd.DataFrame, axes: list[str], threshold: str) -> Figure:
+    """Paper 002 Fig. 4: A-to-B and B-to-A rates (%) with Wilson 95% intervals, one pair of bars per row of
+    Table 3 (per checkpoint, and per setting where those differ), the A/B ratio above each pair.
+
+    table3: `influence_study.table3` (axes, rate_<d>, ci_low_<d>, ci_high_<d> for d in a_to_b, b_to_a).
+    """
+    labels = [" ".join(str(v) for v in row) for row in table3[axes].itertuples(index=False)] if axes else ["all runs"]
+    fig = Figure(figsize=(max(4.0, 1.4 * len(labels) + 1.5), 3.6), layout="constrained")
+    ax = fig.add_subplot(1, 1, 1)
+    x = np.arange(len(labels))
+    for offset, (d, name) in zip((-0.2, 0.2), (("a_to_b", "A→B"), ("b_to_a", "B→A"))):
+        rate = 100 * table3[f"rate_{d}"].to_numpy(float)
+        errors = 100 * np.vstack([table3[f"rate_{d}"] - table3[f"ci_low_{d}"],
+                                  table3[f"ci_high_{d}"] - table3[f"rate_{d}"]]).astype(float)
+        ax.bar(x + offset, np.nan_to_num(rate), 0.4, label=name)
+        ax.errorbar(x + offset, rate, yerr=np.clip(np.nan_to_num(errors), 0.0, None), fmt="none", color="black", capsize=3)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = table3["rate_a_to_b"].to_numpy(float) / table3["rate_b_to_a"].to_numpy(float)
+    for i, r in enumerate(ratio):
+        if np.isfinite(r):
+            ax.annotate(f"×{r:.1f}", (x[i] - 0.2, 100 * table3["ci_high_a_to_b"].iloc[i]), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(x, labels, rotation=20 if len(labels) > 3 else 0, ha="right" if len(labels) > 3 else "center")
+    ax.set_ylabel("influence rate (%)")
+    ax.set_title(f"A→B and B→A per checkpoint, Δ_NLL {threshold} (Wilson 95% CI)", fontsize=10)
+    ax.legend(fontsize=8)
     return fig

@@ -16,13 +16,14 @@ import pandas as pd
 from scipy import stats
 
 from fairaudit.prompts.mcq import LETTERS, commitment_change_point, effective_switching, trajectory
-from fairaudit.stats import partial_correlation
+from fairaudit.stats import PARTIAL_METHODS, cluster_permutation_test, partial_correlation
 
 N_POSITIONS = 4
 SHARES = [f"share_{letter.lower()}" for letter in LETTERS]
 LENGTH_BIN_COUNTS = (3, 4, 5, 10)  # quartiles (Fig. 1) and the robustness bins of Appendix C
 OFFSETS = (-0.15, -0.05, 0.05, 0.15)  # truncation points relative to CCP (§3.4)
 POSITION_BUCKETS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.0)  # absolute trajectory position (Fig. 3)
+ZERO_METHODS = ("wilcox", "pratt", "zsplit")  # scipy.stats.wilcoxon's treatments of zero differences
 
 
 def pbs(distribution):
@@ -145,10 +146,11 @@ def preferred_position(records: pd.DataFrame) -> int:
     return int(counts.reindex(range(N_POSITIONS), fill_value=0).to_numpy().argmax())
 
 
-def _arm_metrics(records: pd.DataFrame, questions: pd.DataFrame) -> tuple[dict[str, float], pd.DataFrame]:
+def _arm_metrics(records: pd.DataFrame, questions: pd.DataFrame, partial_corr: str = "pearson") -> tuple[dict[str, float], pd.DataFrame]:
     """Unsuffixed metrics and the length-bin table of one arm.
 
-    records: scored records of the arm; questions: its per_question rows.
+    records: scored records of the arm; questions: its per_question rows; partial_corr: the method of
+    partial_rho_length_pbs (both are kept under their own names too).
     """
     complete = questions.dropna(subset=["pbs"])
     extracted = records[records["extracted"]]
@@ -168,9 +170,11 @@ def _arm_metrics(records: pd.DataFrame, questions: pd.DataFrame) -> tuple[dict[s
         "preferred_position": preferred_position(extracted) if len(extracted) else math.nan,
     }
     m.update({f"answer_{share}": float(extracted[share].mean()) for share in SHARES})
-    m["partial_rho_length_pbs"], m["partial_rho_length_pbs_p"] = partial_correlation(
-        complete["length_chars"], complete["pbs"], complete["accuracy"]
-    )
+    for method in PARTIAL_METHODS:
+        m[f"partial_rho_length_pbs_{method}"], m[f"partial_rho_length_pbs_{method}_p"] = partial_correlation(
+            complete["length_chars"], complete["pbs"], complete["accuracy"], method)
+    m["partial_rho_length_pbs"] = m[f"partial_rho_length_pbs_{partial_corr}"]
+    m["partial_rho_length_pbs_p"] = m[f"partial_rho_length_pbs_{partial_corr}_p"]
     tables = [length_bins(complete, k) for k in LENGTH_BIN_COUNTS]
     for k, table in zip(LENGTH_BIN_COUNTS, tables):
         m.update({f"pbs_{name}_k{k}": value for name, value in monotonic_profile(table["pbs_mean"]).items()})
@@ -179,7 +183,7 @@ def _arm_metrics(records: pd.DataFrame, questions: pd.DataFrame) -> tuple[dict[s
     return m, pd.concat(tables, ignore_index=True)
 
 
-def position(records: pd.DataFrame) -> dict:
+def position(records: pd.DataFrame, partial_corr: str = "pearson") -> dict:
     """Position-bias metrics of MCQ records, per arm (position-bias paper, Table 2, Table 1, Fig. 1, Table 3).
 
     records: one row per question x permutation x arm with question_id, permutation,
@@ -195,7 +199,8 @@ def position(records: pd.DataFrame) -> dict:
     ccp, eff_sw, length_chars (means over records), answer_share_a..d, preferred_position,
     pbs_q1..pbs_q4 (length quartiles), pbs_monotonic_k{k}, pbs_first_violation_k{k},
     pbs_gradient_k{k} for k in 3, 4, 5, 10, and partial_rho_length_pbs(_p): rho(mean length,
-    PBS | accuracy) over complete questions. Tables: per_question, pbs_by_length (every k),
+    PBS | accuracy) over complete questions by `partial_corr` ("pearson" or "spearman"), each method
+    also as partial_rho_length_pbs_pearson(_p) / _spearman(_p). Tables: per_question, pbs_by_length (every k),
     position_summary (one row per arm, unsuffixed metric names).
     """
     records = with_trajectory_metrics(records)
@@ -203,7 +208,7 @@ def position(records: pd.DataFrame) -> dict:
     metrics: dict[str, float] = {}
     summaries, bin_tables = [], []
     for arm, arm_records in scored.groupby("arm", sort=True):
-        arm_metrics, bins = _arm_metrics(arm_records, questions[questions["arm"] == arm])
+        arm_metrics, bins = _arm_metrics(arm_records, questions[questions["arm"] == arm], partial_corr)
         metrics.update({f"{name}_{arm}": value for name, value in arm_metrics.items()})
         summaries.append({"arm": arm, **arm_metrics})
         bin_tables.append(bins.assign(arm=arm)[["arm", *bins.columns]])
@@ -226,21 +231,27 @@ def question_pbs(records: pd.DataFrame) -> pd.Series:
     return questions.set_index("question_id")["pbs"].dropna()
 
 
-def pbs_wilcoxon(records_a: pd.DataFrame, records_b: pd.DataFrame, alternative: str = "greater") -> dict[str, float]:
+def pbs_wilcoxon(records_a: pd.DataFrame, records_b: pd.DataFrame, alternative: str = "greater",
+                 zero_method: str = "wilcox") -> dict[str, float]:
     """Paired Wilcoxon signed-rank test of per-question PBS, a against b (Appendix D).
 
     Each frame holds one arm's MCQ records (e.g. R1 reasoning and Instruct-CoT); questions
     complete in both are paired by question_id. The default one-sided alternative is
-    PBS(a) > PBS(b); zero differences are dropped (scipy's "wilcox"). Returns
-    pbs_wilcoxon_n, pbs_wilcoxon_mean_diff (a - b over all pairs), pbs_wilcoxon_statistic,
-    pbs_wilcoxon_p (NaN when every difference is zero).
+    PBS(a) > PBS(b). zero_method is scipy's: "wilcox" drops zero differences (scipy's default,
+    the paper does not say), "pratt" ranks them and then drops their ranks, "zsplit" splits their
+    ranks between the signs. Returns pbs_wilcoxon_n, pbs_wilcoxon_zeros (zero differences),
+    pbs_wilcoxon_mean_diff (a - b over all pairs), pbs_wilcoxon_statistic, pbs_wilcoxon_p (NaN when
+    every difference is zero).
     """
+    if zero_method not in ZERO_METHODS:
+        raise ValueError(f"zero_method must be one of {list(ZERO_METHODS)}, got {zero_method!r}")
     paired = pd.concat({"a": question_pbs(records_a), "b": question_pbs(records_b)}, axis=1, join="inner")
     diff = (paired["a"] - paired["b"]).to_numpy()
-    out = {"pbs_wilcoxon_n": len(diff), "pbs_wilcoxon_mean_diff": float(diff.mean()) if len(diff) else math.nan}
+    out = {"pbs_wilcoxon_n": len(diff), "pbs_wilcoxon_zeros": int((diff == 0).sum()),
+           "pbs_wilcoxon_mean_diff": float(diff.mean()) if len(diff) else math.nan}
     if not np.any(diff != 0):
         return {**out, "pbs_wilcoxon_statistic": math.nan, "pbs_wilcoxon_p": math.nan}
-    result = stats.wilcoxon(diff, alternative=alternative)
+    result = stats.wilcoxon(diff, alternative=alternative, zero_method=zero_method)
     return {**out, "pbs_wilcoxon_statistic": float(result.statistic), "pbs_wilcoxon_p": float(result.pvalue)}
 
 
@@ -322,7 +333,22 @@ def ccp_chi_square(rows: pd.DataFrame) -> tuple[float, float]:
     return float(chi2), float(p)
 
 
-def truncation(continuations: pd.DataFrame, buckets=POSITION_BUCKETS) -> dict:
+def ccp_cluster_test(rows: pd.DataFrame, relabelings: int = 10000, seed: int = 0) -> dict[str, float]:
+    """The before/after-CCP comparison with questions as the units (`stats.cluster_permutation_test`).
+
+    rows: question_id, offset, changed (one row per continuation with an extracted answer). The
+    chi-square treats the up to 12 continuations of a question as independent; this test swaps
+    before and after in whole questions. Returns trunc_ccp_rate_diff (after - before change rate),
+    trunc_ccp_perm_p (two-sided), trunc_ccp_perm_n_questions, trunc_ccp_perm_exact.
+    """
+    rows = rows[rows["offset"] != 0]
+    test = cluster_permutation_test(rows["question_id"], rows["offset"] > 0, rows["changed"].astype(float),
+                                    relabelings, seed)
+    return {"trunc_ccp_rate_diff": test["diff"], "trunc_ccp_perm_p": test["p"],
+            "trunc_ccp_perm_n_questions": test["n_clusters"], "trunc_ccp_perm_exact": test["exact"]}
+
+
+def truncation(continuations: pd.DataFrame, buckets=POSITION_BUCKETS, relabelings: int = 10000, seed: int = 0) -> dict:
     """Truncation-intervention metrics (§3.4, §5.3, Fig. 3).
 
     continuations: one row per resampled continuation with question_id, permutation, offset,
@@ -331,8 +357,9 @@ def truncation(continuations: pd.DataFrame, buckets=POSITION_BUCKETS) -> dict:
     an extracted answer are excluded. Metrics: trunc_n_questions, trunc_n_continuations, trunc_extraction_rate,
     trunc_n, trunc_change_rate, trunc_directional_shift (share of changes that land on the
     preferred position), trunc_change_rate_before_ccp / _after_ccp (offset < 0 / > 0),
-    trunc_ccp_chi2, trunc_ccp_chi2_p. Tables: truncation_by_position (buckets of absolute
-    position, [low, high)) and truncation_by_offset.
+    trunc_ccp_chi2, trunc_ccp_chi2_p (the paper's test, continuations as independent) and, next to it,
+    `ccp_cluster_test`'s (questions as the units; `relabelings`, `seed`). Tables: truncation_by_position
+    (buckets of absolute position, [low, high)) and truncation_by_offset.
     """
     rows = _changes(continuations)
     edges = list(buckets)
@@ -355,6 +382,7 @@ def truncation(continuations: pd.DataFrame, buckets=POSITION_BUCKETS) -> dict:
         "trunc_change_rate_after_ccp": float(after["changed"].mean()) if len(after) else math.nan,
         "trunc_ccp_chi2": chi2,
         "trunc_ccp_chi2_p": p,
+        **ccp_cluster_test(rows, relabelings, seed),
     }
     tables = {"truncation_by_position": by_position, "truncation_by_offset": _change_summary(rows, "offset")}
     return {"metrics": metrics, "tables": tables}

@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from fairaudit.analysis.position import LENGTH_BIN_COUNTS, pbs_wilcoxon, position
+from fairaudit.analysis.position import LENGTH_BIN_COUNTS, ZERO_METHODS, pbs_wilcoxon, position
 
 CONFIGURATION = ["model", "arm", "dataset"]
 SUMMARY_COLUMNS = ["n_records", "accuracy", "pbs", "ccp", "eff_sw", "length_chars", "extraction_rate",
@@ -19,15 +19,16 @@ SUMMARY_COLUMNS = ["n_records", "accuracy", "pbs", "ccp", "eff_sw", "length_char
 ROBUSTNESS_BINS = tuple(k for k in LENGTH_BIN_COUNTS if k != 4)  # Appendix C: 3, 5, 10
 
 
-def configuration_metrics(records: pd.DataFrame) -> pd.DataFrame:
+def configuration_metrics(records: pd.DataFrame, partial_corr: str = "pearson") -> pd.DataFrame:
     """`position` metrics (unsuffixed names) and its length-bin table per configuration.
 
     Returns one row per (model, arm, dataset) with every metric of `position` (n_records,
-    accuracy, pbs, ccp, eff_sw, length_chars, extraction_rate, pbs_q1..q4, pbs_monotonic_k{k}, ...).
+    accuracy, pbs, ccp, eff_sw, length_chars, extraction_rate, pbs_q1..q4, pbs_monotonic_k{k}, ...);
+    partial_rho_length_pbs by `partial_corr`, each method also under its own name.
     """
     rows = []
     for (model, dataset), frame in records.groupby(["model", "dataset"], sort=False):
-        summary = position(frame)["tables"]["position_summary"]
+        summary = position(frame, partial_corr)["tables"]["position_summary"]
         rows.append(summary.assign(model=model, dataset=dataset))
     table = pd.concat(rows, ignore_index=True)
     return table[CONFIGURATION + [c for c in table.columns if c not in CONFIGURATION]]
@@ -49,15 +50,17 @@ def summary_table(metrics: pd.DataFrame) -> pd.DataFrame:
     return metrics.reindex(columns=CONFIGURATION + SUMMARY_COLUMNS)
 
 
-def partial_correlation_table(metrics: pd.DataFrame) -> pd.DataFrame:
+def partial_correlation_table(metrics: pd.DataFrame, method: str | None = None) -> pd.DataFrame:
     """Table 1: partial rho(length, PBS | accuracy) and its p per (model, mode), one column pair per benchmark.
 
+    method: "pearson" or "spearman" (None: the metrics' partial_rho_length_pbs, whichever method made it).
     Columns model, arm, then {dataset}_rho and {dataset}_p for each benchmark.
     """
     datasets = list(dict.fromkeys(metrics["dataset"]))
+    rho = "partial_rho_length_pbs" + (f"_{method}" if method else "")
     wide = metrics.pivot_table(index=["model", "arm"], columns="dataset", sort=False, dropna=False,
-                               values=["partial_rho_length_pbs", "partial_rho_length_pbs_p"])
-    names = {"partial_rho_length_pbs": "rho", "partial_rho_length_pbs_p": "p"}
+                               values=[rho, f"{rho}_p"])
+    names = {rho: "rho", f"{rho}_p": "p"}
     wide.columns = [f"{dataset}_{names[value]}" for value, dataset in wide.columns]
     return wide.reindex(columns=[f"{d}_{v}" for d in datasets for v in ("rho", "p")]).reset_index()
 
@@ -73,13 +76,15 @@ def robustness_table(metrics: pd.DataFrame, bins: Sequence[int] = ROBUSTNESS_BIN
 
 
 def wilcoxon_table(records: pd.DataFrame, pairs: Mapping[str, str], reasoning_arm: str = "reason",
-                   references: Sequence[str] = ("cot", "direct")) -> pd.DataFrame:
+                   references: Sequence[str] = ("cot", "direct"), zero_method: str = "wilcox") -> pd.DataFrame:
     """Table 4: one-sided paired Wilcoxon of per-question PBS, each reasoning model against its Instruct pair.
 
     pairs: reasoning model -> Instruct model of the same family (the matched pairs of §3.1).
-    For each pair, benchmark and reference mode: n questions paired, mean PBS difference
-    (reasoning − reference) and p for the alternative reasoning PBS > reference PBS.
-    Columns family, dataset, comparison, n, mean_diff, p; combinations without records are skipped.
+    For each pair, benchmark and reference mode: n questions paired, the zero differences among
+    them, mean PBS difference (reasoning − reference) and p for the alternative reasoning PBS >
+    reference PBS under `zero_method`, then p under each of scipy's three zero methods.
+    Columns family, dataset, comparison, n, zeros, mean_diff, p, p_wilcox, p_pratt, p_zsplit;
+    combinations without records are skipped.
     """
     rows = []
     for reasoning, instruct in pairs.items():
@@ -90,8 +95,11 @@ def wilcoxon_table(records: pd.DataFrame, pairs: Mapping[str, str], reasoning_ar
                 b = on[(on["model"] == instruct) & (on["arm"] == reference)]
                 if a.empty or b.empty:
                     continue
-                test = pbs_wilcoxon(a, b)
+                tests = {method: pbs_wilcoxon(a, b, zero_method=method) for method in ZERO_METHODS}
+                test = tests[zero_method]
                 rows.append({"family": reasoning, "dataset": dataset, "comparison": f"{reasoning_arm} > {reference}",
-                             "n": test["pbs_wilcoxon_n"], "mean_diff": test["pbs_wilcoxon_mean_diff"],
-                             "p": test["pbs_wilcoxon_p"]})
-    return pd.DataFrame(rows, columns=["family", "dataset", "comparison", "n", "mean_diff", "p"])
+                             "n": test["pbs_wilcoxon_n"], "zeros": test["pbs_wilcoxon_zeros"],
+                             "mean_diff": test["pbs_wilcoxon_mean_diff"], "p": test["pbs_wilcoxon_p"],
+                             **{f"p_{m}": t["pbs_wilcoxon_p"] for m, t in tests.items()}})
+    return pd.DataFrame(rows, columns=["family", "dataset", "comparison", "n", "zeros", "mean_diff", "p",
+                                       *[f"p_{m}" for m in ZERO_METHODS]])

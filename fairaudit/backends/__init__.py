@@ -76,7 +76,8 @@ Visibility = tuple[tuple[int, ...], ...]  # visibility[i]: indices of the earlie
 
 @dataclass(frozen=True)
 class GraphGenerationRequest:
-    """Continue the last block of `blocks` greedily under a visibility graph.
+    """Continue the last block of `blocks` under a visibility graph: greedily (temperature 0) or by
+    nucleus sampling from a generator seeded by `seed`, as a GenerationRequest samples.
 
     The new tokens belong to blocks[-1]: they attend what it attends (visibility[-1]) plus itself.
     visibility None is ordinary causal attention. Generation stops at EOS, after `stop_ids`
@@ -87,6 +88,9 @@ class GraphGenerationRequest:
     visibility: Visibility | None
     max_new_tokens: int
     stop_ids: tuple[int, ...] = ()
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
 
 
 @dataclass(frozen=True)

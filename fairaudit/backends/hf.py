@@ -12,7 +12,7 @@ import torch
 from fairaudit.backends import (Backend, Capabilities, Completion, DepthRequest, GenerationRequest,
                                 GraphGenerationRequest, NLLRequest)
 from fairaudit.backends.common import DTYPES, completion_from_ids, stop_token_ids
-from fairaudit.backends.tensors import (last_token_choice_probs, left_pad, next_cache, nucleus_probs,
+from fairaudit.backends.tensors import (last_token_choice_probs, left_pad, next_cache, next_tokens,
                                         positions_after_left_pad, torch_dtype)
 from fairaudit.console import console
 from fairaudit.errors import AuditError
@@ -154,9 +154,7 @@ class HFBackend(Backend):
         """Nucleus sampling, batched. Each row draws from its own generator seeded by its request,
         so a continuation does not depend on what it was batched with."""
         ids, mask = (t.to(self.device) for t in left_pad([r.prompt_ids for r in requests], self.pad_id))
-        generators = [torch.Generator(self.device).manual_seed(r.seed or 0) for r in requests]
-        temperature = torch.tensor([r.temperature for r in requests], device=self.device)
-        top_p = torch.tensor([r.top_p for r in requests], device=self.device)
+        generators, temperature, top_p = self._sampling(requests)
         positions = positions_after_left_pad(mask)
         step = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         new: list[list[int]] = [[] for _ in requests]
@@ -164,8 +162,7 @@ class HFBackend(Backend):
         open_rows = set(range(len(requests)))
         next_position = positions[:, -1:] + 1
         while open_rows:
-            probs = nucleus_probs(step.logits[:, -1], temperature, top_p)
-            tokens = torch.stack([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(generators)])
+            tokens = next_tokens(step.logits[:, -1], temperature, top_p, generators)[:, None]
             for i in sorted(open_rows):
                 new[i].append(int(tokens[i]))
                 if new[i][-1] in stop_ids or len(new[i]) >= requests[i].max_new_tokens:
@@ -174,6 +171,13 @@ class HFBackend(Backend):
             step = self.model(input_ids=tokens, attention_mask=mask, position_ids=next_position, use_cache=True, **next_cache(step))
             next_position = next_position + 1
         return [self._completion(row, r.max_new_tokens) for row, r in zip(new, requests)]
+
+    def _sampling(self, requests) -> tuple[list, torch.Tensor, torch.Tensor]:
+        """Per request: a generator seeded by its seed (None when greedy), its temperature and top_p."""
+        generators = [torch.Generator(self.device).manual_seed(r.seed or 0) if r.temperature > 0.0 else None
+                      for r in requests]
+        temperature = torch.tensor([r.temperature for r in requests], device=self.device)
+        return generators, temperature, torch.tensor([r.top_p for r in requests], device=self.device)
 
     def _check_graphs(self) -> None:
         from fairaudit.backends.packing import check_packable
@@ -184,7 +188,7 @@ class HFBackend(Backend):
             raise AuditError(f"the hf backend cannot apply a visibility graph to this model: {err}") from None
 
     def _graph_batch(self, requests: Sequence[GraphGenerationRequest]) -> list[Completion]:
-        """Greedy decoding under each request's visibility graph, with a KV cache.
+        """Greedy or seeded nucleus decoding under each request's visibility graph, with a KV cache.
 
         The prompt blocks run as one 4D mask; every new token attends what blocks[-1] may attend
         (its own earlier tokens included) plus the tokens generated before it, at the next position
@@ -210,9 +214,9 @@ class HFBackend(Backend):
                           position_ids=positions.to(device), use_cache=True, logits_to_keep=1)
         next_position = positions[:, -1:].to(device) + 1
         stop_ids, new = self.stop_ids, [[] for _ in requests]
-        open_rows = set(range(len(requests)))
+        open_rows, (generators, temperature, top_p) = set(range(len(requests))), self._sampling(requests)
         for _ in range(max(r.max_new_tokens for r in requests)):
-            tokens = step.logits[:, -1].argmax(-1)
+            tokens = next_tokens(step.logits[:, -1], temperature, top_p, generators)
             for i in sorted(open_rows):
                 new[i].append(int(tokens[i]))
                 stop = requests[i].stop_ids

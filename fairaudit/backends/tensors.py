@@ -67,3 +67,18 @@ def nucleus_probs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.
     ranked = ranked.masked_fill(outside, 0.0)
     kept = torch.zeros_like(probs).scatter_(-1, order, ranked)
     return kept / kept.sum(-1, keepdim=True)
+
+
+def next_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
+                generators: Sequence[torch.Generator | None]) -> torch.Tensor:
+    """One next token per row of logits (n, vocab): the argmax where the row's generator is None
+    (greedy), else a draw from `nucleus_probs` with that row's own generator, so a row's draw does
+    not depend on what it was batched with. Returns (n,) token ids."""
+    tokens = logits.argmax(-1)
+    sampled = [i for i, g in enumerate(generators) if g is not None]
+    if sampled:
+        rows = torch.tensor(sampled, device=logits.device)
+        probs = nucleus_probs(logits[rows], temperature[rows], top_p[rows])
+        for j, i in enumerate(sampled):
+            tokens[i] = torch.multinomial(probs[j], 1, generator=generators[i])[0]
+    return tokens

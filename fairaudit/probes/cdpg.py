@@ -19,7 +19,7 @@ SETTINGS = {**RESAMPLING, "K": integer(1), "k_list": list_of(integer(1)), "ident
             "k_sensitivity_subsample": optional(integer(1, why=" (pairs per model and dataset, or null for all)"))}
 
 HEADLINE = ["cdpg_n_pairs", "cdpg_n_c", "cdpg_slope_a", "cdpg_slope_b", "cdpg_slope_c", "cdpg_slope_c_ci_low",
-            "cdpg_slope_c_ci_high", "cdpg_slope_c_from0", "cdpg_slope_d"]
+            "cdpg_slope_c_ci_high", "cdpg_slope_c_ci_few", "cdpg_slope_c_from0", "cdpg_slope_d"]
 
 
 class CDPGProbe(PairedProbe):

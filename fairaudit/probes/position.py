@@ -23,16 +23,19 @@ from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, Sa
 from fairaudit.probes.decisions import encode
 from fairaudit.prompts.mcq import MCQ_ARMS, MENTION_CASES, final_answer, render_mcq_prompt
 from fairaudit.prompts.yesno import Arm
+from fairaudit.stats import PARTIAL_METHODS
 from fairaudit.validate import boolean, check_fields, integer, list_of, number, one_of, optional, text
 
 HEADLINE = ["n_questions_complete", "extraction_rate", "fallback_rate", "answered_rate", "accuracy", "pbs", "pbs_q1", "pbs_q2",
-            "pbs_q3", "pbs_q4", "partial_rho_length_pbs", "ccp", "eff_sw", "length_chars", "preferred_position",
+            "pbs_q3", "pbs_q4", "partial_rho_length_pbs", "partial_rho_length_pbs_p", "partial_rho_length_pbs_pearson",
+            "partial_rho_length_pbs_spearman", "ccp", "eff_sw", "length_chars", "preferred_position",
             "truncated_rate", "trunc_n_questions", "trunc_n", "trunc_change_rate", "trunc_directional_shift", "trunc_change_rate_before_ccp",
-            "trunc_change_rate_after_ccp", "trunc_ccp_chi2_p"]
+            "trunc_change_rate_after_ccp", "trunc_ccp_chi2_p", "trunc_ccp_perm_p", "trunc_ccp_perm_n_questions"]
 
 
 SETTINGS = {  # probe.* keys this probe checks; the budget's upper bound (model.max_context) is the arm's check
     "think_instruction": text(empty=True), "letter_fallback": boolean, "mention_case": one_of(*MENTION_CASES),
+    "partial_corr": one_of(*PARTIAL_METHODS), "truncation.relabelings": integer(100),
     "truncation.enabled": boolean, "truncation.arms": list_of(text(), nonempty=False),
     "truncation.n_questions": optional(integer(1)), "truncation.permutation": optional(integer(0, 3)),
     "truncation.include_ccp_bounds": boolean, "truncation.offsets": list_of(number(-1, 1)),
@@ -57,6 +60,7 @@ class Truncation:
     top_p: float = 0.95
     seed: int = 0
     max_new_tokens: int | None = None  # None: the arm's budget
+    relabelings: int = 10000  # of the question-level permutation test beside the chi-square
 
     def applies_to(self, arm: Arm) -> bool:
         return self.enabled and arm.name in self.arms
@@ -78,10 +82,11 @@ class PositionProbe(Probe):
     samples = SampleView("records", "questions")
 
     def __init__(self, think_instruction: str = "", letter_fallback: bool = True, mention_case: str = "insensitive",
-                 truncation: dict | None = None):
+                 truncation: dict | None = None, partial_corr: str = "pearson"):
         check_fields("probe", {"think_instruction": think_instruction, "letter_fallback": letter_fallback,
-                               "mention_case": mention_case, "truncation": truncation or {}}, SETTINGS)
-        self.think_instruction = think_instruction
+                               "mention_case": mention_case, "truncation": truncation or {},
+                               "partial_corr": partial_corr}, SETTINGS)
+        self.think_instruction, self.partial_corr = think_instruction, partial_corr
         self.letter_fallback = letter_fallback
         self.mention_case = mention_case
         spec = dict(truncation or {})
@@ -114,7 +119,7 @@ class PositionProbe(Probe):
     def run(self, ctx: AuditContext) -> ProbeResult:
         arm = ctx.arm.name
         records, prompt_ids = self.answer(ctx, ctx.dataset.variants())
-        report = position(records)
+        report = position(records, self.partial_corr)
         metrics = dict(report["metrics"])
         metrics[f"truncated_rate_{arm}"] = float(records["truncated"].mean())
         tables = dict(report["tables"])
@@ -125,7 +130,7 @@ class PositionProbe(Probe):
         frames = {"records": records}
         if self.truncation.applies_to(ctx.arm):
             continuations = self.resume(ctx, records, prompt_ids)
-            trunc = truncation(continuations)
+            trunc = truncation(continuations, relabelings=self.truncation.relabelings, seed=self.truncation.seed)
             metrics.update({f"{name}_{arm}": value for name, value in trunc["metrics"].items()})
             tables.update(trunc["tables"])
             figures["truncation"] = truncation_figure(trunc["tables"]["truncation_by_position"])

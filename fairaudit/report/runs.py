@@ -15,6 +15,7 @@ from fairaudit.errors import AuditError
 from fairaudit.tracking import SUPERSEDED_TAG, finite_metrics, parent_run_id
 
 BASELINE_PARAM = "probe.baseline_arm.name"
+SETTING_PARAMS = ("probe.",)  # params kept as columns: a probe's settings, for tables that keep settings apart
 MAX_TAG = 8000  # MLflow's limit on a tag value
 
 
@@ -97,7 +98,8 @@ def search_all(client, exp_ids: list[str], filter_str: str) -> list:
 
 
 def runs_frame(runs: Iterable) -> pd.DataFrame:
-    """One row per run: ids, status, the grid axes from tags, the baseline arm from params, every metric."""
+    """One row per run: ids, status, the grid axes from tags, the baseline arm and the probe.* settings from
+    params (as strings, named by their dotted keys), every metric."""
     rows = []
     for run in runs:
         tags = run.data.tags
@@ -105,6 +107,7 @@ def runs_frame(runs: Iterable) -> pd.DataFrame:
                "experiment_id": run.info.experiment_id, "status": run.info.status, "start_time": run.info.start_time}
         row.update({axis: tags.get(axis, "") for axis in AXES})
         row["baseline"] = run.data.params.get(BASELINE_PARAM)
+        row.update({k: v for k, v in run.data.params.items() if k.startswith(SETTING_PARAMS)})
         row["superseded_by"] = tags.get(SUPERSEDED_TAG)
         row.update(run.data.metrics)
         rows.append(row)
