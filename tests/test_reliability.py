@@ -161,7 +161,7 @@ def mid_generation(tmp: Path) -> bool:
 
 
 def logging_artifacts(tmp: Path) -> bool:
-    return any((tmp / "mlruns").glob("*/*/artifacts/tables"))
+    return any((tmp / "mlartifacts").glob("*/*/artifacts/tables"))  # artifacts live beside the sqlite DB
 
 
 def sweep_parent_open(tmp: Path) -> bool:
@@ -194,8 +194,9 @@ def kill_when(tmp_path: Path, moment: Callable[[Path], bool], overrides: tuple[s
     deadline = time.time() + 600
     while proc.poll() is None and time.time() < deadline and not moment(tmp_path):
         time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before the moment came"
     os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL, "the run ended before the moment came"
+    assert proc.wait() == -signal.SIGKILL
 
 
 @pytest.mark.slow
