@@ -69,12 +69,12 @@ class CDPGProbe(PairedProbe):
         m, records = result.metrics, result.records["records"]
         t, b = arm_names(records)
         alpha, alpha_prime = sides(records)
-        slopes = [f"{cell} ({CELL_NAMES[cell]}, {num(m[f'cdpg_n_{cell}'])} pairs) {interval(m, f'cdpg_slope_{cell}')}"
+        slopes = [f"{cell} ({CELL_NAMES[cell]}, {_pairs(m[f'cdpg_n_{cell}'])}) {interval(m, f'cdpg_slope_{cell}')}"
                   for cell in CELLS if m[f"cdpg_n_{cell}"]]
         empty = [cell for cell in CELLS if not m[f"cdpg_n_{cell}"]]
         found = (f"CDPG on {pairs_phrase(records, m['cdpg_n_pairs'])}: |P(Yes | {alpha}) - P(Yes | {alpha_prime})| "
-                 f"re-read after each of K={self.K} equal segments of the {t} trace; its slope from the first segment "
-                 f"to the whole trace (95% bootstrap), by cell: {'; '.join(slopes) or 'no pair counts'}"
+                 f"re-read after each of K={self.K} equal segments of the {t} trace; the slope of its mean against "
+                 f"depth (0 to 1, 95% bootstrap), by cell: {'; '.join(slopes) or 'no pair counts'}"
                  + (f"; cell{'s' if len(empty) > 1 else ''} {', '.join(empty)} empty" if empty and slopes else "") + ".")
         depth = [WARNING + line for line in depth_warnings(result.records["depth_records"])]
         return [found, gap_sentence(m, records, t, b) + ".", *warnings_of(records, t, b), *depth]
@@ -95,3 +95,7 @@ class CDPGProbe(PairedProbe):
                         for k in range(1, K + 1)]
         frame = pd.DataFrame(out, columns=["pair_id", "side", "arm", "K", "k", "cut", "p_yes_k"])
         return frame.assign(model=ctx.model.name, dataset=ctx.dataset.name)
+
+
+def _pairs(n: float) -> str:
+    return f"{num(n)} pair{'' if n == 1 else 's'}"
