@@ -294,8 +294,7 @@ def stop_sweep(cfg: DictConfig, kept: int) -> None:
         tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
         tracker.client.set_tag(parent, NOTE_TAG, f"interrupted (Ctrl-C) in job {hydra_cfg.job.num}")
         tracker.client.set_terminated(parent, status="KILLED")
-    console.print(interrupt.message(kept, f"job {hydra_cfg.job.num}") + " (finished jobs are served from the store)",
-                  highlight=False, soft_wrap=True)
+    console.print(interrupt.message(kept, hydra_cfg.job.num), highlight=False, soft_wrap=True)
     sys.exit(interrupt.EXIT_CODE)
 
 

@@ -47,9 +47,12 @@ def command_line() -> str:
     return " ".join([head, *map(shlex.quote, sys.argv[1:])])
 
 
-def message(kept: int | None, what: str = "this run") -> str:
-    """The one line printed on Ctrl-C."""
+def message(kept: int | None, job: int | None = None) -> str:
+    """The one line printed on Ctrl-C; `job`: the sweep job that was running (finished ones are in the store too)."""
+    where = f" in job {job}" if job is not None else ""
+    others = " (and finished jobs' results)" if job is not None else ""
     if not kept:
-        return f"interrupted before {what} computed any result; start it again with: {command_line()}"
-    return (f"interrupted: the {kept} results {what} computed are kept in the store; the same command resumes from "
+        return f"interrupted{where} before it computed any result{others and '; finished jobs are kept'}; " \
+               f"start it again with: {command_line()}"
+    return (f"interrupted{where}: its {kept} results{others} are kept in the store; the same command resumes from "
             f"them: {command_line()}")

@@ -71,6 +71,7 @@ def grid_data_problems(config) -> list[str]:
     from fairaudit.errors import input_error_line
 
     loader, seen, problems = GlobalHydra.instance().config_loader(), set(), {}
+    varied = set(swept_of(config.hydra))
     for num, overrides in enumerate(sweep_jobs(config.hydra)):
         key = tuple(o for o in overrides if o.startswith(DATA_KEYS))
         if key in seen:
@@ -83,7 +84,8 @@ def grid_data_problems(config) -> list[str]:
             line = input_error_line(error)
             if line is None:
                 raise
-            problems.setdefault(line, f"job {num} ({' '.join(key) or 'dataset=' + job.dataset.name}): {line}")
+            own = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] in varied] or [f"dataset={job.dataset.name}"]
+            problems.setdefault(line, f"job {num} ({' '.join(own)}): {line}")
     return list(problems.values())
 
 
