@@ -221,8 +221,7 @@ class Tracker:
 
         with warnings.catch_warnings():  # its schema inference warns about integer columns, which records never null
             warnings.simplefilter("ignore")
-            dataset = mlflow.data.from_pandas(frame, source=source, name=name)
-        self.mlflow.log_input(dataset, context="audit")
+            self.mlflow.log_input(mlflow.data.from_pandas(frame, source=source, name=name), context="audit")
 
     def log_texts(self, texts: dict[str, str]) -> None:
         """Text artifacts by file name (e.g. samples.html, samples.jsonl)."""
