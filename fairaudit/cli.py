@@ -27,8 +27,8 @@ usage:
   fairaudit report [OVERRIDES...]     a study's cross-run tables and figures from MLflow
 
 Hydra's own options work on audit runs: --cfg job (print the composed config), --info, --hydra-help,
---shell-completion install=bash (eval "$(fairaudit -sc install=bash)" enables tab completion of overrides).
-Runs are logged to MLflow: mlflow ui --backend-store-uri sqlite:///mlflow.db
+--shell-completion install=bash (eval "$(fairaudit -sc install=bash)" completes subcommands, their options
+and overrides). Each run prints its verdict and metrics, then the mlflow ui command and the run's URL.
 """
 
 
@@ -175,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] in COMMANDS:
             return COMMANDS[argv[0]](argv[1:])
         return hydra_command("fairaudit.__main__", argv)
-    except KeyboardInterrupt:  # before a run started (a run says what it kept itself)
-        print(f"interrupted: {' '.join(['fairaudit', *argv])} stopped before any result was computed", file=sys.stderr)
+    except KeyboardInterrupt:  # outside a run (a run says what it kept itself), e.g. a parallel sweep's launcher
+        print(interrupt.message(None), file=sys.stderr)
         return interrupt.EXIT_CODE
 
 

@@ -165,7 +165,8 @@ class Tracker:
         self.mlflow = mlflow
         self.uri = uri
         self.client, self.experiment_id = open_tracking(uri, experiment)
-        # MLflow 3's UI opens an experiment of this kind in its "Model training" view (runs, params, metrics)
+        # the kind of experiment this is; MLflow 3.17's UI opens the GenAI view anyway, so the printed run URL
+        # carries ?workflowType=machine_learning (mlflow_ui.VIEW) to open "Model training" (runs, params, metrics)
         self.client.set_experiment_tag(self.experiment_id, "mlflow.experimentKind", "custom_model_development")
         self.run = None
         self.key: str | None = None

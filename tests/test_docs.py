@@ -156,8 +156,7 @@ def readme_output() -> list[str]:
 @pytest.mark.long
 def test_make_run_prints_the_verdict_the_gap_and_the_url_as_the_readme_shows(tmp_path):
     """`make run`'s own recipe (read with make -n), run in a fresh folder: what the README's worked result shows."""
-    recipe = subprocess.run(["make", "-s", "-n", "-o", ".venv/.installed", "run", f"PY={sys.executable}"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.splitlines()
+    recipe = make_n(f"PY={sys.executable}")
     assert [line.split(" -m ", 1)[1].strip() for line in recipe] == ["fairaudit data fetch --missing adult", "fairaudit"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "FAIRAUDIT_DATA": str(DATA_ROOT)}
     out = ""
@@ -172,3 +171,21 @@ def test_make_run_prints_the_verdict_the_gap_and_the_url_as_the_readme_shows(tmp
     assert verdict[1].startswith("P(Yes) gap") and "[" in verdict[1]
     assert re.search(r"then open: http://127\.0\.0\.1:5000/#/experiments/\d+/runs/\w+\?workflowType=machine_learning", err)
     assert "start the MLflow UI with: " in err and f"ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db" in err
+
+
+def make_n(*args: str) -> list[str]:
+    """The commands `make run` would run (the venv taken as built), without running them."""
+    done = subprocess.run(["make", "-s", "-n", "-o", ".venv/.installed", "run", *args], cwd=REPO, capture_output=True,
+                          text=True, check=True)
+    return done.stdout.splitlines()
+
+
+def test_make_run_fetches_the_data_sets_its_args_name_before_it_runs():
+    assert make_n("PY=py") == ["py -m fairaudit data fetch --missing adult", "py -m fairaudit "]
+    assert make_n("PY=py", "ARGS=probe=cdpg -m dataset=adult,compas")[0] == "py -m fairaudit data fetch --missing adult compas"
+
+
+def test_ci_runs_the_readmes_test_command_on_a_clean_checkout():
+    first = next(body for lang, _, body in blocks(REPO / "README.md") if lang == "bash")
+    assert [line.split("#")[0].strip() for line in commands(first)] == ["make run", "make test"]
+    assert "make test" in (REPO / ".ci" / "run").read_text().splitlines()

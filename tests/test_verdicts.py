@@ -161,3 +161,12 @@ def test_every_probe_prints_its_verdict_before_its_table_and_keeps_it_as_the_run
                for line in result.stderr.splitlines())
     if probe == "counterfactual":
         assert {"p_gap_think", "p_gap_think_ci_low", "p_gap_nothink", "delta_p_gap"} <= set(run.data.metrics)
+
+
+def test_every_shipped_probe_implements_its_own_verdict():
+    from fairaudit.app import probe_classes
+    from fairaudit.probes import Probe
+
+    classes = probe_classes()
+    assert set(classes) == {"counterfactual", "btm", "cdpg", "position", "influence"}
+    assert [name for name, cls in classes.items() if cls.verdict is Probe.verdict] == []
