@@ -64,11 +64,16 @@ DATA_KEYS = ("dataset", "+dataset", "data.", "+experiment", "experiment")  # ove
 
 def grid_data_problems(config) -> list[str]:
     """One line per distinct missing or corrupt data file across the sweep's jobs, found before any job
-    starts: each distinct data set of the grid is composed and its files checked (no rows read)."""
+    starts: each distinct data set of the grid is composed and its files checked (no rows read). Not for
+    a SLURM sweep: its jobs read the data on their nodes, which may mount it where this host does not
+    (each job still checks its files before its run opens)."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.utils import instantiate
 
     from fairaudit.errors import input_error_line
+
+    if "submitit" in str(config.hydra.launcher.get("_target_", "")):
+        return []
 
     loader, seen, problems = GlobalHydra.instance().config_loader(), set(), {}
     varied = set(swept_of(config.hydra))
