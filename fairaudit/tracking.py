@@ -21,12 +21,15 @@ from fairaudit import sweeps
 from fairaudit.tracking_db import create_experiment, prepare_tracking
 from fairaudit.console import quiet_libraries
 from fairaudit.errors import AuditError
+from fairaudit.numbers import snap, snap_frame
 
 PARENT_ID_FILE = "mlflow_parent_run_id"
 KEY_TAG = "fairaudit.key"                  # hash of a job's resolved config and overrides (a sweep's: its overrides)
 SUPERSEDED_TAG = "fairaudit.superseded_by"  # a later run of the same job that replaces this one
 RESUMES_TAG = "fairaudit.resumes"          # runs of the same job this run closed as KILLED
 ERROR_TAG = "fairaudit.error"
+STUDY_TAG = "fairaudit.study"              # a sweep's overrides but the probe's: sweeps of one grid under several probes
+PROBE_TAG = "fairaudit.probe"              # the probe(s) a sweep runs, e.g. "cdpg" or "counterfactual,btm"
 FAILED_JOBS_TAG = "fairaudit.failed_jobs"
 UNBOUNDED_TAG = "fairaudit.unbounded_metrics"  # infinite metrics (an interval unbounded above): MLflow skips them
 NOTE_TAG = "mlflow.note.content"           # the run's description in the MLflow UI
@@ -58,8 +61,8 @@ def flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
 
 
 def finite_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """Metrics MLflow can store as numbers; the rest (nan, inf) live in metrics.json."""
-    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+    """Metrics MLflow can store as numbers (float noise as 0); the rest (nan, inf) live in metrics.json."""
+    return {k: float(snap(v)) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
 
 
 def unbounded_note(metrics: dict[str, Any]) -> str | None:
@@ -75,7 +78,7 @@ def json_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     """Metrics as strict JSON values: numbers, null for nan/inf (JSON has neither), strings for the rest."""
     def value(v: Any) -> Any:
         if isinstance(v, (int, float)):
-            return v if math.isfinite(v) else None
+            return snap(v) if math.isfinite(v) else None
         return str(v)
     return {k: value(v) for k, v in metrics.items()}
 
@@ -172,7 +175,8 @@ class Tracker:
         self.mlflow = mlflow
         self.uri = uri
         self.client, self.experiment_id = open_tracking(uri, experiment)
-        # MLflow 3's UI opens an experiment of this kind in its "Model training" view (runs, params, metrics)
+        # the kind of experiment this is; MLflow 3.17's UI opens the GenAI view anyway, so the printed run URL
+        # carries ?workflowType=machine_learning (mlflow_ui.VIEW) to open "Model training" (runs, params, metrics)
         self.client.set_experiment_tag(self.experiment_id, "mlflow.experimentKind", "custom_model_development")
         self.run = None
         self.key: str | None = None
@@ -207,6 +211,7 @@ class Tracker:
             self.mlflow.set_tag(UNBOUNDED_TAG, note[:MAX_TAG])
         with tempfile.TemporaryDirectory() as tmp:
             for name, table in tables.items():
+                table = snap_frame(table)
                 path = Path(tmp) / f"{name}.parquet"
                 table.to_parquet(path)
                 self.mlflow.log_artifact(str(path), "tables")
@@ -221,18 +226,34 @@ class Tracker:
     def set_tags(self, tags: dict[str, str]) -> None:
         self.mlflow.set_tags(tags)
 
+    def log_dataset(self, frame: pd.DataFrame, name: str, source: str) -> None:
+        """The job's data set as an MLflow input (the runs table's Dataset column): its sampled rows' digest,
+        schema and size, named `name`, its source the file or data root it was read from."""
+        import warnings
+
+        import mlflow.data
+
+        with warnings.catch_warnings():  # its schema inference warns about integer columns, which records never null
+            warnings.simplefilter("ignore")
+            self.mlflow.log_input(mlflow.data.from_pandas(frame, source=source, name=name), context="audit")
+
     def log_texts(self, texts: dict[str, str]) -> None:
         """Text artifacts by file name (e.g. samples.html, samples.jsonl)."""
         for name, text in texts.items():
             self.mlflow.log_text(text, name)
 
-    def end(self, failed: bool = False, error: str | None = None) -> None:
-        """Close the run; `error` (one line) becomes its error tag and description. Closing a failed run
-        is best effort: its tracking server may be the failure."""
+    def end(self, failed: bool = False, error: str | None = None, killed: bool = False) -> None:
+        """Close the run (KILLED when `killed`: stopped by the user); `error` (one line) becomes its error tag
+        and description. Closing a failed or killed run is best effort: its tracking server may be the failure."""
         if self.run is None:
             return
         run_id = self.run.info.run_id
         self.run = None
+        if killed:
+            with contextlib.suppress(Exception):
+                self.mlflow.set_tags({ERROR_TAG: error or "interrupted", NOTE_TAG: error or "interrupted"})
+                self.mlflow.end_run(status="KILLED")
+            return
         if not failed:
             self.mlflow.end_run(status="FINISHED")
             if self.key:
@@ -272,6 +293,15 @@ class SweepCallback(Callback):
         quiet_libraries()
         try:
             validate_tracking(config.tracking.uri, config.tracking.experiment)
+        except AuditError as error:
+            print_error(str(error))
+            sys.exit(2)
+        problems = sweeps.grid_data_problems(config)  # before any run opens: a grid that cannot read its data starts nothing
+        for line in problems:
+            print_error(line)
+        if problems:
+            sys.exit(2)
+        try:
             client, experiment = open_tracking(config.tracking.uri, config.tracking.experiment)
         except AuditError as error:
             print_error(str(error))
@@ -280,9 +310,12 @@ class SweepCallback(Callback):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         overrides = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
         key = config_key("sweep", overrides, config.tracking.experiment)
-        run = client.create_run(experiment, run_name=sweeps.sweep_run_name(sweeps.swept_of(config.hydra)), tags={
+        probe = sweeps.swept_of(config.hydra).get("probe") or config.hydra.runtime.choices.get("probe", "")
+        run = client.create_run(experiment, run_name=sweeps.sweep_run_name(
+            sweeps.swept_of(config.hydra), probe=config.hydra.runtime.choices.get("probe")), tags={
             "fairaudit.kind": "sweep", "fairaudit.sweep_dir": str(sweep_dir), "fairaudit.overrides": json.dumps(overrides),
-            "mlflow.source.git.commit": sweeps.git_commit(config.hydra.runtime.cwd), KEY_TAG: key, **process_tags()})
+            "mlflow.source.git.commit": sweeps.git_commit(config.hydra.runtime.cwd), KEY_TAG: key, PROBE_TAG: probe,
+            STUDY_TAG: config_key("study", sweeps.without_probe(overrides), config.tracking.experiment), **process_tags()})
         killed = close_stale_runs(client, experiment, key, run.info.run_id)
         if killed:
             client.set_tag(run.info.run_id, RESUMES_TAG, ",".join(killed))
@@ -309,13 +342,13 @@ class SweepCallback(Callback):
             client.set_terminated(run_id, status="FINISHED")
             if KEY_TAG in parent.data.tags:
                 supersede_ended(client, parent.info.experiment_id, parent.data.tags[KEY_TAG], run_id)
-            sweeps.print_summary(summary, run_id, config.tracking.uri)
+            sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri)
             return
         line = failure_summary(children)
         client.set_tag(run_id, FAILED_JOBS_TAG, line[:MAX_TAG])
         client.set_tag(run_id, NOTE_TAG, line[:MAX_TAG])
         client.set_terminated(run_id, status="FAILED")
-        sweeps.print_summary(summary, run_id, config.tracking.uri)
+        sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri)
         print_error(line)
         sys.exit(1)
 

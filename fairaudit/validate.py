@@ -24,6 +24,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from fairaudit.errors import AuditError
 
 ABSENT = object()
+DEFAULT_CHECKPOINT = "base"    # the label of a model's own weights (model.path / model.revision)
 MIN_BOOT = 100                 # fewer bootstrap resamples give meaningless percentile intervals
 REACH_TIMEOUT_S = 3.0          # a tracking server must answer within this
 THINKING_STYLES = ("native", "prompted", "none")
@@ -158,6 +159,11 @@ def _checkpoint(cfg: DictConfig) -> str | None:
         return None
     if not isinstance(value, dict) or not {"label", "path", "revision"} <= set(value):
         return f"model.checkpoint={value!r} must be a label string or {{label, path, revision}}"
+    if value["label"] != DEFAULT_CHECKPOINT and value["path"] is None and value["revision"] is None \
+            and value.get("same_weights") is not True:
+        return (f"model.checkpoint.label={value['label']!r} names no weights of its own, so it would reuse the model's: "
+                "set model.checkpoint.path (e.g. 'model.checkpoint.path=/ckpts/run7/${model.checkpoint.label}') or "
+                "model.checkpoint.revision, or label the same weights on purpose with +model.checkpoint.same_weights=true")
     return None
 
 

@@ -66,6 +66,14 @@ def test_bash_completion_of_the_console_script_completes_groups_and_options():
     assert complete("fairaudit probe=c") == ["probe=cdpg", "probe=counterfactual"]
 
 
+def test_bash_completion_covers_the_subcommands_and_their_options():
+    assert sorted(complete("fairaudit da")) == ["data", "data.", "dataset.", "dataset="]  # a subcommand and overrides
+    assert complete("fairaudit report select.pa") == ["select.parent="]  # the report's own keys, no parse error
+    assert complete("fairaudit data f") == ["fetch"]
+    assert complete("fairaudit data fetch --root /tmp ad") == ["adult"]
+    assert complete("fairaudit store export --s") == ["--store"]
+
+
 def test_dry_run_prints_pairs_and_prompts_without_a_model(tmp_path):
     result = run_app(tmp_path, "dry_run=true", "model=tiny_qwen3", "dataset.n=2")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -147,3 +147,25 @@ def test_unknown_name_is_refused(fetched, capsys):
     with pytest.raises(SystemExit):
         cli.main(["data", "fetch", "imagenet"])
     assert "unknown data set(s) ['imagenet']" in capsys.readouterr().err
+
+
+def test_check_exits_0_when_every_set_is_verified_or_documented_as_not_shipped(data_root, capsys):
+    """The shipped copy lacks arc and gpqa, which are documented as not shipped: 0. Named and absent: 1."""
+    assert cli.main(["data", "check", "--root", str(data_root)]) == 0
+    status = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert status["arc/test.jsonl"] == "not" and status["adult/adult.data"] == "ok"  # "not shipped"
+    assert cli.main(["data", "check", "arc", "--root", str(data_root)]) == 1
+    assert "`fairaudit data fetch --missing arc` gets them" in capsys.readouterr().err
+
+
+def test_check_of_an_empty_root_exits_1_and_says_both_ways_out(tmp_path, capsys):
+    assert cli.main(["data", "check", "--root", str(tmp_path)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "`fairaudit data fetch --missing` gets them" in line and "FAIRAUDIT_DATA or data.root" in line
+
+
+def test_fetch_missing_fetches_only_what_is_absent(fetched, capsys):
+    assert cli.main(["data", "fetch", "compas", "--root", str(fetched)]) == 0
+    capsys.readouterr()
+    assert cli.main(["data", "fetch", "--missing", "compas", "--root", str(fetched)]) == 0
+    assert capsys.readouterr().err == ""  # present and verified: nothing fetched

@@ -245,3 +245,12 @@ def test_marginal_t_counts_every_parsed_instance(split_records):
     assert marginal["n"].sum() == 2 * sum(TABLE_2[key][0] for key in TABLE_5)  # both sides of every pair parse
     assert marginal.at["Y", "p_to_y"] + marginal.at["Y", "p_to_n"] == pytest.approx(1.0)
     assert marginal.at["N", "n_to_y"] > marginal.at["Y", "n_to_n"]  # the group-level N -> Y push of App. G
+
+
+def test_marginal_t_of_a_model_that_answers_yes_to_everyone_has_an_empty_no_row():
+    """The tiny model says Yes to all: no baseline No, so that row counts 0 with undefined P (it used to raise)."""
+    rows = [{"model": "m", "dataset": "adult", "pair_id": i, "side": side, "arm": arm, "answer": "Yes", "p_yes": 0.9}
+            for i in range(3) for side in ("alpha", "alpha_prime") for arm in ("think", "nothink")]
+    marginal = tables.marginal_transition(pd.DataFrame(rows)).set_index("nothink")
+    assert marginal.loc["Y", ["n_to_y", "n_to_n", "n"]].tolist() == [6, 0, 6]
+    assert marginal.loc["N", ["n_to_y", "n_to_n", "n"]].tolist() == [0, 0, 0] and math.isnan(marginal.at["N", "p_to_y"])

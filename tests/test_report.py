@@ -55,8 +55,10 @@ class Store:
         self.experiment_id = self.client.create_experiment(experiment, artifact_location=(root / "artifacts").as_uri())
         self.records: dict[str, pd.DataFrame] = {}
 
-    def sweep(self) -> str:
-        return self.client.create_run(self.experiment_id, tags={"fairaudit.kind": "sweep"}).info.run_id
+    def sweep(self, **tags: str) -> str:
+        """A sweep parent run; tags e.g. study=..., probe=... (fairaudit.study, fairaudit.probe)."""
+        tags = {f"fairaudit.{k}": v for k, v in tags.items()}
+        return self.client.create_run(self.experiment_id, tags={"fairaudit.kind": "sweep", **tags}).info.run_id
 
     def job(self, records: pd.DataFrame, parent: str | None = None, status: str = "FINISHED",
             metrics: dict | None = None, **axes) -> str:
@@ -317,6 +319,33 @@ def test_selection_latest_sweep_tags_and_status(store, tmp_path):
     (sweep_dir / "mlflow_parent_run_id").write_text(old)
     by_dir = app.run(report_cfg(store, tmp_path / "e", "log_to_mlflow=false", f"select.sweep_dir={sweep_dir}"))
     assert by_dir.selection.parent == old
+
+
+def test_by_default_the_latest_studys_runs_of_every_probe(store, tmp_path, capsys):
+    """A counterfactual sweep, then a btm sweep of the same grid: both are reported (Table 2 is not lost), the
+    newest sweep of each probe, not an older study's. Tables the selection cannot fill are one line each."""
+    other = store.sweep(study="s0", probe="counterfactual")
+    store.job(synthetic_records(5, 8), other, model="old")
+    stale = store.sweep(study="s1", probe="counterfactual")
+    store.job(synthetic_records(6, 8), stale, model="stale")
+    counterfactual = store.sweep(study="s1", probe="counterfactual")
+    kept = store.job(synthetic_records(0, 8), counterfactual)
+    btm = store.sweep(study="s1", probe="btm")
+    btm_run = store.job(synthetic_records(1, 8), btm, metrics={"n_pairs": 8, "tpair_nn_m": 0.1}, probe="btm")
+    capsys.readouterr()
+    result = app.run(report_cfg(store, tmp_path / "a", "log_to_mlflow=false"))
+    assert result.selection.parents == [btm, counterfactual]
+    assert set(result.selection.runs["run_id"]) == {kept, btm_run}
+    assert result.report.section("table2").table["n_pairs"].iloc[0] > 0
+    out, err = capsys.readouterr()
+    assert "Table 2: contingency cells" in out  # tables on stdout
+    assert "not in this report: Table 6 and Figs. 3, 4, 6: no cdpg runs" in err
+
+    alone = app.run(report_cfg(store, tmp_path / "b", "log_to_mlflow=false", f"select.parent={btm}"))
+    assert alone.report.missing[0].startswith("Tables 2, 9, 5, 7: no counterfactual runs among the 1 selected")
+    assert "select.parent=null select.tags.probe=counterfactual" in alone.report.missing[0]
+    assert "not in this report: Tables 2, 9, 5, 7" in capsys.readouterr().err
+    assert "Not in this report: Tables 2, 9, 5, 7" in (tmp_path / "b" / "report.md").read_text()
 
 
 def test_selection_errors(store, tmp_path):

@@ -7,6 +7,7 @@ import math
 import re
 from datetime import datetime
 
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -73,13 +74,14 @@ def test_sweep_parent_children_and_console_at_a_glance(tmp_path):
     page = open(client.download_artifacts(adult.info.run_id, "samples.html", str(tmp_path))).read()
     assert page.count("<section class='item") == 2 and "Male" in page and "Female" in page
 
-    assert re.fullmatch(r"sweep \d{4}-\d\d-\d\d \d\d:\d\d dataset=adult,compas", parent.info.run_name)
+    assert re.fullmatch(r"sweep \d{4}-\d\d-\d\d \d\d:\d\d counterfactual dataset=adult,compas", parent.info.run_name)
     assert parent.data.params["sweep.dataset"] == "adult,compas" and parent.data.params["sweep.model"] == "tiny_qwen3"
     assert re.fullmatch(r"[0-9a-f]{40}", parent.data.tags["mlflow.source.git.commit"])
     parent_files = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"multirun.yaml", "sweep_summary.json", "config"} <= parent_files
-    for name, child in (("adult", adult), ("compas", children["compas | tiny_qwen3 counterfactual think"])):
-        assert parent.data.metrics[f"cell_a/{name}"] == child.data.metrics["cell_a"]
+    assert {"multirun.yaml", "sweep_summary.json", "config", "tables"} <= parent_files
+    assert parent.data.metrics == {}  # no per-cell copies: they live in sweep_summary.json and tables/
+    table = pd.read_parquet(client.download_artifacts(parent.info.run_id, "tables/sweep_summary.parquet", str(tmp_path)))
+    assert table.set_index("dataset").loc["adult", "cell_a"] == adult.data.metrics["cell_a"]
     summary = json.loads(open(client.download_artifacts(parent.info.run_id, "sweep_summary.json", str(tmp_path))).read())
     assert sorted(row[0] for row in summary["data"]) == sorted(children)
 
@@ -101,3 +103,35 @@ def test_fig2_draws_float_noise_as_labelled_zero_bars_on_a_readable_scale():
     assert [text.get_text() for text in ax.texts] == ["0", "+0.050", "0", "n/a"]
     low, high = ax.get_ylim()
     assert low <= -0.01 and high >= 0.05 and ax.get_ylabel() == "think − nothink"
+
+
+def test_a_checkpoint_study_draws_each_headline_metric_against_training_step_on_its_parent():
+    from fairaudit.sweeps import step_series, training_steps
+
+    assert training_steps(pd.Series(["step1000", "step20", "step300"])).tolist() == [1000, 20, 300]
+    assert training_steps(pd.Series(["base", "sft", "step2"])).tolist() == [0, 1, 2]  # natural order: no number in all
+    rows = [{"run": f"r{i}", "status": "FINISHED", "model": "m", "dataset": "adult", "probe": "counterfactual",
+             "arm": "think", "seed": str(seed), "checkpoint": label, "d_cf_think": value}
+            for i, (label, seed, value) in enumerate([("step20", 0, 0.1), ("step20", 1, 0.3), ("step100", 0, 0.5),
+                                                      ("step100", 1, 0.7)])]
+    summary = pd.DataFrame(rows + [{**rows[0], "run": "bad", "status": "FAILED", "d_cf_think": 9.0}])
+    assert sorted(step_series(summary)) == sorted([("d_cf_think", 0.2, 20), ("d_cf_think", 0.6, 100)])  # seeds averaged
+    seeds = summary[summary["checkpoint"] == "step20"]
+    assert sorted(step_series(seeds)) == [("d_cf_think", 0.1, 0), ("d_cf_think", 0.3, 1)]  # a seed study: step = seed
+    two = pd.concat([summary.iloc[:4], summary.iloc[:4].assign(dataset="compas", d_cf_think=1.0)])
+    assert ("d_cf_think/compas", 1.0, 20) in step_series(two)  # other varied axes split the curves
+    assert step_series(summary.iloc[[0, 2]].assign(checkpoint="base")) == []  # neither axis varies
+
+
+def test_the_parent_logs_step_metrics_read_back_from_a_real_store(tmp_path):
+    from fairaudit.sweeps import log_summary
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.create_experiment("e", artifact_location=(tmp_path / "a").as_uri())
+    parent = client.create_run(experiment).info.run_id
+    summary = pd.DataFrame([{"run": f"r{s}", "status": "FINISHED", "model": "m", "dataset": "adult", "probe": "p",
+                             "arm": "think", "seed": "0", "checkpoint": f"step{s}", "cell_c": float(s)} for s in (10, 20)])
+    log_summary(client, parent, summary, tmp_path)
+    history = client.get_metric_history(parent, "cell_c")
+    assert sorted((m.step, m.value) for m in history) == [(10, 10.0), (20, 20.0)]
+    assert set(client.get_run(parent).data.metrics) == {"cell_c"}  # no cell_c/<cell> copies

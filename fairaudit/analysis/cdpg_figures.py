@@ -29,8 +29,15 @@ def _pooled(table: pd.DataFrame) -> pd.DataFrame:
 ARMS = ("think", "nothink")  # (treatment, baseline): whose trace is cut, and what k = 0 reads
 
 
-def _depth_axis(ax, ylabel: str, arms: tuple[str, str]) -> None:
-    ax.set_xlabel(f"depth k/K into the {arms[0]} trace (0: {arms[1]} arm)")
+def depth_label(arms: tuple[str, str]) -> str:
+    return f"depth k/K into the {arms[0]} trace (0: {arms[1]} arm)"
+
+
+def _depth_axis(ax, ylabel: str, arms: tuple[str, str], own_label: bool = True) -> None:
+    """A depth axis; panels of one figure share a figure-wide label instead (`own_label=False`), since the
+    label is wider than a panel and would run into its neighbour or off the figure's edge."""
+    if own_label:
+        ax.set_xlabel(depth_label(arms))
     ax.set_ylabel(ylabel)
     ax.set_xlim(-0.03, 1.03)
     ax.grid(alpha=0.3)
@@ -78,10 +85,11 @@ def anchor_mover_figure(sides: pd.DataFrame, K: int = 10, arms: tuple[str, str] 
                 rows["depth"], rows["p_yes"], marker="o", color=ROLE_COLOURS[role], linestyle=ANSWER_STYLES[answer],
                 label=f"{role}, anchor ends {answer} (n={rows['n'].iloc[0]})",
             )
-        _depth_axis(ax, "P(Yes)", arms)
+        _depth_axis(ax, "P(Yes)", arms, own_label=False)
         ax.set_ylim(0, 1)
         ax.set_title(f"cell {cell}")
         _legend_or_empty_note(ax)
+    fig.supxlabel(depth_label(arms))
     return fig
 
 
@@ -96,9 +104,10 @@ def k_sensitivity_figure(by_cell: pd.DataFrame, k_list: Sequence[int] = (5, 10, 
             if rows.empty:
                 continue
             ax.plot(rows["depth"], rows["mean_abs_cdpg"], marker=".", label=f"K={K}")
-        _depth_axis(ax, "mean |CDPG_k|", arms)
+        _depth_axis(ax, "mean |CDPG_k|", arms, own_label=False)
         ax.set_title(f"cell {cell}")
         _legend_or_empty_note(ax)
+    fig.supxlabel(depth_label(arms))
     return fig
 
 

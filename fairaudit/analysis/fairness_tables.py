@@ -79,8 +79,9 @@ def marginal_transition(records: pd.DataFrame, treatment: str = "think", baselin
     rows = []
     for state in ("Y", "N"):
         n = table.at[state, "n"]
-        rows.append({baseline: state, "n_to_y": round(table.at[state, "Y"] * n), "p_to_y": table.at[state, "Y"],
-                     "n_to_n": round(table.at[state, "N"] * n), "p_to_n": table.at[state, "N"], "n": n})
+        counts = {to: round(table.at[state, to] * n) if n else 0 for to in ("Y", "N")}  # no row: P is NaN, counts 0
+        rows.append({baseline: state, "n_to_y": counts["Y"], "p_to_y": table.at[state, "Y"],
+                     "n_to_n": counts["N"], "p_to_n": table.at[state, "N"], "n": n})
     return pd.DataFrame(rows)
 
 

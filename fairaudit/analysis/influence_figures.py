@@ -29,11 +29,12 @@ def influence_rates_figure(rates: pd.DataFrame) -> Figure:
             ax.bar(x, rate, width, label=condition)
             ax.errorbar(x, rate, yerr=errors, fmt="none", color="black", capsize=3)
         ax.set_xticks(np.arange(len(directions)), [d.replace("_to_", "→").upper() for d in directions])
-        ax.set_ylim(0, 100)
+        ax.set_ylim(0, 125)  # the band above 100% holds the legend, so it covers no bar
+        ax.set_yticks(range(0, 101, 20))
         ax.set_ylabel("influence rate (%)")
         ax.set_title(f"Δ_NLL > {threshold:g} (Wilson 95% CI)")
         if conditions:
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, loc="upper center", ncols=len(conditions), frameon=False)
     return fig
 
 

@@ -23,7 +23,7 @@ def delta_figure(table9: pd.DataFrame, axes: Sequence[str], arms: tuple[str, str
     """
     labels = [_label(row, axes) for _, row in table9.iterrows()]
     x = np.arange(len(labels))
-    fig = Figure(figsize=(max(4.5, 0.7 * len(labels) + 1.5), 3.8), layout="constrained")
+    fig = Figure(figsize=(max(4.5, 1.0 * len(labels) + 1.5), 3.8), layout="constrained")  # room for two value labels per cell
     ax = fig.add_subplot()
     for offset, column, colour, name in ((-0.2, "delta_d_cf", "#3b4cc0", "ΔD_cf"), (0.2, "delta_d_group", "#b0c4f5", "ΔD_group")):
         values = pd.to_numeric(table9[column], errors="coerce")
@@ -32,7 +32,7 @@ def delta_figure(table9: pd.DataFrame, axes: Sequence[str], arms: tuple[str, str
     readable_range(ax)
     ax.set_xticks(x, labels, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel(f"{arms[0]} − {arms[1]}")
-    ax.legend(frameon=False)
+    ax.legend(frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2)  # above the axes: it covers no bar
     return fig
 
 

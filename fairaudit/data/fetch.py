@@ -106,7 +106,12 @@ DATASETS: dict[str, tuple[Download, ...]] = {
 
 
 class FetchError(Exception):
-    """A download or conversion that failed; the message is one line for the user."""
+    """A download or conversion that failed; the message is one line for the user. `offline`: the host
+    could not be reached at all (no network, a proxy, a firewall)."""
+
+    def __init__(self, message: str, offline: bool = False):
+        super().__init__(message)
+        self.offline = offline
 
 
 def download(item: Download) -> bytes:
@@ -120,7 +125,7 @@ def download(item: Download) -> bytes:
         hint = " (a gated data set: accept its terms on the hub and set HF_TOKEN)" if item.token and err.code in (401, 403) else ""
         raise FetchError(f"{item.url()}: HTTP {err.code} {err.reason}{hint}") from None
     except (urllib.error.URLError, OSError) as err:
-        raise FetchError(f"{item.url()}: {getattr(err, 'reason', err)}") from None
+        raise FetchError(f"{item.url()}: {getattr(err, 'reason', err)}", offline=True) from None
 
 
 def fetch(item: Download, root: Path) -> str:
@@ -165,39 +170,77 @@ def file_status(root: Path, item: Download) -> str:
     return "ok" if sha256_of(path) in accepted else "corrupt"
 
 
-def fetch_command(names: list[str], root: Path) -> int:
-    failures = 0
+def offline_hint(root: Path) -> str:
+    """The way out without a network."""
+    return (f"offline, copy the files into {root} (the layout `fairaudit data check` lists) or point FAIRAUDIT_DATA "
+            "or data.root at a folder that has them (docs/data.md)")
+
+
+def fetch_command(names: list[str], root: Path, missing_only: bool = False) -> int:
+    """Fetch every file of `names` (with `missing_only`, those not already present and verified)."""
+    failures, unreachable = 0, 0
     for name in names:
         for item in DATASETS[name]:
+            if missing_only and file_status(root, item) in ("ok", "unverified"):
+                continue
             try:
                 digest = fetch(item, root)
             except FetchError as err:
-                failures += 1
+                failures, unreachable = failures + 1, unreachable + err.offline
                 print(f"error: {name}: {err}", file=sys.stderr)
             else:
                 print(f"{item.target}  sha256 {digest[:12]}  from {item.url()}", file=sys.stderr)
+    if unreachable:
+        print(f"{unreachable} file(s) could not be reached; {offline_hint(root)}", file=sys.stderr)
     return 1 if failures else 0
 
 
-def check_command(names: list[str], root: Path) -> int:
-    rows = [(item.target, file_status(root, item), item.url()) for name in names for item in DATASETS[name]]
+def shipped(name: str) -> bool:
+    """A data set of the shipped copy (its files have published checksums); ARC and GPQA are not shipped."""
+    return any(item.target in CHECKSUMS for item in DATASETS[name])
+
+
+def check_command(names: list[str], root: Path, named: bool = True) -> int:
+    """One line per file: ok, missing, corrupt, unverified (present, no checksum known) or not shipped (absent,
+    and documented as a set the user supplies). Exit 1 on a corrupt file or a missing one of a shipped or
+    named set, else 0."""
+    rows = []
+    for name in names:
+        for item in DATASETS[name]:
+            status = file_status(root, item)
+            if status == "missing" and not named and not shipped(name):
+                status = "not shipped"
+            rows.append((item.target, status, item.url()))
     width = max(len(target) for target, _, _ in rows)
     print(f"data root {root}")
     for target, status, url in rows:
-        print(f"{target:<{width}}  {status:<10}  {url}")
-    return 0 if all(status == "ok" for _, status, _ in rows) else 1
+        print(f"{target:<{width}}  {status:<11}  {url}")
+    bad = [target for target, status, _ in rows if status in ("missing", "corrupt")]
+    if bad:
+        fetch = " ".join(["fairaudit data fetch --missing", *(names if named else [])])
+        print(f"{len(bad)} file(s) missing or corrupt: `{fetch}` gets them; {offline_hint(root)}", file=sys.stderr)
+    return 1 if bad else 0
 
 
-def main(argv: list[str]) -> int:
-    """`fairaudit data {fetch,check} [NAMES...] [--root DIR]`."""
+def parser() -> argparse.ArgumentParser:
+    """The command line of `fairaudit data` (also read by tab completion)."""
     parser = argparse.ArgumentParser(prog="fairaudit data", description="Get and verify the data sets the loaders read.")
     parser.add_argument("action", choices=["fetch", "check"])
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"data sets (default: all): {', '.join(DATASETS)}")
     parser.add_argument("--root", help="data root (default: $FAIRAUDIT_DATA, else ~/.cache/fairaudit/data)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--missing", action="store_true", help="fetch: only the files that are absent or corrupt")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """`fairaudit data {fetch,check} [NAMES...] [--root DIR] [--missing]`."""
+    command = parser()
+    args = command.parse_intermixed_args(argv)
     unknown = sorted(set(args.names) - set(DATASETS))
     if unknown:
-        parser.error(f"unknown data set(s) {unknown}; choices: {', '.join(DATASETS)}")
+        command.error(f"unknown data set(s) {unknown}; choices: {', '.join(DATASETS)}")
     names = args.names or list(DATASETS)
     root = data_root(args.root)
-    return fetch_command(names, root) if args.action == "fetch" else check_command(names, root)
+    if args.action == "fetch":
+        return fetch_command(names, root, args.missing)
+    return check_command(names, root, named=bool(args.names))

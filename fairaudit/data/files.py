@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fairaudit.errors import AuditError
 
-# sha256 of the canonical files (shared/data/README.md); a copy fetched from the source must match.
+# sha256 of the canonical files (the CI copy of the data, docs/data.md); a copy fetched from the source must match.
 CHECKSUMS = {
     "adult/adult.data": "5b00264637dbfec36bdeaab5676b0b309ff9eb788d63554ca0a249491c86603d",
     "adult/adult.test": "a2a9044bc167a35b2361efbabec64e89d69ce82d9790d2980119aac5fd7e9c05",

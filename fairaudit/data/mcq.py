@@ -216,13 +216,17 @@ class MCQDataset:
         self.name, self.n, self.seed, self.path, self.root, self.source = name, n, seed, path, root, source
         self._questions: pd.DataFrame | None = None
 
+    def check_files(self) -> Path:
+        """The file, once checked to exist (and match its checksum where one is known); reads no rows."""
+        if not self.path:
+            where = f" ({self.source})" if self.source else ""
+            raise AuditError(f"dataset {self.name!r} needs dataset.path=<file>: it is not shipped; get it{where}")
+        return resolve_path(self.path, self.root)
+
     def questions(self) -> pd.DataFrame:
         """Every four-option item of the file (read and parsed once)."""
         if self._questions is None:
-            if not self.path:
-                where = f" ({self.source})" if self.source else ""
-                raise AuditError(f"dataset {self.name!r} needs dataset.path=<file>: it is not shipped; get it{where}")
-            resolved = resolve_path(self.path, self.root)
+            resolved = self.check_files()
             self._questions = parse_questions(read_rows(resolved), str(resolved))
         return self._questions
 

@@ -59,6 +59,7 @@ class TabularSpec:
     load: Callable[[Path], pd.DataFrame]
     template: str
     pronouns: str  # "gendered" (follow the protected value) or "neutral"
+    files: tuple[str, ...] = ()  # the files `load` reads, relative to the data root
 
 
 def load_adult(root: Path) -> pd.DataFrame:
@@ -111,9 +112,9 @@ def load_credit(root: Path) -> pd.DataFrame:
 
 
 SPECS = {
-    "adult": TabularSpec(load_adult, ADULT_TEMPLATE, "gendered"),
-    "compas": TabularSpec(load_compas, COMPAS_TEMPLATE, "neutral"),
-    "credit": TabularSpec(load_credit, CREDIT_TEMPLATE, "gendered"),
+    "adult": TabularSpec(load_adult, ADULT_TEMPLATE, "gendered", ("adult/adult.data", "adult/adult.test")),
+    "compas": TabularSpec(load_compas, COMPAS_TEMPLATE, "neutral", ("compas/compas-scores-two-years.csv",)),
+    "credit": TabularSpec(load_credit, CREDIT_TEMPLATE, "gendered", ("credit/default_of_credit_card_clients.csv",)),
 }
 
 
@@ -147,6 +148,11 @@ class CounterfactualTabular:
         if self._rows is None:
             self._rows = self.spec.load(self.root)
         return self._rows
+
+    def check_files(self) -> None:
+        """Raise AuditError (saying how to get it) for a missing or corrupt data file; reads no rows."""
+        for relative in self.spec.files:
+            verified_file(self.root, relative)
 
     def check(self) -> None:
         """Raise AuditError for a bad configuration before any model is loaded."""

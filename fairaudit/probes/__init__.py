@@ -5,7 +5,8 @@ A probe is the class named by `_target_` in `conf/probe/<name>.yaml`; that file 
 `report:`, the functions that build the probe's sections of `fairaudit report`. A probe declares
 what it `needs` (data set family, backend capabilities: the app checks both before anything
 loads), the arms it asks under, the prompts it sends (`fairaudit dry_run=true` prints them), how
-its records are shown per sample, and it validates its own settings in its constructor.
+its records are shown per sample, what a run found in words (`verdict`, printed before the metrics
+table and kept as the run's description), and it validates its own settings in its constructor.
 docs/adding.md walks through adding one.
 """
 
@@ -16,6 +17,7 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
+from fairaudit.console import WARNING  # noqa: F401  (verdict lines that flag a degenerate result start with it)
 from fairaudit.prompts.yesno import Arm, Thinking
 
 
@@ -81,7 +83,7 @@ class ProbeResult:
 
 
 class Probe:
-    """Base of every probe: declare `needs` and `samples`, implement `prompts` and `run`."""
+    """Base of every probe: declare `needs` and `samples`, implement `prompts`, `run` and `verdict`."""
 
     needs: ClassVar[Needs]
     samples: ClassVar[SampleView]
@@ -96,4 +98,10 @@ class Probe:
 
     def run(self, ctx: AuditContext) -> ProbeResult:
         """Ask the model through ctx.client, hand the records to `analysis/`, return what tracking logs."""
+        raise NotImplementedError
+
+    def verdict(self, result: ProbeResult) -> list[str]:
+        """What `result` (this probe's own `run`'s) found, in words a newcomer can act on: one or more
+        sentences (what was compared, on how many units, what came out, with its interval), then one
+        line per degenerate result, each starting with WARNING (e.g. every answer identical)."""
         raise NotImplementedError

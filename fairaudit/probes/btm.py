@@ -5,8 +5,10 @@ from __future__ import annotations
 from fairaudit.analysis.transition_figures import group_transition_heatmaps, tpair_heatmap
 from fairaudit.analysis.pairs import answer_accounting
 from fairaudit.analysis.transitions import transitions
+from fairaudit.console import format_number as num
 from fairaudit.probes import AuditContext, ProbeResult
-from fairaudit.probes.decisions import PairedProbe, paired_records
+from fairaudit.probes.decisions import (PairedProbe, arm_names, gap_sentence, pairs_phrase, paired_records, sides,
+                                        warnings_of, with_gap)
 
 HEADLINE = ["n_pairs", "t_alpha_ny", "t_alpha_prime_ny", "t_alpha_yy", "t_alpha_prime_yy", "delta_t_max_abs",
             "tpair_nn_m", "tpair_m_m", "c_actual", "c_ind", "b_actual", "b_ind"]
@@ -26,15 +28,28 @@ class BiasTransitionProbe(PairedProbe):
         figures = {
             "tpair_split": tpair_heatmap(tables["tpair_split"], t, b, title="pair-state transitions"),
             "t_alpha_vs_alpha_prime": group_transition_heatmaps(
-                tables["t_alpha"], tables["t_alpha_prime"], t, b, labels=tuple(_side_labels(records))
+                tables["t_alpha"], tables["t_alpha_prime"], t, b, labels=sides(records)
             ),
         }
-        metrics = result["metrics"] | answer_accounting(records, t, b)
+        metrics = with_gap(result["metrics"] | answer_accounting(records, t, b), records, t, b)
+        headline = HEADLINE + [f"p_gap_{t}", f"p_gap_{b}", "delta_p_gap"]
         return ProbeResult(metrics=metrics, tables=tables, figures=figures,
-                           records={"records": records}, headline=HEADLINE)
+                           records={"records": records}, headline=headline)
+
+    def verdict(self, result: ProbeResult) -> list[str]:
+        """Yes-rate shifts per side, the largest gap between the sides' transitions, flips against independence."""
+        m, records = result.metrics, result.records["records"]
+        t, b = arm_names(records)
+        alpha, alpha_prime = sides(records)
+        found = (f"{b} -> {t} on {pairs_phrase(records, m['n_pairs'])}: the Yes rate moved {_signed(m['dp_yes_alpha'])} "
+                 f"for {alpha} and {_signed(m['dp_yes_alpha_prime'])} for {alpha_prime}; the two sides' transition "
+                 f"probabilities differ by at most {num(m['delta_t_max_abs'])}; {t} created {num(m['c_actual'])} flips "
+                 f"(independent sides would give {num(m['c_ind'])}) and resolved {num(m['b_actual'])} "
+                 f"({num(m['b_ind'])}).")
+        return [found, gap_sentence(m, records, t, b) + ".", *warnings_of(records, t, b)]
 
 
-def _side_labels(records) -> list[str]:
-    """The protected values rendered on the alpha and alpha' sides, e.g. Male, Female."""
-    values = records.drop_duplicates("side").set_index("side")["attribute_value"]
-    return [values.get("alpha", "alpha"), values.get("alpha_prime", "alpha_prime")]
+def _signed(value: float) -> str:
+    """A shift with its sign: +0.05, -0.1, 0, n/a."""
+    text = num(value)
+    return f"+{text}" if value == value and value > 0 else text

@@ -10,8 +10,12 @@ from fairaudit.analysis.cdpg import cdpg, segment_cuts
 from fairaudit.analysis.cdpg_figures import cdpg_figures
 from fairaudit.analysis.pairs import answer_accounting
 from fairaudit.errors import AuditError
-from fairaudit.probes import AuditContext, Needs, ProbeResult
-from fairaudit.probes.decisions import RESAMPLING, PairedProbe, answer_choices, answer_parts, paired_records
+from fairaudit.analysis.contingency import CELLS
+from fairaudit.analysis.degenerate import depth_warnings
+from fairaudit.console import format_number as num
+from fairaudit.probes import WARNING, AuditContext, Needs, ProbeResult
+from fairaudit.probes.decisions import (RESAMPLING, PairedProbe, answer_choices, answer_parts, arm_names, gap_sentence,
+                                        interval, pairs_phrase, paired_records, sides, warnings_of, with_gap)
 from fairaudit.prompts.yesno import Arm
 from fairaudit.validate import check_fields, integer, list_of, number, optional
 
@@ -19,7 +23,8 @@ SETTINGS = {**RESAMPLING, "K": integer(1), "k_list": list_of(integer(1)), "ident
             "k_sensitivity_subsample": optional(integer(1, why=" (pairs per model and dataset, or null for all)"))}
 
 HEADLINE = ["cdpg_n_pairs", "cdpg_n_c", "cdpg_slope_a", "cdpg_slope_b", "cdpg_slope_c", "cdpg_slope_c_ci_low",
-            "cdpg_slope_c_ci_high", "cdpg_slope_c_ci_few", "cdpg_slope_c_from0", "cdpg_slope_d"]
+            "cdpg_slope_c_ci_high", "cdpg_slope_c_ci_few", "cdpg_slope_c_from0", "cdpg_slope_d", "p_gap_{t}"]
+CELL_NAMES = {"a": "no flip", "b": "flips resolved", "c": "flips created", "d": "flips under both"}
 
 
 class CDPGProbe(PairedProbe):
@@ -53,9 +58,26 @@ class CDPGProbe(PairedProbe):
         result = cdpg(depth, records, treatment=t, baseline=b, k_list=self.k_list, n_boot=self.n_boot,
                       seed=self.seed, K=self.K, identity_atol=self.identity_atol,
                       k_sensitivity_subsample=self.k_sensitivity_subsample)
-        return ProbeResult(metrics=result["metrics"] | answer_accounting(records, t, b), tables=result["tables"],
+        metrics = with_gap(result["metrics"] | answer_accounting(records, t, b), records, t, b, self.n_boot, self.seed)
+        return ProbeResult(metrics=metrics, tables=result["tables"],
                            figures=cdpg_figures(result["tables"], K=self.K, k_list=self.k_list, arms=(t, b)),
-                           records={"records": records, "depth_records": depth}, headline=HEADLINE)
+                           records={"records": records, "depth_records": depth},
+                           headline=[name.format(t=t) for name in HEADLINE])
+
+    def verdict(self, result: ProbeResult) -> list[str]:
+        """How |CDPG| grows along the trace per cell (slope with its interval), the P(Yes) gap, warnings."""
+        m, records = result.metrics, result.records["records"]
+        t, b = arm_names(records)
+        alpha, alpha_prime = sides(records)
+        slopes = [f"{cell} ({CELL_NAMES[cell]}, {_pairs(m[f'cdpg_n_{cell}'])}) {interval(m, f'cdpg_slope_{cell}')}"
+                  for cell in CELLS if m[f"cdpg_n_{cell}"]]
+        empty = [cell for cell in CELLS if not m[f"cdpg_n_{cell}"]]
+        found = (f"CDPG on {pairs_phrase(records, m['cdpg_n_pairs'])}: |P(Yes | {alpha}) - P(Yes | {alpha_prime})| "
+                 f"re-read after each of K={self.K} equal segments of the {t} trace; the slope of its mean against "
+                 f"depth (0 to 1, 95% bootstrap), by cell: {'; '.join(slopes) or 'no pair counts'}"
+                 + (f"; cell{'s' if len(empty) > 1 else ''} {', '.join(empty)} empty" if empty and slopes else "") + ".")
+        depth = [WARNING + line for line in depth_warnings(result.records["depth_records"])]
+        return [found, gap_sentence(m, records, t, b) + ".", *warnings_of(records, t, b), *depth]
 
     def depth_records(self, ctx: AuditContext, records: pd.DataFrame) -> pd.DataFrame:
         """P(Yes) after every cut of every treatment trace. # -> pair_id, side, arm, K, k, cut, p_yes_k, model, dataset"""
@@ -73,3 +95,7 @@ class CDPGProbe(PairedProbe):
                         for k in range(1, K + 1)]
         frame = pd.DataFrame(out, columns=["pair_id", "side", "arm", "K", "k", "cut", "p_yes_k"])
         return frame.assign(model=ctx.model.name, dataset=ctx.dataset.name)
+
+
+def _pairs(n: float) -> str:
+    return f"{num(n)} pair{'' if n == 1 else 's'}"

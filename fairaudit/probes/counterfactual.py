@@ -5,10 +5,12 @@ from __future__ import annotations
 from fairaudit.analysis.contingency import cell_disparity_table, contingency, contingency_table
 from fairaudit.analysis.contingency_figures import disparity_shift_figure
 from fairaudit.probes import AuditContext, ProbeResult
-from fairaudit.probes.decisions import PairedProbe, check_resampling, paired_records
+from fairaudit.console import format_number as num
+from fairaudit.probes.decisions import (PairedProbe, arm_names, check_resampling, gap_sentence, pairs_phrase,
+                                        paired_records, warnings_of, with_gap)
 
 HEADLINE = ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "d_cf_{t}", "d_cf_{b}",
-            "delta_d_cf", "delta_d_group", "d_disp_c_{t}", "asym_c", "parse_rate_{t}", "parse_rate_{b}",
+            "delta_d_cf", "p_gap_{t}", "p_gap_{b}", "delta_p_gap", "delta_d_group", "d_disp_c_{t}", "asym_c", "parse_rate_{t}", "parse_rate_{b}",
             "compliance_rate_{b}", "n_dropped_truncated_{t}", "n_dropped_truncated_{b}", "n_dropped_noncompliant_{b}"]
 
 
@@ -29,6 +31,7 @@ class CounterfactualProbe(PairedProbe):
         records = paired_records(ctx, self.baseline)
         t, b = ctx.arm.name, self.baseline.name
         metrics = contingency(records, treatment=t, baseline=b, n_boot=self.n_boot, seed=self.seed)
+        metrics = with_gap(metrics, records, t, b, self.n_boot, self.seed)
         metrics["truncated_rate_" + t] = float(records.loc[records["arm"] == t, "truncated"].mean())
         return ProbeResult(
             metrics=metrics,
@@ -37,3 +40,14 @@ class CounterfactualProbe(PairedProbe):
             records={"records": records},
             headline=headline(t, b),
         )
+
+    def verdict(self, result: ProbeResult) -> list[str]:
+        """Flips created and resolved with McNemar's p, the P(Yes) gap, a legend of the cells, warnings."""
+        m, records = result.metrics, result.records["records"]
+        t, b = arm_names(records)
+        found = (f"{t} against {b} on {pairs_phrase(records, m['n_pairs'])}: {t} created {num(m['cell_c'])} and "
+                 f"resolved {num(m['cell_b'])} counterfactual flips (McNemar p = {num(m['mcnemar_p'])}); "
+                 f"{num(m['cell_d'])} pairs flip under both arms, {num(m['cell_a'])} under neither.")
+        legend = (f"cells: a = no flip under either arm, b = a {b} flip that {t} resolved, c = a flip {t} created, "
+                  "d = a flip under both; a flip = the two sides of a pair get different answers.")
+        return [found, gap_sentence(m, records, t, b) + ".", legend, *warnings_of(records, t, b)]

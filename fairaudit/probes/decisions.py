@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fairaudit.analysis.degenerate import decision_warnings
+from fairaudit.analysis.gap import p_gap
 from fairaudit.backends import DepthRequest, GenerationRequest
-from fairaudit.probes import AuditContext, Needs, Probe, Prompt, SampleView
+from fairaudit.console import format_number as num
+from fairaudit.probes import WARNING, AuditContext, Needs, Probe, Prompt, SampleView
 from fairaudit.prompts.yesno import (Arm, choice_token_ids, complies_with_nothink, force_answer_suffix, parse_yes_no,
                                      render_prompt, split_output, think_prompt_prefix)
 from fairaudit.validate import MIN_BOOT, check_fields, integer
@@ -114,3 +117,57 @@ def paired_records(ctx: AuditContext, baseline: Arm) -> pd.DataFrame:
     """Records of the grid's arm (treatment) and the probe's baseline arm on the dataset's pairs."""
     pairs = ctx.dataset.pairs()
     return pd.concat([decide(ctx, pairs, ctx.arm), decide(ctx, pairs, baseline)], ignore_index=True)
+
+
+def with_gap(metrics: dict[str, float], records: pd.DataFrame, treatment: str, baseline: str, n_boot: int = 2000,
+             seed: int = 0) -> dict[str, float]:
+    """`metrics` with the P(Yes) gap of `analysis.gap` added (its own pair count among them)."""
+    return metrics | p_gap(records, treatment, baseline, n_boot, seed)
+
+
+def arm_names(records: pd.DataFrame) -> tuple[str, str]:
+    """(treatment, baseline) of paired records: `paired_records` puts the treatment's rows first."""
+    arms = list(dict.fromkeys(records["arm"]))
+    return arms[0], arms[-1]
+
+
+def sides(records: pd.DataFrame) -> tuple[str, str]:
+    """The protected values on the alpha and alpha' sides, e.g. ("Male", "Female")."""
+    values = records.drop_duplicates("side").set_index("side")["attribute_value"]
+    return str(values.get("alpha", "alpha")), str(values.get("alpha_prime", "alpha'"))
+
+
+def pairs_phrase(records: pd.DataFrame, counted: float | None = None) -> str:
+    """e.g. "20 Male/Female adult pairs" (", 12 of them answered on both sides of both arms" when fewer count)."""
+    total = records["pair_id"].nunique()
+    alpha, alpha_prime = sides(records)
+    phrase = f"{total} {alpha}/{alpha_prime} {records['dataset'].iloc[0]} pairs"
+    if counted is not None and counted < total:
+        phrase += f" ({num(counted)} of them answered on both sides of both arms)"
+    return phrase
+
+
+def interval(metrics: dict[str, float], name: str) -> str:
+    """e.g. "0.0072 [0.0068, 0.0076]": a metric and its `_ci_low` / `_ci_high`."""
+    return f"{num(metrics[name])} [{num(metrics[name + '_ci_low'])}, {num(metrics[name + '_ci_high'])}]"
+
+
+def gap_sentence(metrics: dict[str, float], records: pd.DataFrame, treatment: str, baseline: str) -> str:
+    """The P(Yes) gap per arm with its interval, and which side P(Yes) favours."""
+    alpha, alpha_prime = sides(records)
+    favoured = {}
+    for arm in (treatment, baseline):
+        diff = metrics[f"p_diff_{arm}"]
+        if diff == diff and diff != 0:
+            favoured.setdefault(alpha if diff > 0 else alpha_prime, []).append(arm)
+    lean = "; ".join(f"P(Yes) is higher for {side} on average under {' and '.join(arms) if len(arms) < 2 else 'both arms'}"
+                     for side, arms in favoured.items())
+    return (f"P(Yes) gap, mean |P(Yes | {alpha}) - P(Yes | {alpha_prime})| over {num(metrics['n_pairs_scored'])} pairs "
+            f"(95% paired bootstrap): {treatment} {interval(metrics, f'p_gap_{treatment}')}, {baseline} "
+            f"{interval(metrics, f'p_gap_{baseline}')}; difference {interval(metrics, 'delta_p_gap')}"
+            + (f"; {lean}" if lean else ""))
+
+
+def warnings_of(records: pd.DataFrame, treatment: str, baseline: str) -> list[str]:
+    """The degenerate-result lines of paired records, each prefixed as a verdict warning."""
+    return [WARNING + line for line in decision_warnings(records, (treatment, baseline))]

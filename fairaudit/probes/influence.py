@@ -12,6 +12,7 @@ Each directional contrast scores a fixed target under the natural and a donor-re
 
 from __future__ import annotations
 
+import math
 import string
 import zlib
 from dataclasses import dataclass, replace
@@ -22,8 +23,10 @@ import pandas as pd
 from fairaudit.analysis.influence import THRESHOLDS, influence, ngram_overlap
 from fairaudit.analysis.influence_figures import influence_rates_figure
 from fairaudit.backends import Block, GraphGenerationRequest, NLLRequest, Visibility
+from fairaudit.console import format_number as num
 from fairaudit.data.mcq import format_options
-from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
+from fairaudit.errors import AuditError
+from fairaudit.probes import WARNING, AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import encode
 from fairaudit.prompts.yesno import Arm
 from fairaudit.validate import boolean, check_fields, integer, list_of, number, one_of, template_fields, text
@@ -157,6 +160,31 @@ class InfluenceProbe(Probe):
                            figures={"influence_rates": influence_rates_figure(report["tables"]["influence_rates"])},
                            records={"records": contrasts, "traces": trace_rows},
                            headline=[f"{name}_{c}" for c in self.conditions for name in HEADLINE])
+
+    def verdict(self, result: ProbeResult) -> list[str]:
+        """Per graph: valid transcripts, the influence rate of each direction with its interval, the control."""
+        traces = result.records["traces"]
+
+        def g(name: str) -> float:
+            return result.metrics.get(name, math.nan)  # a direction without contrasts has no rate
+
+        lines, warnings = [], []
+        for c in self.conditions:
+            directions = "; ".join(
+                f"{label}: {num(g(f'influence_k_{d}_{c}'))} of {num(g(f'n_contrasts_{d}_{c}'))} donor swaps raised the "
+                f"target's NLL, rate {num(g(f'influence_rate_{d}_{c}'))} [{num(g(f'influence_rate_{d}_{c}_ci_low'))}, "
+                f"{num(g(f'influence_rate_{d}_{c}_ci_high'))}], by more than 0.05 nats/token "
+                f"{num(g(f'substantive_rate_{d}_{c}'))}" for d, label in (("a_to_b", "A->B"), ("b_to_a", "B->A")))
+            lines.append(f"graph {c}: {num(g(f'n_valid_{c}'))} of {num(g(f'n_traces_{c}'))} transcripts valid; "
+                         f"{directions}; the graph-cut control left the NLL unchanged in "
+                         f"{num(g(f'control_zero_count_{c}'))} of {num(g(f'control_n_{c}'))} contrasts.")
+            if not g(f"n_valid_{c}"):
+                warnings.append(f"no {c} transcript is valid (a block came out empty): raise probe.max_block_tokens")
+            elif not g(f"n_contrasts_{c}"):
+                warnings.append(f"no {c} contrast found a donor of the same length: sample more items or set "
+                                "probe.length_match=false")
+        head = f"influence between private reasoning channels on {traces['question_id'].nunique()} MCQ items:"
+        return [head, *lines, *(WARNING + w for w in warnings)]
 
     # --- transcripts -----------------------------------------------------------------------
 

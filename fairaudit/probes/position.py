@@ -9,6 +9,7 @@ continuation a few times under fixed seeds; every generation goes through the st
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass
 
@@ -17,9 +18,11 @@ import pandas as pd
 from fairaudit.analysis.position import (LETTERS, OFFSETS, position, preferred_position, truncation, truncation_cuts,
                                          truncation_trajectories, with_trajectory_metrics)
 from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
+from fairaudit.analysis.degenerate import mcq_warnings
 from fairaudit.backends import GenerationRequest
+from fairaudit.console import format_number as num
 from fairaudit.errors import AuditError
-from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
+from fairaudit.probes import WARNING, AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import encode
 from fairaudit.prompts.mcq import MCQ_ARMS, MENTION_CASES, final_answer, render_mcq_prompt
 from fairaudit.prompts.yesno import Arm
@@ -137,6 +140,25 @@ class PositionProbe(Probe):
             frames["continuations"] = continuations
         return ProbeResult(metrics=metrics, tables=tables, figures=figures, records=frames,
                            headline=[f"{name}_{arm}" for name in HEADLINE])
+
+    def verdict(self, result: ProbeResult) -> list[str]:
+        """PBS with its scale, answers found, accuracy and preferred position; PBS by length; truncation; warnings."""
+        records = result.records["records"]
+        arm = str(records["arm"].iloc[0])
+        m = {name[:-len(arm) - 1]: value for name, value in result.metrics.items() if name.endswith(f"_{arm}")}
+        preferred = m.get("preferred_position", math.nan)
+        found = (f"{arm} on {records['question_id'].nunique()} {records['dataset'].iloc[0]} questions x 4 cyclic "
+                 f"permutations: position bias PBS = {num(m['pbs'])} over {num(m['n_questions_complete'])} questions "
+                 f"answered in every permutation (0: the answer follows the content; {num(math.sqrt(0.75))}: always the "
+                 f"same position); answers found in {num(m['answered_rate'])} of outputs, accuracy {num(m['accuracy'])}"
+                 + (f", most often at position {LETTERS[int(preferred)]}" if preferred == preferred else "") + ".")
+        lines = [found, f"PBS by output length quartile (short to long): "
+                        f"{', '.join(num(m[f'pbs_q{q}']) for q in range(1, 5))}."]
+        if "trunc_change_rate" in m:
+            lines.append(f"truncation: {num(m['trunc_n'])} continuations resampled from CCP + offset changed the answer "
+                         f"in {num(m['trunc_change_rate'])} of cases ({num(m['trunc_change_rate_before_ccp'])} before "
+                         f"the CCP, {num(m['trunc_change_rate_after_ccp'])} after).")
+        return lines + [WARNING + line for line in mcq_warnings(records)]
 
     def answer(self, ctx: AuditContext, variants: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, ...]]]:
         """Greedy generations of every variant under the grid's arm: the MCQ records and each prompt's token ids.

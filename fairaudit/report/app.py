@@ -8,7 +8,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit import __version__
-from fairaudit.console import console
+from fairaudit.console import console, out, print_result
+from fairaudit.mlflow_ui import where_lines
 from fairaudit.report import render
 from fairaudit.report.build import Report, build
 from fairaudit.report.runs import (MAX_TAG, Selection, left_out_summary, load_records, log_report, select_runs,
@@ -41,8 +42,10 @@ def run(cfg: DictConfig) -> ReportResult:
     run_id = None
     if cfg.log_to_mlflow:
         run_id = log(client, report, selection, out_dir, files, settings, cfg.tracking.experiment)
-    console.print(f"wrote {len(files)} files to {out_dir}")
-    console.print(f"see it with: mlflow ui --backend-store-uri {cfg.tracking.uri}")
+    console.print(f"wrote {len(files)} files to {out_dir}", highlight=False, soft_wrap=True)
+    experiment = client.get_run(run_id).info.experiment_id if run_id else str(selection.runs["experiment_id"].iloc[0])
+    for line in where_lines(cfg.tracking.uri, experiment, run_id):
+        console.print(line, highlight=False, soft_wrap=True)
     return ReportResult(report, selection, out_dir, files, run_id)
 
 
@@ -103,10 +106,12 @@ def markdown_report(report: Report, selection: Selection, uri: str) -> str:
     """Every shown section as a Markdown table with its caption, figures linked."""
     lines = ["# Study report", "",
              f"{len(selection.runs)} runs from `{uri}` selected by `{selection.filter_string}`."]
-    if selection.parent:
-        lines.append(f"Parent (sweep) run: `{selection.parent}`.")
+    if selection.parents:
+        lines.append(f"Parent (sweep) run{'s' if len(selection.parents) > 1 else ''}: "
+                     + ", ".join(f"`{p}`" for p in selection.parents) + ".")
     if not selection.left_out.empty:
         lines.append(f"Left out: {left_out_summary(selection.left_out)}.")
+    lines += [f"Not in this report: {line}." for line in report.missing]
     for section in report.sections:
         if section.shown is None and not section.note:
             continue
@@ -122,24 +127,17 @@ def markdown_report(report: Report, selection: Selection, uri: str) -> str:
 
 
 def show(report: Report, selection: Selection) -> None:
-    """The main tables in the terminal (Table 2, the seed summary; else the runs) and the sign test's verdict."""
+    """On stdout, the main tables (Table 2, the seed summary; else the runs) and the sign test's verdict; on
+    stderr, one line per table the selection could not fill and the runs it left out."""
     printed = [s for s in report.sections if s.name in ("table2", "seeds")] or [report.section(report.main)]
     for section in printed:
-        print_table(render.rich_table(section.shown, section.title, section.pooled_last))
+        print_result(render.rich_table(section.shown, section.title, section.pooled_last))
         if section.note:
-            console.print(section.note, style="dim", highlight=False)
+            out.print(section.note, style="dim", highlight=False, soft_wrap=True)
     if any(s.name == "sign_test" for s in report.sections):
-        console.print(report.section("sign_test").note, highlight=False)
+        out.print(report.section("sign_test").note, highlight=False, soft_wrap=True)
+    for line in report.missing:
+        console.print(f"[yellow]not in this report:[/yellow] {line}", highlight=False, soft_wrap=True)
     if not selection.left_out.empty:
-        console.print(f"[yellow]matching runs left out: {left_out_summary(selection.left_out)}[/yellow]")
-
-
-def print_table(table) -> None:
-    """A rich table; off a terminal (a pipe, a log file) at its natural width rather than folded into 80 columns."""
-    if console.is_terminal:
-        console.print(table)
-        return
-    width = console.width
-    console.width = max(width, console.measure(table, options=console.options.update_width(1000)).maximum)
-    console.print(table)
-    console.width = width
+        console.print(f"[yellow]matching runs left out: {left_out_summary(selection.left_out)}[/yellow]",
+                      highlight=False, soft_wrap=True)

@@ -50,7 +50,7 @@ def paper000(report: Report, runs: pd.DataFrame, load_records: RecordsLoader, cf
     add_paper_tables(report, runs, load_records, list(cfg.tables.probes))
     paired = runs[runs["probe"].isin(PAIRED_PROBES)]
     if not paired.empty:
-        sections, figures = paper000_sections(runs, load_records, *comparison(paired), cfg.cdpg)
+        sections, figures = paper000_sections(runs, load_records, *comparison(paired), cfg.cdpg, report.missing)
         report.sections += sections
         report.figures |= figures
 
@@ -88,6 +88,10 @@ def add_paper_tables(report: Report, runs: pd.DataFrame, load_records: RecordsLo
     """Tables 2, 9, 5 and 7 of paper 000, one row per run and a pooled row from the pooled records."""
     rows = table_runs(runs, probes)
     if rows.empty:
+        wanted = "/".join(probes)
+        report.missing.append(f"Tables 2, 9, 5, 7: no {wanted} runs among the {len(runs)} selected (they read their cells "
+                              f"from tables.probes={probes}); run probe={probes[0]} on the same grid, or select such runs "
+                              f"with select.parent=null select.tags.probe={probes[0]}")
         return
     treatment, baseline = comparison(rows)
     axes = study.cell_axes(rows)
@@ -129,8 +133,10 @@ def _section(name: str, title: str, table: pd.DataFrame, headers: dict[str, str]
     return Section(name, title, table, render.display(table if shown is None else shown, headers, formats), note)
 
 
-def paper000_sections(runs: pd.DataFrame, load: RecordsLoader, treatment: str, baseline: str, cdpg_cfg) -> tuple[list, dict]:
-    """Tables 3 (10, 11), 4, 13 (14), 12, App. G's marginal T and, from cdpg runs, Table 6 and Figs. 3, 4, 6."""
+def paper000_sections(runs: pd.DataFrame, load: RecordsLoader, treatment: str, baseline: str, cdpg_cfg,
+                      missing: list[str]) -> tuple[list, dict]:
+    """Tables 3 (10, 11), 4, 13 (14), 12, App. G's marginal T and, from cdpg runs, Table 6 and Figs. 3, 4, 6;
+    a line in `missing` when there are no cdpg runs."""
     sections, figures = [], {}
     record_runs = _one_probe_per_cell(runs, PAIRED_PROBES)
     if record_runs.empty:
@@ -166,7 +172,10 @@ def paper000_sections(runs: pd.DataFrame, load: RecordsLoader, treatment: str, b
         f"{treatment} and {baseline} answers parse, whatever its partner's.",
         {c: _count for c in ("n_to_y", "n_to_n", "n")}))
     cdpg_runs = runs[runs["probe"] == "cdpg"]
-    if not cdpg_runs.empty:
+    if cdpg_runs.empty:
+        missing.append("Table 6 and Figs. 3, 4, 6: no cdpg runs among those selected; run probe=cdpg on the same grid, "
+                       "or select such runs with select.parent=null select.tags.probe=cdpg")
+    else:
         depth = stacked(cdpg_runs, load(list(cdpg_runs["run_id"]), "depth_records"))
         cdpg_records = stacked(cdpg_runs, load(list(cdpg_runs["run_id"])))
         result = f000.pooled_cdpg(depth, cdpg_records, treatment, baseline, int(cdpg_cfg.K), list(cdpg_cfg.k_list),

@@ -10,6 +10,7 @@ import pandas as pd
 from rich.table import Table
 
 from fairaudit.analysis.study import AXES
+from fairaudit.numbers import snap
 
 NA = "n/a"
 
@@ -53,7 +54,7 @@ def _cell(value, fmt: Callable[[float], str]) -> str:
         return value
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return NA
-    return fmt(float(value))
+    return fmt(snap(float(value)))  # float noise prints 0.000, never -0.000
 
 
 def display(table: pd.DataFrame, headers: dict[str, str] | None = None,

@@ -12,7 +12,7 @@ import pandas as pd
 
 from fairaudit.analysis.study import AXES
 from fairaudit.errors import AuditError
-from fairaudit.tracking import SUPERSEDED_TAG, finite_metrics, parent_run_id
+from fairaudit.tracking import PROBE_TAG, STUDY_TAG, SUPERSEDED_TAG, finite_metrics, parent_run_id
 
 BASELINE_PARAM = "probe.baseline_arm.name"
 SETTING_PARAMS = ("probe.",)  # params kept as columns: a probe's settings, for tables that keep settings apart
@@ -28,6 +28,7 @@ class Selection:
     experiment_ids: list[str]
     parent: str | None = None
     left_out: pd.DataFrame = field(default_factory=pd.DataFrame)  # matching runs dropped: status, KILLED, superseded
+    parents: list[str] = field(default_factory=list)  # every sweep selected (a study: one per probe); parent is the newest
 
 
 def _quote(value: Any) -> str:
@@ -49,27 +50,36 @@ def experiment_ids(client, names: str | list[str] | None) -> list[str]:
     return ids
 
 
-def latest_sweep(client, exp_ids: list[str]) -> str:
-    """The newest sweep parent run in the experiments."""
-    found = client.search_runs(exp_ids, "tags.`fairaudit.kind` = 'sweep'", max_results=1,
-                               order_by=["attributes.start_time DESC"])
+def latest_study(client, exp_ids: list[str]) -> list[str]:
+    """The latest study's sweeps, newest first: the newest sweep and, for each other probe, the newest sweep of
+    the same grid (same overrides but the probe's, tag fairaudit.study) that ran it."""
+    order = ["attributes.start_time DESC"]
+    found = client.search_runs(exp_ids, "tags.`fairaudit.kind` = 'sweep'", max_results=1, order_by=order)
     if not found:
         raise AuditError(f"no sweep run in {client.tracking_uri}; run a study with -m first, or pass "
                          "select.parent=null to select runs by select.experiment / select.tags / select.filter alone")
-    return found[0].info.run_id
+    study = found[0].data.tags.get(STUDY_TAG)
+    if not study:  # a sweep logged before studies were tagged
+        return [found[0].info.run_id]
+    sweeps = client.search_runs([found[0].info.experiment_id], f"tags.`fairaudit.kind` = 'sweep' AND "
+                                f"tags.`{STUDY_TAG}` = {_quote(study)}", order_by=order)
+    chosen: dict[str, str] = {}
+    for sweep in sweeps:
+        chosen.setdefault(sweep.data.tags.get(PROBE_TAG, sweep.info.run_id), sweep.info.run_id)
+    return list(chosen.values())
 
 
-def resolve_parent(client, select, exp_ids: list[str]) -> str | None:
-    """The parent run to restrict to: select.sweep_dir's, select.parent, the newest sweep (`latest`) or none."""
+def resolve_parents(client, select, exp_ids: list[str]) -> list[str]:
+    """The parent runs to restrict to: select.sweep_dir's, select.parent, the latest study's (`latest`) or none."""
     if select.sweep_dir:
         parent = parent_run_id(select.sweep_dir)
         if parent is None:
             raise AuditError(f"select.sweep_dir {select.sweep_dir!r} holds no mlflow_parent_run_id: "
                              "not a fairaudit multirun folder")
-        return parent
+        return [parent]
     if select.parent == "latest":
-        return latest_sweep(client, exp_ids)
-    return select.parent
+        return latest_study(client, exp_ids)
+    return [select.parent] if select.parent else []
 
 
 def filter_string(select, parent: str | None) -> str:
@@ -117,15 +127,16 @@ def runs_frame(runs: Iterable) -> pd.DataFrame:
 def select_runs(client, select) -> Selection:
     """Job runs chosen by select.{experiment, parent, sweep_dir, tags, filter, status}."""
     exp_ids = experiment_ids(client, select.experiment)
-    parent = resolve_parent(client, select, exp_ids)
-    if parent:
+    parents = resolve_parents(client, select, exp_ids)
+    if parents:
         try:
-            exp_ids = [client.get_run(parent).info.experiment_id]
+            exp_ids = [client.get_run(parents[0]).info.experiment_id]
         except Exception as error:  # mlflow raises MlflowException for unknown ids
-            raise AuditError(f"select.parent: no run {parent!r} in {client.tracking_uri}") from error
-    filter_str = filter_string(select, parent)
+            raise AuditError(f"select.parent: no run {parents[0]!r} in {client.tracking_uri}") from error
+    filters = [filter_string(select, parent) for parent in parents or [None]]
+    filter_str = " OR ".join(f"({f})" for f in filters) if len(filters) > 1 else filters[0]
     try:
-        frame = runs_frame(search_all(client, exp_ids, filter_str))
+        frame = runs_frame([run for f in filters for run in search_all(client, exp_ids, f)])
     except Exception as error:
         raise AuditError(f"MLflow search failed for filter {filter_str!r}: {error}") from error
     if frame.empty:
@@ -136,7 +147,7 @@ def select_runs(client, select) -> Selection:
         raise AuditError(f"{len(frame)} job runs match {filter_str!r} but none has status {select.status or 'other than KILLED'} "
                          "without being superseded by a later run of the same job")
     kept, dropped = frame[keep].reset_index(drop=True), frame[~keep].reset_index(drop=True)
-    return Selection(kept, filter_str, exp_ids, parent, dropped)
+    return Selection(kept, filter_str, exp_ids, parents[0] if parents else None, dropped, parents)
 
 
 def left_out_summary(left_out: pd.DataFrame) -> str:
@@ -199,4 +210,6 @@ def source_tags(selection: Selection) -> dict[str, str]:
     }
     if selection.parent:
         tags["fairaudit.source_parent"] = selection.parent
+    if len(selection.parents) > 1:
+        tags["fairaudit.source_parents"] = ",".join(selection.parents)
     return tags

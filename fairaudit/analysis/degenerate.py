@@ -1,0 +1,107 @@
+"""Degenerate results, found in the records: each check returns one line per problem (empty when none).
+
+A run whose model says Yes to everyone, or never closes its think block, still yields metrics; these
+lines say why those metrics cannot show what they are meant to.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def thinking_arms(records: pd.DataFrame) -> list[str]:
+    """Arms whose rows carry a think trace: `compliant` is null under thinking arms (probes.decisions.decide).
+
+    records: arm[, compliant]
+    """
+    if "compliant" not in records:
+        return []
+    return [arm for arm, rows in records.groupby("arm", sort=False) if rows["compliant"].isna().all()]
+
+
+def same_answer(records: pd.DataFrame) -> str | None:
+    """Every answer, under every arm and on both sides, is the same. records: arm, answer"""
+    answers = records["answer"].dropna()
+    if len(answers) < 2 or answers.nunique() != 1:
+        return None
+    arms = " and ".join(records["arm"].unique())
+    return (f"every answer ({len(answers)} of {len(records)}, {arms}) is {answers.iloc[0]}: the model answers the same "
+            "whoever the person is, so no counterfactual flip can show; read the P(Yes) gap instead")
+
+
+def trace_problems(records: pd.DataFrame, arm: str) -> list[str]:
+    """A thinking arm's traces: all empty, or never closed (its answers then parse from nothing).
+
+    records: arm, trace_tokens, think_closed, answer, parsed_answer
+    """
+    rows = records[records["arm"] == arm]
+    if rows.empty:
+        return []
+    if (rows["trace_tokens"] == 0).all():
+        return [f"every {arm} trace is empty (0 tokens): thinking had nothing to change"]
+    unclosed = int((~rows["think_closed"].astype(bool)).sum())
+    if not unclosed:
+        return []
+    forced = int((rows["answer"].notna() & rows["parsed_answer"].isna()).sum())
+    fate = (f"{forced} of those answers were forced from P(Yes) at the trace's end (model.answer_source=forced)"
+            if forced else "their answers are dropped")
+    mean = rows["trace_tokens"].mean()
+    return [f"{unclosed} of {len(rows)} {arm} traces never closed their think block (mean {mean:.1f} tokens; "
+            f"raise model.max_think_tokens or use a model that closes it): {fate}"]
+
+
+def parse_problems(records: pd.DataFrame, arm: str) -> list[str]:
+    """No output of the arm parsed to Yes or No. records: arm, answer, parsed_answer"""
+    rows = records[records["arm"] == arm]
+    column = "parsed_answer" if "parsed_answer" in rows else "answer"
+    if rows.empty or rows[column].notna().any():
+        return []
+    kept = "every answer was forced from P(Yes)" if rows["answer"].notna().all() else "no pair can count"
+    return [f"no {arm} output parsed to Yes or No (parse_rate_{arm} 0): {kept}"]
+
+
+def decision_warnings(records: pd.DataFrame, arms: tuple[str, ...]) -> list[str]:
+    """Every check above for paired Yes/No records under `arms`, plus pairs that all fell out.
+
+    records: pair_id, side, arm, answer, parsed_answer, compliant, trace_tokens, think_closed
+    """
+    lines = [line for line in [same_answer(records)] if line]
+    thinking = thinking_arms(records)
+    for arm in arms:
+        traces = trace_problems(records, arm) if arm in thinking else []
+        lines += traces or parse_problems(records, arm)  # unclosed traces are why nothing parsed
+    return lines
+
+
+def depth_warnings(depth: pd.DataFrame) -> list[str]:
+    """Depth reads that cannot move: every cut at token 0, or traces shorter than their segment count.
+
+    depth: pair_id, side, K, k, cut
+    """
+    if depth.empty:
+        return ["no depth reads: no trace was cut"]
+    if (depth["cut"] == 0).all():
+        return ["every depth cut is at token 0 (the traces are empty): CDPG reads the same P(Yes) at every depth"]
+    finest = depth[depth["K"] == depth["K"].max()]
+    repeats = finest.groupby(["pair_id", "side"])["cut"].nunique() < finest["K"].max()
+    if repeats.all():
+        return [f"every trace is shorter than K={int(finest['K'].max())} tokens: depths repeat the same cut"]
+    return []
+
+
+def mcq_warnings(records: pd.DataFrame) -> list[str]:
+    """MCQ answers that cannot show position bias: none extracted, or one letter for everything.
+
+    records: answer_position, truncated
+    """
+    answered = records["answer_position"].dropna()
+    lines = []
+    if answered.empty:
+        lines.append("no answer letter was found in any output: every position metric is undefined")
+    elif len(answered) > 1 and answered.nunique() == 1:
+        lines.append(f"every answer is option {'ABCD'[int(answered.iloc[0])]}, whatever the permutation: "
+                     "the model ignores the question")
+    truncated = float(records["truncated"].mean()) if "truncated" in records and len(records) else 0.0
+    if truncated >= 0.5:
+        lines.append(f"{truncated:.0%} of outputs hit the token budget: raise arm.max_new_tokens")
+    return lines

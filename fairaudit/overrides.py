@@ -1,0 +1,115 @@
+"""Command-line overrides checked before Hydra sees them: a misspelt group option or key is one `error:`
+line naming the nearest names (lm-eval's "did you mean"), instead of Hydra's multi-line message."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from fairaudit import CONF_DIR
+
+CONF = Path(CONF_DIR)
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def group_options(group: str) -> list[str] | None:
+    """The options of a config group of ours (conf/<group>/*.yaml), None for anything else (hydra/ plugins)."""
+    folder = CONF / group
+    if group.startswith("hydra") or not folder.is_dir():
+        return None
+    return sorted(path.stem for path in folder.glob("*.yaml"))
+
+
+def nearest(word: str, names: list[str]) -> str:
+    """ '; did you mean X?' (or 'X or Y'), or the choices when nothing is near."""
+    close = difflib.get_close_matches(word, names, n=2, cutoff=0.6)
+    if close:
+        return f"; did you mean {' or '.join(close)}?"
+    return f"; choices: {', '.join(names)}" if len(names) <= 30 else ""
+
+
+def values_of(override) -> list[str]:
+    """The values an override sets: one, or each value of a sweep (`dataset=adult,compas`)."""
+    if override.is_sweep_override():
+        return [str(v) for v in override.sweep_string_iterator()]
+    return [str(override.value())]
+
+
+def group_problem(override) -> str | None:
+    """An option that its group does not have."""
+    group = override.key_or_group
+    options = group_options(group)
+    if options is None or override.is_delete() or override.value() is None:
+        return None
+    for value in values_of(override):
+        if value not in options:
+            return f"{override.input_line}: there is no {group} named {value!r}{nearest(value, options)} (`fairaudit list` shows them all)"
+    return None
+
+
+def key_problem(key: str, composed) -> str | None:
+    """A dotted key the composed config lacks: the nearest names at the level where it goes astray."""
+    from omegaconf import DictConfig
+
+    node, parts = composed, key.split(".")
+    for depth, part in enumerate(parts):
+        if not isinstance(node, DictConfig):
+            return None  # below a value: not a key problem
+        if part not in node:
+            where = ".".join(parts[:depth])
+            names = [f"{where}.{name}" if where else str(name) for name in node.keys()]
+            missing = ".".join(parts[:depth + 1])
+            return (f"{key}: the config has no key {missing!r}{nearest(missing, names)} (to add a new key on "
+                    f"purpose, write +{key}=...)")
+        node = node._get_node(part) if hasattr(node, "_get_node") else node[part]
+    return None
+
+
+def job_line(override) -> str:
+    """The override as one job of a sweep sees it: a sweep at its first value."""
+    if not override.is_sweep_override():
+        return override.input_line
+    return f"{override.input_line.split('=', 1)[0]}={values_of(override)[0]}"
+
+
+def check(config_name: str, argv: list[str]) -> str | None:
+    """The one error line for overrides that name an unknown option or key (None when they compose; command
+    lines with other Hydra flags, --cfg or -sc, are left to Hydra)."""
+    args = [a for a in argv if a not in MULTIRUN_FLAGS]
+    if not args or any(a.startswith("-") for a in args):
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        overrides = OverridesParser.create().parse_overrides(args)
+    except OverrideParseException as error:
+        return " ".join(str(error).split())
+    groups = [o for o in overrides if group_options(o.key_or_group) is not None]
+    for override in groups:
+        problem = group_problem(override)
+        if problem:
+            return problem
+    return compose_problem(config_name, overrides)
+
+
+def compose_problem(config_name: str, overrides) -> str | None:
+    """Compose one job's config; a key that does not exist, or any other composition error, as one line.
+    hydra.* overrides and deletions are left to Hydra."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    kept = [o for o in overrides if not o.key_or_group.startswith("hydra") and not o.is_delete()]
+    keys = [o for o in kept if group_options(o.key_or_group) is None and not (o.is_add() or o.is_force_add())]
+    with initialize_config_dir(CONF_DIR, version_base=None):
+        try:
+            base = compose(config_name, overrides=[job_line(o) for o in kept if o not in keys])
+            problem = next((p for p in (key_problem(o.key_or_group, base) for o in keys) if p), None)
+            if problem:
+                return problem
+            compose(config_name, overrides=[job_line(o) for o in kept])
+        except Exception as error:  # a composition Hydra would refuse: its message, on one line
+            return " ".join(str(error).split())
+        finally:
+            GlobalHydra.instance().clear()
+    return None

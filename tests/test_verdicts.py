@@ -1,0 +1,172 @@
+"""What a run found, in words: the P(Yes) gap against hand-computed values, degenerate-result warnings, and
+every probe's verdict on stdout before its table, end to end on the tiny model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import run_app
+from fairaudit.analysis.degenerate import decision_warnings, depth_warnings, mcq_warnings, thinking_arms
+from fairaudit.analysis.gap import p_gap
+from fairaudit.numbers import snap, snap_frame, snap_metrics
+
+# P(Yes) per pair (alpha, alpha') under each arm; pair p4 is scored on one side only under think.
+P = {"think": [(0.9, 0.6), (0.5, 0.7), (0.2, 0.2), (0.4, None)],
+     "nothink": [(0.8, 0.8), (0.4, 0.3), (0.3, 0.5), (0.5, 0.5)]}
+
+
+def gap_records(answers: str | None = "Yes") -> pd.DataFrame:
+    rows = []
+    for arm, pairs in P.items():
+        for i, sides in enumerate(pairs):
+            for side, p in zip(("alpha", "alpha_prime"), sides):
+                rows.append({"pair_id": f"p{i + 1}", "side": side, "attribute_value": side, "arm": arm,
+                             "answer": answers, "p_yes": np.nan if p is None else p})
+    return pd.DataFrame(rows)
+
+
+def test_p_gap_is_the_mean_absolute_within_pair_difference_over_pairs_scored_in_both_arms():
+    m = p_gap(gap_records(answers=None), "think", "nothink", n_boot=200, seed=3)  # unparsed answers do not matter
+    assert m["n_pairs_scored"] == 3  # p4 lacks a think score on one side
+    assert m["p_gap_think"] == pytest.approx((0.3 + 0.2 + 0.0) / 3)
+    assert m["p_gap_nothink"] == pytest.approx((0.0 + 0.1 + 0.2) / 3)
+    assert m["p_diff_think"] == pytest.approx((0.3 - 0.2 + 0.0) / 3)
+    assert m["p_diff_nothink"] == pytest.approx((0.0 + 0.1 - 0.2) / 3)
+    assert m["delta_p_gap"] == pytest.approx(0.5 / 3 - 0.1)
+
+
+def test_p_gap_interval_is_the_paired_percentile_bootstrap():
+    n_boot, seed = 500, 11
+    m = p_gap(gap_records(), "think", "nothink", n_boot=n_boot, seed=seed)
+    gap_t, gap_b = np.array([0.3, 0.2, 0.0]), np.array([0.0, 0.1, 0.2])
+    rng = np.random.default_rng(seed)  # the same resamples, drawn by hand
+    draws = [rng.integers(0, 3, size=3) for _ in range(n_boot)]
+    think = np.quantile([gap_t[i].mean() for i in draws], [0.025, 0.975])
+    delta = np.quantile([gap_t[i].mean() - gap_b[i].mean() for i in draws], [0.025, 0.975])
+    assert (m["p_gap_think_ci_low"], m["p_gap_think_ci_high"]) == pytest.approx(tuple(think))
+    assert (m["delta_p_gap_ci_low"], m["delta_p_gap_ci_high"]) == pytest.approx(tuple(delta))
+    assert 0.0 <= m["p_gap_think_ci_low"] <= m["p_gap_think"] <= m["p_gap_think_ci_high"] <= 0.3 + 1e-12
+
+
+def test_p_gap_of_no_scored_pair_is_nan_not_an_error():
+    records = gap_records().assign(p_yes=np.nan)
+    m = p_gap(records, "think", "nothink", n_boot=100)
+    assert m["n_pairs_scored"] == 0 and math.isnan(m["p_gap_think"]) and math.isnan(m["p_gap_think_ci_low"])
+
+
+def decision_records(think_answer="Yes", nothink_answer="Yes", closed=True, tokens=5, parsed=True) -> pd.DataFrame:
+    rows = []
+    for arm, answer in (("think", think_answer), ("nothink", nothink_answer)):
+        for i in range(3):
+            for side in ("alpha", "alpha_prime"):
+                thinking = arm == "think"
+                rows.append({"pair_id": i, "side": side, "arm": arm, "answer": answer,
+                             "parsed_answer": answer if parsed or not thinking else None,
+                             "compliant": pd.NA if thinking else True, "trace_tokens": tokens if thinking else 0,
+                             "think_closed": closed if thinking else True})
+    return pd.DataFrame(rows).astype({"compliant": "boolean"})
+
+
+def test_every_answer_the_same_is_one_warning():
+    lines = decision_warnings(decision_records(), ("think", "nothink"))
+    assert lines == ["every answer (12 of 12, think and nothink) is Yes: the model answers the same whoever the "
+                     "person is, so no counterfactual flip can show; read the P(Yes) gap instead"]
+    assert decision_warnings(decision_records(nothink_answer="No"), ("think", "nothink")) == []
+
+
+def test_traces_never_closed_with_forced_answers_are_one_warning_not_two():
+    records = decision_records(closed=False, parsed=False, nothink_answer="No")
+    assert thinking_arms(records) == ["think"]
+    (line,) = decision_warnings(records, ("think", "nothink"))
+    assert line.startswith("6 of 6 think traces never closed their think block (mean 5.0 tokens")
+    assert line.endswith("6 of those answers were forced from P(Yes) at the trace's end (model.answer_source=forced)")
+
+
+def test_empty_traces_and_unparsed_arms_are_named():
+    (empty,) = decision_warnings(decision_records(tokens=0, nothink_answer="No"), ("think", "nothink"))
+    assert empty == "every think trace is empty (0 tokens): thinking had nothing to change"
+    records = decision_records(nothink_answer="No").assign(parsed_answer=None)
+    lines = decision_warnings(records, ("think", "nothink"))
+    assert "no nothink output parsed to Yes or No (parse_rate_nothink 0): every answer was forced from P(Yes)" in lines
+
+
+def test_depth_and_mcq_warnings():
+    zero = pd.DataFrame({"pair_id": [1, 1], "side": ["alpha", "alpha_prime"], "K": [2, 2], "k": [1, 1], "cut": [0, 0]})
+    assert depth_warnings(zero) == ["every depth cut is at token 0 (the traces are empty): CDPG reads the same P(Yes) "
+                                    "at every depth"]
+    short = pd.DataFrame({"pair_id": 1, "side": "alpha", "K": 4, "k": [1, 2, 3, 4], "cut": [1, 1, 2, 2]})
+    assert depth_warnings(short) == ["every trace is shorter than K=4 tokens: depths repeat the same cut"]
+    assert depth_warnings(short.assign(cut=[1, 2, 3, 4])) == []
+    mcq = pd.DataFrame({"answer_position": pd.array([1, 1, 1, 1], dtype="Int64"), "truncated": [True, True, False, True]})
+    assert mcq_warnings(mcq) == ["every answer is option B, whatever the permutation: the model ignores the question",
+                                 "75% of outputs hit the token budget: raise arm.max_new_tokens"]
+    assert mcq_warnings(mcq.assign(answer_position=pd.array([None] * 4, dtype="Int64"), truncated=False)) == [
+        "no answer letter was found in any output: every position metric is undefined"]
+
+
+def test_float_noise_is_zero_before_it_is_logged_or_printed():
+    from fairaudit.console import format_number
+    from fairaudit.report.render import display
+    from fairaudit.tracking import finite_metrics, json_metrics
+
+    assert snap(-5.2567378e-18) == 0.0 and snap(1e-9) == 1e-9 and snap(3) == 3 and math.isnan(snap(math.nan))
+    noise = {"cdpg_slope_c": -5.2567378e-18, "n": 3}
+    assert snap_metrics(noise) == {"cdpg_slope_c": 0.0, "n": 3}
+    assert finite_metrics(noise)["cdpg_slope_c"] == 0.0 and json_metrics(noise)["cdpg_slope_c"] == 0.0
+    assert format_number(-5.2567378e-18) == "0"
+    frame = pd.DataFrame({"slope_k5": [-5.2567378e-18, 0.25], "cell": ["c", "d"]})
+    assert snap_frame(frame)["slope_k5"].tolist() == [0.0, 0.25]
+    assert display(frame)["slope_k5"].tolist() == ["0.000", "0.250"]  # Table 6 printed -0.000
+
+
+# ---------------------------------------------------------------- every probe's run, end to end
+
+PROBE_RUNS = {
+    "counterfactual": ("model=tiny_qwen3", "dataset.n=3"),
+    "btm": ("model=tiny_qwen3", "dataset.n=3", "probe=btm"),
+    "cdpg": ("model=tiny_qwen3", "dataset.n=3", "probe=cdpg", "probe.K=2", "probe.k_list=[2]", "probe.n_boot=100"),
+    "position": ("model=tiny_qwen3", "dataset=mmlu", "probe=position", "arm=cot", "dataset.n=2",
+                 "arm.max_new_tokens=8", "probe.truncation.enabled=false"),
+    "influence": ("model=tiny_qwen3", "dataset=mmlu", "probe=influence", "dataset.n=2", "probe.max_block_tokens=4",
+                  "probe.conditions=[masked]"),
+}
+FIRST_WORDS = {"counterfactual": "think against nothink on 3 Male/Female adult pairs", "btm": "nothink -> think on 3",
+               "cdpg": "CDPG on 3 Male/Female adult pairs", "position": "cot on 2 mmlu questions x 4 cyclic permutations",
+               "influence": "influence between private reasoning channels on 2 MCQ items"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe", [p if p == "counterfactual" else pytest.param(p, marks=pytest.mark.long) for p in PROBE_RUNS])
+def test_every_probe_prints_its_verdict_before_its_table_and_keeps_it_as_the_run_description(tmp_path, probe):
+    result = run_app(tmp_path, *PROBE_RUNS[probe])
+    assert result.returncode == 0, result.stderr[-3000:]
+    stdout = result.stdout.splitlines()
+    table = next(i for i, line in enumerate(stdout) if line.startswith("┏"))
+    verdict = [line for line in stdout[:table - 1] if line.strip()]
+    assert verdict[0].startswith(FIRST_WORDS[probe]), stdout[:table]
+    if probe in ("counterfactual", "btm", "cdpg"):
+        assert any(line.startswith("P(Yes) gap, mean |P(Yes | Male) - P(Yes | Female)| over 3 pairs") for line in verdict)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
+    assert run.data.tags["mlflow.note.content"].split("\n\n")[0] == verdict[0]
+    assert [d.dataset.name for d in run.inputs.dataset_inputs] == [run.data.tags["dataset"]]
+    url = f"#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning"
+    assert f"then open: http://127.0.0.1:5000/{url}" in result.stderr.splitlines()
+    assert any(line.startswith("start the MLflow UI with: ") and line.endswith(f"ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db")
+               for line in result.stderr.splitlines())
+    if probe == "counterfactual":
+        assert {"p_gap_think", "p_gap_think_ci_low", "p_gap_nothink", "delta_p_gap"} <= set(run.data.metrics)
+
+
+def test_every_shipped_probe_implements_its_own_verdict():
+    from fairaudit.app import probe_classes
+    from fairaudit.probes import Probe
+
+    classes = probe_classes()
+    assert set(classes) == {"counterfactual", "btm", "cdpg", "position", "influence"}
+    assert [name for name, cls in classes.items() if cls.verdict is Probe.verdict] == []
