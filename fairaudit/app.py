@@ -14,7 +14,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fairaudit import CONF_DIR, __version__, dry_run, samples
+from fairaudit import CONF_DIR, __version__, dry_run
 from fairaudit.backends import WHAT, Backend, Capabilities, backends_with
 from fairaudit.client import CachingClient
 from fairaudit.console import console, print_error, print_result, summary_table
@@ -223,7 +223,7 @@ def run(cfg: DictConfig) -> ProbeResult | None:
         tracker.log_config(cfg, list(hydra_cfg.overrides.task))
         tracker.log_result(result.metrics, result.tables, result.figures, result.records)
         view = job.probe.samples
-        tracker.log_texts(samples.artifacts(result.records[view.frame], view.layout, run_name))
+        tracker.log_samples(result.records[view.frame], view.layout, run_name)
         tracker.set_tags({HEADLINE_TAG: json.dumps(result.headline)})
     except BaseException as error:
         tracker.end(failed=True, error=failure_line(error))

@@ -208,10 +208,14 @@ class Tracker:
     def set_tags(self, tags: dict[str, str]) -> None:
         self.mlflow.set_tags(tags)
 
-    def log_texts(self, texts: dict[str, str]) -> None:
-        """Text artifacts by file name (e.g. samples.html, samples.jsonl)."""
-        for name, text in texts.items():
-            self.mlflow.log_text(text, name)
+    def log_samples(self, records: pd.DataFrame, layout: str, title: str) -> None:
+        """The per-sample pages and samples.jsonl of `records` (`fairaudit.samples`), written to a temporary
+        folder a page at a time and logged as the run's top-level artifacts."""
+        from fairaudit import samples
+
+        with tempfile.TemporaryDirectory() as tmp:
+            samples.write(records, layout, title, Path(tmp))
+            self.mlflow.log_artifacts(tmp)
 
     def end(self, failed: bool = False, error: str | None = None) -> None:
         """Close the run; `error` (one line) becomes its error tag and description. Closing a failed run

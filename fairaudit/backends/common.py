@@ -49,6 +49,23 @@ def stop_token_ids(model_dir: str, tokenizer) -> set[int]:
     return stop
 
 
+def encode_texts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """`tokenizer.encode(text, add_special_tokens=False)` of each text, in one batch call of a fast tokenizer."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_batch_fast") or getattr(tokenizer, "split_special_tokens", False):
+        return [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    return [encoding.ids for encoding in backend.encode_batch_fast(list(texts), add_special_tokens=False)]
+
+
+def tokenizer_digest(tokenizer) -> str:
+    """A digest naming what a tokenizer does to a text: its class and its whole serialised vocabulary, merges and rules."""
+    import hashlib
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    state = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    return f"{type(tokenizer).__name__}-{hashlib.sha256(state.encode()).hexdigest()[:16]}"
+
+
 def completion_from_ids(tokenizer, new_ids: Sequence[int], stop_ids: set[int], budget: int,
                         engine_stopped: bool = False) -> Completion:
     """The Completion of newly generated ids: cut at the first stop id within the budget (finish "stop"),

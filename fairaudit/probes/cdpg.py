@@ -11,7 +11,8 @@ from fairaudit.analysis.cdpg_figures import cdpg_figures
 from fairaudit.analysis.pairs import answer_accounting
 from fairaudit.errors import AuditError
 from fairaudit.probes import AuditContext, Needs, ProbeResult
-from fairaudit.probes.decisions import RESAMPLING, PairedProbe, answer_choices, answer_parts, paired_records
+from fairaudit.probes.decisions import (RESAMPLING, PairedProbe, answer_choices, answer_parts_all,
+                                        paired_records)
 from fairaudit.prompts.yesno import Arm
 from fairaudit.validate import check_fields, integer, list_of, number, optional
 
@@ -60,7 +61,7 @@ class CDPGProbe(PairedProbe):
     def depth_records(self, ctx: AuditContext, records: pd.DataFrame) -> pd.DataFrame:
         """P(Yes) after every cut of every treatment trace. # -> pair_id, side, arm, K, k, cut, p_yes_k, model, dataset"""
         rows = records[records["arm"] == ctx.arm.name].reset_index(drop=True)
-        parts = [answer_parts(ctx, prompt, trace, ctx.arm) for prompt, trace in zip(rows["prompt"], rows["trace"])]
+        parts = answer_parts_all(ctx, list(rows["prompt"]), list(rows["trace"]), ctx.arm)
         Ks = sorted({self.K, *self.k_list})
         cuts = [{K: segment_cuts(len(part.trace_ids), K) for K in Ks} for part in parts]
         requests = [replace(part, cuts=tuple(sorted({c for K in Ks for c in by_k[K]}))) for part, by_k in zip(parts, cuts)]

@@ -18,18 +18,34 @@ def encode(tokenizer, text: str) -> tuple[int, ...]:
     return tuple(tokenizer.encode(text, add_special_tokens=False))
 
 
+def encode_all(ctx: AuditContext, texts: list[str]) -> list[tuple[int, ...]]:
+    """`encode` of each text: through the client (batched, kept in the store) when there is one."""
+    if ctx.client is None:
+        return [encode(ctx.tokenizer, text) for text in texts]
+    return ctx.client.encode(texts, label="tokenize")
+
+
 def answer_parts(ctx: AuditContext, prompt: str, trace: str, arm: Arm) -> DepthRequest:
-    """The answer position as (prompt, trace, suffix) token ids, each part tokenized apart.
+    """The answer position of one (prompt, trace): `answer_parts_all` of one."""
+    return answer_parts_all(ctx, [prompt], [trace], arm)[0]
+
+
+def answer_parts_all(ctx: AuditContext, prompts: list[str], traces: list[str], arm: Arm) -> list[DepthRequest]:
+    """The answer position of each (prompt, trace) as (prompt, trace, suffix) token ids, each part tokenized apart.
 
     Thinking arms: the prompt with the think block open, the trace, the force-answer suffix.
     Other arms: the prompt (pre-fill included), no trace, the model's answer prefix. CDPG
     cuts the same trace ids, so its full-depth cut reads the same P(Yes) as the arm itself.
     """
-    tok = ctx.tokenizer
+    thinking = ctx.model.thinking
     if arm.think:
-        return DepthRequest(encode(tok, think_prompt_prefix(prompt, ctx.model.thinking)), encode(tok, trace),
-                            encode(tok, force_answer_suffix(ctx.model.thinking, ctx.model.answer_prefix)))
-    return DepthRequest(encode(tok, prompt), (), encode(tok, ctx.model.answer_prefix))
+        heads = [think_prompt_prefix(prompt, thinking) for prompt in prompts]
+        suffix = force_answer_suffix(thinking, ctx.model.answer_prefix)
+        ids = encode_all(ctx, [*heads, *traces, suffix])
+        n = len(prompts)
+        return [DepthRequest(ids[i], ids[n + i], ids[-1]) for i in range(n)]
+    ids = encode_all(ctx, [*prompts, ctx.model.answer_prefix])
+    return [DepthRequest(prompt_ids, (), ids[-1]) for prompt_ids in ids[:-1]]
 
 
 def answer_choices(ctx: AuditContext) -> tuple[list[int], list[int]]:
@@ -53,10 +69,11 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
     like an unparsed one. `truncated`: the generation hit the arm's token budget.
     """
     prompts = render_prompts(ctx, pairs, arm)
-    requests = [GenerationRequest(encode(ctx.tokenizer, p), arm.max_new_tokens) for p in prompts]
+    requests = [GenerationRequest(ids, arm.max_new_tokens) for ids in encode_all(ctx, prompts)]
     completions = ctx.client.generate(requests, label=f"generate {arm.name}")
+    del requests
     outputs = [split_output(p, c.text, arm, ctx.model.thinking) for p, c in zip(prompts, completions)]
-    parts = [answer_parts(ctx, p, o.trace, arm) for p, o in zip(prompts, outputs)]
+    parts = answer_parts_all(ctx, prompts, [o.trace for o in outputs], arm)
     prefixes = [part.prompt_ids + part.trace_ids + part.suffix_ids for part in parts]
     p_yes = ctx.client.choice_probs(prefixes, answer_choices(ctx), label=f"score {arm.name}")[:, 0]
     parsed = [parse_yes_no(o.answer_text) if o.closed else None for o in outputs]
