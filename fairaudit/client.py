@@ -9,7 +9,7 @@ talk to this client alone; they never import the store or compute keys (a Comple
 from __future__ import annotations
 
 from dataclasses import asdict, fields
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -26,6 +26,19 @@ def array_json(values) -> list:
 
 
 ENCODE_CHUNK = 256  # texts per tokenizer batch and store commit
+_INTS: list[int] = []  # one int object per token id seen, shared by every token tuple
+
+
+def shared_ints(ids: Sequence[int]) -> tuple[int, ...]:
+    """`tuple(ids)` whose ints are shared objects: CPython keeps each int above 256 in an object of its own,
+    so thousands of 2,000-token lists would hold 36 bytes per token; shared, a tuple holds 8."""
+    if not ids or min(ids) < 0:
+        return tuple(ids)
+    try:
+        return tuple(map(_INTS.__getitem__, ids))
+    except IndexError:
+        _INTS.extend(range(len(_INTS), max(max(ids) + 1, 2 * len(_INTS))))
+        return tuple(map(_INTS.__getitem__, ids))
 
 
 def payload(request) -> dict:
@@ -83,13 +96,13 @@ class CachingClient:
             self.require("attention_graphs")
         payloads = [payload(r) for r in requests]  # generation_key's payload
         keys, rows = self._cached("generate", payloads, label, self.backend.generate, requests, to_json=completion_json)
-        return [Completion(r["text"], tuple(r["token_ids"]), r["finish_reason"], key) for key, r in zip(keys, rows)]
+        return [Completion(r["text"], shared_ints(r["token_ids"]), r["finish_reason"], key) for key, r in zip(keys, rows)]
 
     def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]], label: str = "score") -> np.ndarray:
         """Choice probabilities per prefix (rows in prefix order), from the store where present."""
         self.require("scores")
         choice_lists = [list(c) for c in choices]
-        payloads = [{"prefix": list(p), "choices": choice_lists} for p in prefixes]
+        payloads = ({"prefix": list(p), "choices": choice_lists} for p in prefixes)  # one at a time: keys only
         _, rows = self._cached("choice_probs", payloads, label, self.backend.choice_probs, prefixes, (choice_lists,))
         return np.array(rows, dtype=float).reshape(len(prefixes), len(choices))
 
@@ -97,7 +110,7 @@ class CachingClient:
         """Choice probabilities at every cut of each trace, from the store where present."""
         self.require("depth_reads")
         choice_lists = [list(c) for c in choices]
-        payloads = [{**payload(r), "choices": choice_lists} for r in requests]
+        payloads = ({**payload(r), "choices": choice_lists} for r in requests)
         _, rows = self._cached("depth_choice_probs", payloads, label, self.backend.depth_choice_probs, requests, (choice_lists,))
         return [np.array(r, dtype=float) for r in rows]
 
@@ -130,13 +143,14 @@ class CachingClient:
                 self.store.put_many("encode", self._tokenizer_digest, items)
                 found.update(items)
                 advance(len(chunk))
-        return [tuple(found[keys[t]]) for t in texts]
+        ids = {t: shared_ints(found.pop(keys[t])) for t in unique}
+        return [ids[t] for t in texts]
 
     def metrics(self) -> dict[str, float]:
         """Model calls made through this client, and the backend's own figures."""
         return {"model_calls": self.model_calls, **self.backend.metrics()}
 
-    def _cached(self, kind: str, payloads: Sequence[object], label: str, method: Callable, items: Sequence,
+    def _cached(self, kind: str, payloads: Iterable[object], label: str, method: Callable, items: Sequence,
                 extra: tuple = (), to_json: Callable = array_json) -> tuple[list[str], list]:
         """(keys, results) of method(items, *extra), read from the store where present, stored as to_json(result)."""
         keys = [self.key(kind, p) for p in payloads]

@@ -117,12 +117,12 @@ def _items(labelled: pd.DataFrame, spec: Layout, groups: list[str]) -> Iterator[
     """(label, HTML) of every item, labels in `groups` order, items in the order their records first appear."""
     first = {u: i for i, u in enumerate(dict.fromkeys(labelled[spec.unit]))}
     rank = {g: i for i, g in enumerate(groups)}
-    ordered = labelled.iloc[np.lexsort((labelled[spec.unit].map(first).to_numpy(), labelled["group"].map(rank).to_numpy()))]
-    units = ordered[spec.unit].to_numpy()
+    order = np.lexsort((labelled[spec.unit].map(first).to_numpy(), labelled["group"].map(rank).to_numpy()))
+    units = labelled[spec.unit].to_numpy()[order]
     starts = [*np.flatnonzero(np.r_[True, units[1:] != units[:-1]]).tolist(), len(units)] if len(units) else [0]
     for s in range(0, len(starts) - 1, SLICE):
         bounds = starts[s:s + SLICE + 1]
-        rows = ordered.iloc[bounds[0]:bounds[-1]].to_dict("records")
+        rows = labelled.iloc[order[bounds[0]:bounds[-1]]].to_dict("records")  # a slice at a time: texts are large
         for a, b in zip(bounds, bounds[1:]):
             unit_rows = rows[a - bounds[0]:b - bounds[0]]
             yield unit_rows[0]["group"], spec.item(unit_rows, unit_rows[0]["group"])

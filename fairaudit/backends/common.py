@@ -67,13 +67,15 @@ def tokenizer_digest(tokenizer) -> str:
 
 
 def completion_from_ids(tokenizer, new_ids: Sequence[int], stop_ids: set[int], budget: int,
-                        engine_stopped: bool = False) -> Completion:
+                        engine_stopped: bool = False, decode=None) -> Completion:
     """The Completion of newly generated ids: cut at the first stop id within the budget (finish "stop"),
-    else at the budget ("length", or "stop" when the engine reports it stopped on a stop sequence of its own)."""
+    else at the budget ("length", or "stop" when the engine reports it stopped on a stop sequence of its own).
+    decode: ids -> text, when a backend has a faster one equal to `tokenizer.decode(ids, skip_special_tokens=False)`."""
     stop = next((i for i, t in enumerate(new_ids[:budget]) if t in stop_ids), None)
     kept = list(new_ids[:budget] if stop is None else new_ids[:stop])
     finish = "stop" if stop is not None or engine_stopped else "length"
-    return Completion(text=tokenizer.decode(kept, skip_special_tokens=False), token_ids=tuple(kept), finish_reason=finish)
+    text = decode(kept) if decode else tokenizer.decode(kept, skip_special_tokens=False)
+    return Completion(text=text, token_ids=tuple(kept), finish_reason=finish)
 
 
 def check_depth_request(request: DepthRequest) -> None:

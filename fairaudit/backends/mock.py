@@ -120,10 +120,10 @@ class MockBackend(Backend):
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def _ids_of(self, words: Sequence[str]) -> set[int]:
-        """Token ids spelling the words (bare, after a space, lowercased), those with letters only."""
+    def _ids_of(self, words: Sequence[str], letters: bool = True) -> set[int]:
+        """Token ids spelling the words (bare, after a space, lowercased); with `letters`, those with a letter only."""
         ids = {t for w in words for form in (w, " " + w, w.lower(), " " + w.lower()) for t in self._encode(form)}
-        return {t for t in ids if any(c.isalpha() for c in self.tokenizer.decode([t]))}
+        return {t for t in ids if not letters or any(c.isalpha() for c in self.tokenizer.decode([t]))}
 
     def _vocabulary(self, thinking: Mapping, answer_prefix: str, protected: list[str], neutral: list[str]) -> None:
         """Lookup tables over the vocabulary: the trace band, the side markers, the tokens a pair's seed skips."""
@@ -134,12 +134,13 @@ class MockBackend(Backend):
         structural = {t for text in (thinking["open"], thinking["close"], "\n", "\n\n", OPENER, answer_prefix,
                                      f" {answer_prefix}") for t in self._encode(text)}
         alpha, prime = (self._ids_of(protected[i:i + 1]) for i in range(2)) if len(protected) == 2 else (set(), set())
-        skipped = structural | alpha | prime | self._ids_of(neutral)
+        skipped = structural | self._ids_of(protected, letters=False) | self._ids_of(neutral, letters=False)
         band = []
         for t in range(min(30000, size // 2), size):
             word = self.tokenizer.decode([t])
-            if (len(word) > 6 and word[0] == " " and word[1:].isalpha() and word[1:].islower() and t not in skipped
-                    and self._encode(word) == [t]):
+            letters = word[1:]
+            if (len(word) > 6 and word[0] == " " and letters.isascii() and letters.isalpha() and letters.islower()
+                    and t not in skipped and self._encode(word) == [t]):
                 band.append(t)
                 if len(band) == BAND_SIZE:
                     break
@@ -148,6 +149,17 @@ class MockBackend(Backend):
         self.in_band, self.alpha_mark, self.prime_mark = table(band), table(alpha - prime), table(prime - alpha)
         self.seeded = ~table(skipped | set(band))
         self.size = size
+        self.answer_ids = [self._encode(a) for a in self.settings["answers"]]
+        known = {*band, *self.opener_ids, *self.open_ids, *self.close_ids, *(t for ids in self.answer_ids for t in ids)}
+        self.pieces = {t: self.tokenizer.decode([t], skip_special_tokens=False) for t in known}
+        self.pieces = {t: piece for t, piece in self.pieces.items() if piece.isascii()}  # whole characters each
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        """tokenizer.decode(ids), by joining the pieces of the tokens the mock writes (others: the tokenizer)."""
+        try:
+            return "".join([self.pieces[t] for t in ids])
+        except KeyError:
+            return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
     def _features(self, ids: np.ndarray) -> tuple[int, int, int, float]:
         """(pair seed, trace tokens, trace seed, side: +1/2 alpha, -1/2 alpha', 0 neither) of a token sequence."""
@@ -227,10 +239,9 @@ class MockBackend(Backend):
         pair = self._features(prompt)[0]
         trace = [] if head is None else head + self._trace(pair, (request.seed or 0) if request.temperature > 0 else 0)
         read = np.concatenate([prompt, np.asarray(trace, dtype=np.int64)])
-        answers = [self._encode(a) for a in self.settings["answers"]]
-        best = int(np.argmax(self._logits(read, [ids[0] for ids in answers])))
-        tail = (self.close_ids if head is not None else []) + answers[best] + [self.eos]
-        return completion_from_ids(self.tokenizer, trace + tail, self.stop_ids, request.max_new_tokens)
+        best = int(np.argmax(self._logits(read, [ids[0] for ids in self.answer_ids])))
+        tail = (self.close_ids if head is not None else []) + self.answer_ids[best] + [self.eos]
+        return completion_from_ids(self.tokenizer, trace + tail, self.stop_ids, request.max_new_tokens, decode=self._decode)
 
     def _visible(self, blocks, visibility, targets: Sequence[int]) -> np.ndarray:
         """Ids of the blocks the target blocks may attend (their own included), in sequence order."""
@@ -244,8 +255,9 @@ class MockBackend(Backend):
         last = len(request.blocks) - 1
         words = self._trace(_digest(self._visible(request.blocks, request.visibility, [last])), 0)
         if request.stop_ids and len(words) <= request.max_new_tokens:
-            return Completion(self.tokenizer.decode(words, skip_special_tokens=False), tuple(words), "stop")
-        return completion_from_ids(self.tokenizer, words + [self.eos], self.stop_ids, request.max_new_tokens)
+            return Completion(self._decode(words), tuple(words), "stop")
+        return completion_from_ids(self.tokenizer, words + [self.eos], self.stop_ids, request.max_new_tokens,
+                                   decode=self._decode)
 
     def target_nll(self, requests: Sequence[NLLRequest]) -> np.ndarray:
         """Seeded nats/token, positive, fixed by the target blocks and what they may see under the graph."""

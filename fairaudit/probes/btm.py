@@ -6,10 +6,11 @@ from fairaudit.analysis.transition_figures import group_transition_heatmaps, tpa
 from fairaudit.analysis.pairs import answer_accounting
 from fairaudit.analysis.transitions import transitions
 from fairaudit.probes import AuditContext, ProbeResult
-from fairaudit.probes.decisions import PairedProbe, paired_records
+from fairaudit.probes.decisions import PairedProbe, analysed, paired_metrics, paired_records
 
 HEADLINE = ["n_pairs", "t_alpha_ny", "t_alpha_prime_ny", "t_alpha_yy", "t_alpha_prime_yy", "delta_t_max_abs",
-            "tpair_nn_m", "tpair_m_m", "c_actual", "c_ind", "b_actual", "b_ind"]
+            "tpair_nn_m", "tpair_m_m", "c_actual", "c_ind", "b_actual", "b_ind", "n_pairs_truncated",
+            "n_pairs_complete", "delta_t_max_abs_complete"]
 
 
 class BiasTransitionProbe(PairedProbe):
@@ -21,7 +22,7 @@ class BiasTransitionProbe(PairedProbe):
     def run(self, ctx: AuditContext) -> ProbeResult:
         records = paired_records(ctx, self.baseline)
         t, b = ctx.arm.name, self.baseline.name
-        result = transitions(records, treatment=t, baseline=b)
+        result = transitions(analysed(records), treatment=t, baseline=b)
         tables = result["tables"]
         figures = {
             "tpair_split": tpair_heatmap(tables["tpair_split"], t, b, title="pair-state transitions"),
@@ -29,7 +30,9 @@ class BiasTransitionProbe(PairedProbe):
                 tables["t_alpha"], tables["t_alpha_prime"], t, b, labels=tuple(_side_labels(records))
             ),
         }
-        metrics = result["metrics"] | answer_accounting(records, t, b)
+        metrics = paired_metrics(lambda rows: transitions(rows, treatment=t, baseline=b)["metrics"]
+                                 | answer_accounting(rows, t, b), records, t, b,
+                                 result["metrics"] | answer_accounting(analysed(records), t, b))
         return ProbeResult(metrics=metrics, tables=tables, figures=figures,
                            records={"records": records}, headline=HEADLINE)
 

@@ -11,8 +11,8 @@ from fairaudit.analysis.cdpg_figures import cdpg_figures
 from fairaudit.analysis.pairs import answer_accounting
 from fairaudit.errors import AuditError
 from fairaudit.probes import AuditContext, Needs, ProbeResult
-from fairaudit.probes.decisions import (RESAMPLING, PairedProbe, answer_choices, answer_parts_all,
-                                        paired_records)
+from fairaudit.probes.decisions import (RESAMPLING, PairedProbe, analysed, answer_choices, answer_parts_all,
+                                        paired_metrics, paired_records)
 from fairaudit.prompts.yesno import Arm
 from fairaudit.validate import check_fields, integer, list_of, number, optional
 
@@ -20,7 +20,8 @@ SETTINGS = {**RESAMPLING, "K": integer(1), "k_list": list_of(integer(1)), "ident
             "k_sensitivity_subsample": optional(integer(1, why=" (pairs per model and dataset, or null for all)"))}
 
 HEADLINE = ["cdpg_n_pairs", "cdpg_n_c", "cdpg_slope_a", "cdpg_slope_b", "cdpg_slope_c", "cdpg_slope_c_ci_low",
-            "cdpg_slope_c_ci_high", "cdpg_slope_c_from0", "cdpg_slope_d"]
+            "cdpg_slope_c_ci_high", "cdpg_slope_c_from0", "cdpg_slope_d", "n_pairs_truncated", "cdpg_n_pairs_complete",
+            "cdpg_slope_c_complete"]
 
 
 class CDPGProbe(PairedProbe):
@@ -51,10 +52,17 @@ class CDPGProbe(PairedProbe):
         records = paired_records(ctx, self.baseline)
         depth = self.depth_records(ctx, records)
         t, b = ctx.arm.name, self.baseline.name
-        result = cdpg(depth, records, treatment=t, baseline=b, k_list=self.k_list, n_boot=self.n_boot,
-                      seed=self.seed, K=self.K, identity_atol=self.identity_atol,
-                      k_sensitivity_subsample=self.k_sensitivity_subsample)
-        return ProbeResult(metrics=result["metrics"] | answer_accounting(records, t, b), tables=result["tables"],
+
+        def analyse(rows: pd.DataFrame) -> dict:  # cdpg on the depth records of these records' pairs
+            return cdpg(depth[depth["pair_id"].isin(rows["pair_id"])], rows, treatment=t, baseline=b,
+                        k_list=self.k_list, n_boot=self.n_boot, seed=self.seed, K=self.K,
+                        identity_atol=self.identity_atol, k_sensitivity_subsample=self.k_sensitivity_subsample)
+
+        slim = analysed(records)
+        result = analyse(slim)
+        metrics = paired_metrics(lambda rows: analyse(rows)["metrics"] | answer_accounting(rows, t, b), records, t, b,
+                                 result["metrics"] | answer_accounting(slim, t, b))
+        return ProbeResult(metrics=metrics, tables=result["tables"],
                            figures=cdpg_figures(result["tables"], K=self.K, k_list=self.k_list, arms=(t, b)),
                            records={"records": records, "depth_records": depth}, headline=HEADLINE)
 

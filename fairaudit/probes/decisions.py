@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fairaudit.analysis.pairs import TEXT_COLUMNS
+from fairaudit.analysis.truncation import truncated_by_cell, with_complete
 from fairaudit.backends import DepthRequest, GenerationRequest
 from fairaudit.probes import AuditContext, Needs, Probe, Prompt, SampleView
 from fairaudit.prompts.yesno import (Arm, choice_token_ids, complies_with_nothink, force_answer_suffix, parse_yes_no,
@@ -71,11 +73,16 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
     prompts = render_prompts(ctx, pairs, arm)
     requests = [GenerationRequest(ids, arm.max_new_tokens) for ids in encode_all(ctx, prompts)]
     completions = ctx.client.generate(requests, label=f"generate {arm.name}")
-    del requests
-    outputs = [split_output(p, c.text, arm, ctx.model.thinking) for p, c in zip(prompts, completions)]
+    texts, keys = [c.text for c in completions], [c.key for c in completions]
+    truncated = [c.finish_reason == "length" for c in completions]
+    del requests, completions  # their token ids: gigabytes at paper scale
+    outputs = [split_output(p, text, arm, ctx.model.thinking) for p, text in zip(prompts, texts)]
     parts = answer_parts_all(ctx, prompts, [o.trace for o in outputs], arm)
+    trace_tokens = [len(part.trace_ids) for part in parts]
     prefixes = [part.prompt_ids + part.trace_ids + part.suffix_ids for part in parts]
+    del parts
     p_yes = ctx.client.choice_probs(prefixes, answer_choices(ctx), label=f"score {arm.name}")[:, 0]
+    del prefixes
     parsed = [parse_yes_no(o.answer_text) if o.closed else None for o in outputs]
     compliant = [None if arm.think else complies_with_nothink(o.answer_text, ctx.model.thinking) for o in outputs]
     kept = [None if ok is False else answer for answer, ok in zip(parsed, compliant)]
@@ -91,13 +98,13 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
         "parsed_answer": parsed,
         "compliant": pd.array(compliant, dtype="boolean"),
         "p_yes": p_yes,
-        "trace_tokens": [len(part.trace_ids) for part in parts],
+        "trace_tokens": trace_tokens,
         "think_closed": [o.closed for o in outputs],
-        "truncated": [c.finish_reason == "length" for c in completions],
-        "prompt_hash": [c.key for c in completions],
+        "truncated": truncated,
+        "prompt_hash": keys,
         "prompt": prompts,
         "trace": [o.trace for o in outputs],
-        "text": [c.text for c in completions],
+        "text": texts,
     })
 
 
@@ -131,3 +138,17 @@ def paired_records(ctx: AuditContext, baseline: Arm) -> pd.DataFrame:
     """Records of the grid's arm (treatment) and the probe's baseline arm on the dataset's pairs."""
     pairs = ctx.dataset.pairs()
     return pd.concat([decide(ctx, pairs, ctx.arm), decide(ctx, pairs, baseline)], ignore_index=True)
+
+
+def analysed(records: pd.DataFrame) -> pd.DataFrame:
+    """The records without their text columns (TEXT_COLUMNS): what analysis reads, without copying gigabytes."""
+    return records.drop(columns=[c for c in TEXT_COLUMNS if c in records])
+
+
+def paired_metrics(metrics_of, records: pd.DataFrame, treatment: str, baseline: str,
+                   metrics: dict[str, float] | None = None) -> dict[str, float]:
+    """metrics_of(records) over every pair (or `metrics`, already computed) and, each as `<name>_complete`, over
+    the pairs none of whose traces the token budget cut, with those cut per contingency cell
+    (`analysis.truncation`). metrics_of: analysed records -> flat metrics."""
+    slim = analysed(records)
+    return with_complete(metrics_of, slim, metrics) | truncated_by_cell(slim, treatment, baseline)
