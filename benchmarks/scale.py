@@ -43,7 +43,8 @@ STAGES = {  # stage -> functions whose own time it counts ("module:attribute.pat
                    "fairaudit.backends.mock:MockBackend.depth_choice_probs"],
     "store reads": ["fairaudit.store:Store.get_many"],
     "store writes": ["fairaudit.store:Store.put_many"],
-    "records": ["fairaudit.probes.decisions:decide", "fairaudit.probes.decisions:paired_records",
+    "records": ["fairaudit.probes.decisions:decide", "fairaudit.probes.decisions:_decide_block",
+                "fairaudit.probes.decisions:paired_records",
                 "fairaudit.probes.cdpg:CDPGProbe.depth_records"],
     "analysis": ["fairaudit.probes.counterfactual:contingency", "fairaudit.probes.counterfactual:paired_metrics",
                  "fairaudit.probes.cdpg:cdpg", "fairaudit.probes.btm:transitions",
@@ -58,23 +59,47 @@ STAGES = {  # stage -> functions whose own time it counts ("module:attribute.pat
     "report: build": ["fairaudit.report.build:build"],
     "report: write": ["fairaudit.report.app:write", "fairaudit.report.app:log"],
 }
-SELF: dict[str, float] = defaultdict(float)
-STACK: list[float] = []
+SELF: dict[str, float] = defaultdict(float)   # wall seconds per stage
+CPU: dict[str, float] = defaultdict(float)    # CPU seconds per stage (the process's, every thread)
+STACK: list[list[float]] = []
+NAMES: list[str] = []  # the stages now running, innermost last
+PEAK: dict[str, float] = defaultdict(float)  # the largest RSS (GB) seen while each stage was innermost
+
+
+def sample_memory(period: float = 0.1) -> None:
+    """Record, every `period` seconds, this process's RSS against the stage running (a daemon thread)."""
+    import threading
+
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def loop() -> None:
+        while True:
+            rss = int(Path("/proc/self/statm").read_text().split()[1]) * page / 2**30
+            stage = NAMES[-1] if NAMES else "other"
+            PEAK[stage] = max(PEAK[stage], rss)
+            time.sleep(period)
+
+    threading.Thread(target=loop, daemon=True).start()
 
 
 def timed(stage: str, fn):
     """fn, adding its own time (less that of timed functions it calls) to SELF[stage]."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        STACK.append(0.0)
+        start, cpu = time.perf_counter(), time.process_time()
+        STACK.append([0.0, 0.0])
+        NAMES.append(stage)
         try:
             return fn(*args, **kwargs)
         finally:
-            elapsed = time.perf_counter() - start
-            SELF[stage] += elapsed - STACK.pop()
+            NAMES.pop()
+            elapsed, used = time.perf_counter() - start, time.process_time() - cpu
+            inner = STACK.pop()
+            SELF[stage] += elapsed - inner[0]
+            CPU[stage] += used - inner[1]
             if STACK:
-                STACK[-1] += elapsed
+                STACK[-1][0] += elapsed
+                STACK[-1][1] += used
     return wrapper
 
 
@@ -96,6 +121,7 @@ def child(argv: list[str], out: Path) -> None:
     start = time.perf_counter()
     sys.path.insert(0, str(ROOT))
     install_timers()
+    sample_memory()
     from fairaudit.cli import main
 
     code = 0
@@ -104,10 +130,13 @@ def child(argv: list[str], out: Path) -> None:
     except SystemExit as exit_:
         code = exit_.code or 0
     wall = time.perf_counter() - start
-    stages = dict(SELF)
+    stages, cpu = dict(SELF), dict(CPU)
     stages["other"] = wall - sum(stages.values())
-    out.write_text(json.dumps({"code": code, "wall": wall, "stages": stages,
-                               "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu["other"] = usage.ru_utime + usage.ru_stime - sum(cpu.values())
+    out.write_text(json.dumps({"code": code, "wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "stages": stages,
+                               "stage_cpu": cpu,
+                               "rss_gb": usage.ru_maxrss / 2**20, "peak_by_stage": dict(PEAK)}))
 
 
 def folder_bytes(path: Path) -> int:
@@ -127,7 +156,8 @@ def job(work: Path, name: str, argv: list[str]) -> dict:
     result = json.loads(out.read_text())
     result.update(name=name, load=load, artifact_bytes=folder_bytes(work / "mlartifacts") - artifacts_before,
                   store_bytes=folder_bytes(work / "store") - store_before)
-    print(f"  {name}: {result['wall']:.1f} s, peak RSS {result['rss_gb']:.2f} GB, load {load:.1f}", flush=True)
+    print(f"  {name}: {result['wall']:.1f} s ({result['cpu']:.1f} s CPU), peak RSS {result['rss_gb']:.2f} GB, "
+          f"load {load:.1f}", flush=True)
     return result
 
 
@@ -185,25 +215,29 @@ def stage_table(results: list[dict]) -> str:
     stages = [s for s in [*STAGES, "other"] if any(r["stages"].get(s, 0) > 0.05 for r in results)]
     names = [r["name"] for r in results]
     width = max(14, *(len(n) for n in names))
-    lines = ["stage".ljust(16) + "".join(n.rjust(width + 2) for n in names)]
+    lines = ["stage: wall (CPU) s".ljust(20) + "".join(n.rjust(width + 2) for n in names)]
     for stage in stages:
-        lines.append(stage.ljust(16) + "".join(f"{r['stages'].get(stage, 0):.1f}".rjust(width + 2) for r in results))
-    rows = {"wall s": lambda r: f"{r['wall']:.1f}", "peak RSS GB": lambda r: f"{r['rss_gb']:.2f}",
+        cells = [f"{r['stages'].get(stage, 0):.1f} ({r['stage_cpu'].get(stage, 0):.1f})" for r in results]
+        lines.append(stage.ljust(20) + "".join(c.rjust(width + 2) for c in cells))
+    rows = {"wall s": lambda r: f"{r['wall']:.1f}", "CPU s": lambda r: f"{r['cpu']:.1f}",
+            "peak RSS GB": lambda r: f"{r['rss_gb']:.2f}",
+            "  during": lambda r: max(r["peak_by_stage"], key=r["peak_by_stage"].get, default="-"),
             "load (1 min)": lambda r: f"{r['load']:.1f}",
             "store B/record": lambda r: f"{r['store_bytes'] / records_of(r):,.0f}",
             "artifact B/rec": lambda r: f"{r['artifact_bytes'] / records_of(r):,.0f}"}
     for label, cell in rows.items():
-        lines.append(label.ljust(16) + "".join(cell(r).rjust(width + 2) for r in results))
+        lines.append(label.ljust(20) + "".join(cell(r).rjust(width + 2) for r in results))
     return "\n".join(lines)
 
 
 def growth_table(results: list[dict]) -> str:
-    """Each stage's growth exponent between successive sizes: log(t2/t1) / log(n2/n1); 1 is linear."""
+    """Each stage's growth exponent between successive sizes, from its CPU seconds (what the load does not
+    change): log(t2/t1) / log(n2/n1); 1 is linear."""
     if len(results) < 2:
         return ""
-    lines = [f"growth exponent (1 = linear) of {', '.join(str(r['n']) for r in results)} pairs"]
-    for stage in [*STAGES, "other", "wall"]:
-        values = [r["wall"] if stage == "wall" else r["stages"].get(stage, 0) for r in results]
+    lines = [f"growth exponent of CPU time (1 = linear) of {', '.join(str(r['n']) for r in results)} pairs"]
+    for stage in [*STAGES, "other", "total"]:
+        values = [r["cpu"] if stage == "total" else r["stage_cpu"].get(stage, 0) for r in results]
         if min(values) <= 0.2:
             continue
         exps = [math.log(b / a) / math.log(r2["n"] / r1["n"])

@@ -8,7 +8,7 @@ talk to this client alone; they never import the store or compute keys (a Comple
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -26,6 +26,7 @@ def array_json(values) -> list:
 
 
 ENCODE_CHUNK = 256  # texts per tokenizer batch and store commit
+READ_CHUNK = 1000   # stored values parsed at a time
 _INTS: list[int] = []  # one int object per token id seen, shared by every token tuple
 
 
@@ -95,8 +96,9 @@ class CachingClient:
         if any(isinstance(r, GraphGenerationRequest) for r in requests):
             self.require("attention_graphs")
         payloads = [payload(r) for r in requests]  # generation_key's payload
-        keys, rows = self._cached("generate", payloads, label, self.backend.generate, requests, to_json=completion_json)
-        return [Completion(r["text"], shared_ints(r["token_ids"]), r["finish_reason"], key) for key, r in zip(keys, rows)]
+        keys, rows = self._cached("generate", payloads, label, self.backend.generate, requests, to_json=completion_json,
+                                  convert=lambda r: Completion(r["text"], shared_ints(r["token_ids"]), r["finish_reason"]))
+        return [replace(completion, key=key) for key, completion in zip(keys, rows)]
 
     def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]], label: str = "score") -> np.ndarray:
         """Choice probabilities per prefix (rows in prefix order), from the store where present."""
@@ -134,27 +136,34 @@ class CachingClient:
             self._tokenizer_digest = tokenizer_digest(self.tokenizer)
         unique = list(dict.fromkeys(texts))
         keys = {t: call_key("encode", self._tokenizer_digest, t) for t in unique}
-        found = self.store.get_many(list(keys.values()))
+        found = self._read(list(keys.values()), shared_ints)
         todo = [t for t in unique if keys[t] not in found]
         with progress(label, total=len(todo), done_before=len(unique) - len(todo)) as advance:
             for start in range(0, len(todo), ENCODE_CHUNK):
                 chunk = todo[start:start + ENCODE_CHUNK]
                 items = [(keys[t], ids) for t, ids in zip(chunk, encode_texts(self.tokenizer, chunk))]
                 self.store.put_many("encode", self._tokenizer_digest, items)
-                found.update(items)
+                found.update((key, shared_ints(ids)) for key, ids in items)
                 advance(len(chunk))
-        ids = {t: shared_ints(found.pop(keys[t])) for t in unique}
-        return [ids[t] for t in texts]
+        return [found[keys[t]] for t in texts]
 
     def metrics(self) -> dict[str, float]:
         """Model calls made through this client, and the backend's own figures."""
         return {"model_calls": self.model_calls, **self.backend.metrics()}
 
+    def _read(self, keys: Sequence[str], convert: Callable) -> dict:
+        """convert(value) of each key the store holds, read a chunk at a time (so parsed JSON never piles up)."""
+        found = {}
+        for start in range(0, len(keys), READ_CHUNK):
+            found.update((k, convert(v)) for k, v in self.store.get_many(keys[start:start + READ_CHUNK]).items())
+        return found
+
     def _cached(self, kind: str, payloads: Iterable[object], label: str, method: Callable, items: Sequence,
-                extra: tuple = (), to_json: Callable = array_json) -> tuple[list[str], list]:
-        """(keys, results) of method(items, *extra), read from the store where present, stored as to_json(result)."""
+                extra: tuple = (), to_json: Callable = array_json, convert: Callable = lambda v: v) -> tuple[list[str], list]:
+        """(keys, results) of method(items, *extra), read from the store where present, stored as to_json(result),
+        each kept as convert(stored value)."""
         keys = [self.key(kind, p) for p in payloads]
-        found = self.store.get_many(keys)
+        found = self._read(keys, convert)
         absent = [i for i, k in enumerate(keys) if k not in found]
         first_of_key: dict[str, int] = {}
         todo = [i for i in absent if first_of_key.setdefault(keys[i], i) == i]
@@ -168,8 +177,9 @@ class CachingClient:
 
         with progress(label, total=len(todo), done_before=len(keys) - len(absent)) as advance:
             def receive(i: int, result: object) -> None:
-                found[keys[i]] = to_json(result)
-                pending.append((keys[i], found[keys[i]]))
+                value = to_json(result)
+                pending.append((keys[i], value))
+                found[keys[i]] = convert(value)
                 self.model_calls += 1
                 advance(1)
                 if len(pending) >= self.chunk_size:
@@ -180,7 +190,7 @@ class CachingClient:
                 for start in range(0, len(todo), step):
                     idx = todo[start:start + step]
                     if start:  # another job may have committed some of these meanwhile
-                        found.update(self.store.get_many([keys[i] for i in idx]))
+                        found.update(self._read([keys[i] for i in idx], convert))
                         advance(sum(keys[i] in found for i in idx))
                         idx = [i for i in idx if keys[i] not in found]
                     batch = [items[i] for i in idx]

@@ -4,6 +4,7 @@ set, its traces have the drawn lengths and budgets, and its results never pass f
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fairaudit.backends import Block, GraphGenerationRequest, NLLRequest, backends_with
@@ -28,7 +29,7 @@ def records(tmp_path, data_root, dataset: str = "adult", n: int = 40, **settings
     data = CounterfactualTabular(dataset, n, 0, attribute, alpha, alpha_prime, "Will they?",
                                  "{description}\nQuestion: {question} Yes or No.", str(data_root))
     spec = ModelSpec("tiny_qwen3", Thinking(style="native"), {"enable_thinking": True})
-    client = CachingClient(backend, Store(tmp_path / f"{dataset}-{n}.sqlite"))
+    client = CachingClient(backend, Store(tmp_path / f"{dataset}-{n}.sqlite"))  # a folder of its own per call
     return paired_records(AuditContext(client, backend.tokenizer, spec, data, THINK), NOTHINK)
 
 
@@ -91,3 +92,11 @@ def test_target_nll_and_graph_generation_follow_what_the_graph_lets_the_target_s
     assert backend.target_nll([hidden])[0] == nll[0]  # a block the target cannot see changes nothing
     done = backend.generate([GraphGenerationRequest(blocks, ((), (0,), (0,)), 40, stop_ids=(11,))])[0]
     assert done.finish_reason == "stop" and 0 < len(done.token_ids) <= 40
+
+
+def test_records_made_a_block_at_a_time_equal_those_made_at_once(tmp_path, data_root, monkeypatch):
+    from fairaudit.probes import decisions
+
+    whole = records(tmp_path / "whole", data_root, n=30)
+    monkeypatch.setattr(decisions, "BLOCK", 7)
+    pd.testing.assert_frame_equal(records(tmp_path / "blocks", data_root, n=30), whole)

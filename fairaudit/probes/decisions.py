@@ -13,6 +13,7 @@ from fairaudit.prompts.yesno import (Arm, choice_token_ids, complies_with_nothin
 from fairaudit.validate import MIN_BOOT, check_fields, integer
 
 RESAMPLING = {"n_boot": integer(MIN_BOOT), "seed": integer(0, 2**32 - 1)}  # the paired bootstrap's settings
+BLOCK = 4096  # rows generated and scored at a time
 
 
 def encode(tokenizer, text: str) -> tuple[int, ...]:
@@ -68,11 +69,21 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
     P(Yes) from the Yes/No softmax at the answer position, the exact prompt, the trace and its length.
     `compliant` (null under thinking arms) is False for a completion that opens a think block
     or reasons before answering; under `answer_source: parsed` its answer is dropped (None),
-    like an unparsed one. `truncated`: the generation hit the arm's token budget.
+    like an unparsed one. `truncated`: the generation hit the arm's token budget. Rows go BLOCK at
+    a time, so the token ids in flight stay bounded whatever the data set's size.
     """
+    if len(pairs) <= BLOCK:
+        return _decide_block(ctx, pairs, arm, arm.name)
+    count = -(-len(pairs) // BLOCK)
+    return pd.concat([_decide_block(ctx, pairs.iloc[i * BLOCK:(i + 1) * BLOCK], arm, f"{arm.name} {i + 1}/{count}")
+                      for i in range(count)], ignore_index=True)
+
+
+def _decide_block(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm, label: str) -> pd.DataFrame:
+    """`decide` of one block of rows; `label` names it in the progress bars."""
     prompts = render_prompts(ctx, pairs, arm)
     requests = [GenerationRequest(ids, arm.max_new_tokens) for ids in encode_all(ctx, prompts)]
-    completions = ctx.client.generate(requests, label=f"generate {arm.name}")
+    completions = ctx.client.generate(requests, label=f"generate {label}")
     texts, keys = [c.text for c in completions], [c.key for c in completions]
     truncated = [c.finish_reason == "length" for c in completions]
     del requests, completions  # their token ids: gigabytes at paper scale
@@ -81,7 +92,7 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
     trace_tokens = [len(part.trace_ids) for part in parts]
     prefixes = [part.prompt_ids + part.trace_ids + part.suffix_ids for part in parts]
     del parts
-    p_yes = ctx.client.choice_probs(prefixes, answer_choices(ctx), label=f"score {arm.name}")[:, 0]
+    p_yes = ctx.client.choice_probs(prefixes, answer_choices(ctx), label=f"score {label}")[:, 0]
     del prefixes
     parsed = [parse_yes_no(o.answer_text) if o.closed else None for o in outputs]
     compliant = [None if arm.think else complies_with_nothink(o.answer_text, ctx.model.thinking) for o in outputs]
