@@ -15,7 +15,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fairaudit import CONF_DIR, __version__, dry_run, interrupt, samples
+from fairaudit import CONF_DIR, __version__, dry_run, interrupt
 from fairaudit.backends import WHAT, Backend, Capabilities, backends_with
 from fairaudit.client import CachingClient
 from fairaudit.console import console, print_error, print_result, print_verdict, summary_table
@@ -245,8 +245,8 @@ def log_run(tracker: Tracker, cfg: DictConfig, job: Job, result: ProbeResult, ve
     view = job.probe.samples
     tracker.log_dataset(result.records[view.frame], job.dataset.name, data_source(job.dataset))
     tracker.log_result(result.metrics, result.tables, result.figures, result.records)
-    tracker.log_texts({**samples.artifacts(result.records[view.frame], view.layout, run_name),
-                       "verdict.txt": "\n".join(verdict) + "\n"})
+    tracker.log_samples(result.records[view.frame], view.layout, run_name)
+    tracker.log_texts({"verdict.txt": "\n".join(verdict) + "\n"})
     tracker.set_tags({HEADLINE_TAG: json.dumps(result.headline), NOTE_TAG: "\n\n".join(verdict)[:MAX_TAG]})
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-import pandas as pd
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
@@ -17,6 +16,10 @@ from rich.text import Text
 from fairaudit.numbers import snap
 
 WARNING = "warning: "  # the prefix of a verdict line that flags a degenerate result
+
+if TYPE_CHECKING:  # pandas is imported where a frame is shown: the hf backend needs torch and transformers alone
+    import pandas as pd
+
 console = Console(stderr=True)  # logs and progress
 out = Console()  # results: tables
 
@@ -148,6 +151,8 @@ def summary_table(title: str, metrics: dict[str, float], names: list[str]) -> Ta
 
 def summary_frame_table(title: str, frame: pd.DataFrame) -> Table:
     """A DataFrame as a table, numbers formatted by `format_number`."""
+    import pandas as pd
+
     table = Table(title=title)
     for column in frame.columns:
         numeric = pd.api.types.is_numeric_dtype(frame[column])

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where a frame is snapped: the hf backend needs torch and transformers alone
+    import pandas as pd
 
 ZERO_TOL = 1e-12  # a slope of -5.3e-18 is 0 (the rounding of a sum of terms that cancel)
 
@@ -23,6 +24,8 @@ def snap_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
 
 def snap_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy of `frame` with its float columns snapped (other columns untouched)."""
+    import pandas as pd
+
     out = frame.copy()
     for column in out.columns[[pd.api.types.is_float_dtype(t) for t in out.dtypes]]:
         values = out[column]

@@ -66,19 +66,24 @@ def _probability_rows(value) -> Iterator[list]:
         yield value
 
 
-def damage(key: str, kind: str, value: str, stored_checksum: str | None) -> str | None:
-    """Why a stored row cannot be served, or None when it is sound."""
+def examine(key: str, kind: str, value: str, stored_checksum: str | None) -> tuple[str | None, object]:
+    """(why a stored row cannot be served or None when it is sound, its parsed value), parsing it once."""
     if stored_checksum != checksum(key, value):
-        return "fails its checksum"
+        return "fails its checksum", None
     try:
         parsed = json.loads(value)
     except ValueError:
-        return "does not parse"
+        return "does not parse", None
     if kind in PROBABILITY_KINDS:
         for row in _probability_rows(parsed):
             if not abs(sum(row) - 1.0) <= PROBABILITY_ATOL:  # NaN fails too
-                return f"has a probability row summing to {sum(row):.6g}"
-    return None
+                return f"has a probability row summing to {sum(row):.6g}", None
+    return None, parsed
+
+
+def damage(key: str, kind: str, value: str, stored_checksum: str | None) -> str | None:
+    """Why a stored row cannot be served, or None when it is sound."""
+    return examine(key, kind, value, stored_checksum)[0]
 
 
 class Store:
@@ -122,11 +127,11 @@ class Store:
             for start in range(0, len(unique), 500):
                 query = sa.select(RESULTS).where(RESULTS.c.key.in_(unique[start:start + 500]))
                 for row in conn.execute(query):
-                    problem = damage(row.key, row.kind, row.value, row.checksum)
+                    problem, parsed = examine(row.key, row.kind, row.value, row.checksum)
                     if problem:
                         self._discard(row, problem)
                     else:
-                        found[row.key] = json.loads(row.value)
+                        found[row.key] = parsed
         return found
 
     def _discard(self, row, problem: str) -> None:
@@ -139,7 +144,7 @@ class Store:
         now = time.time()
         rows = []
         for key, value in items:
-            text = json.dumps(value)
+            text = json.dumps(value, separators=(",", ":"))
             rows.append({"key": key, "kind": kind, "model": model, "value": text, "checksum": checksum(key, text), "created": now})
         self.put_rows(rows)
 
@@ -181,7 +186,10 @@ def _engine_options(backend: str) -> dict:
 
 
 def _sqlite_wal(dbapi_connection, _record) -> None:
+    """WAL mode; synchronous=NORMAL, WAL's recommended setting: a commit survives the process being killed
+    (what resuming relies on), only a power loss may drop the last commits, never corrupt the file."""
     dbapi_connection.execute("PRAGMA journal_mode=WAL")
+    dbapi_connection.execute("PRAGMA synchronous=NORMAL")
 
 
 def call_key(kind: str, fingerprint: str, payload: object) -> str:

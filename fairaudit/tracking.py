@@ -242,6 +242,15 @@ class Tracker:
         for name, text in texts.items():
             self.mlflow.log_text(text, name)
 
+    def log_samples(self, records: pd.DataFrame, layout: str, title: str) -> None:
+        """The per-sample pages and samples.jsonl of `records` (`fairaudit.samples`), written to a temporary
+        folder a page at a time and logged as the run's top-level artifacts."""
+        from fairaudit import samples
+
+        with tempfile.TemporaryDirectory() as tmp:
+            samples.write(records, layout, title, Path(tmp))
+            self.mlflow.log_artifacts(tmp)
+
     def end(self, failed: bool = False, error: str | None = None, killed: bool = False) -> None:
         """Close the run (KILLED when `killed`: stopped by the user); `error` (one line) becomes its error tag
         and description. Closing a failed or killed run is best effort: its tracking server may be the failure."""

@@ -16,12 +16,13 @@ import sqlite3
 import string
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 from urllib.parse import urlparse
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
-
 from fairaudit.errors import AuditError
+
+if TYPE_CHECKING:  # omegaconf is imported where a whole config is read: check_fields runs on plain values without it
+    from omegaconf import DictConfig
 
 ABSENT = object()
 DEFAULT_CHECKPOINT = "base"    # the label of a model's own weights (model.path / model.revision)
@@ -130,6 +131,8 @@ def value_rules(max_context: Any) -> dict[str, Check]:
 
 def budget_keys(container: DictConfig) -> list[str]:
     """Dotted keys of every token budget set in the config (`max_new_tokens` at any depth, not null)."""
+    from omegaconf import DictConfig
+
     found = []
 
     def walk(node: Any, prefix: str) -> None:
@@ -147,6 +150,8 @@ def budget_keys(container: DictConfig) -> list[str]:
 def _dataset_n(cfg: DictConfig) -> str | None:
     """n counts records: an integer (MCQ data sets also take null: every question). Its range depends on
     the data set's size, which the dataset's check() knows."""
+    from omegaconf import OmegaConf
+
     value = OmegaConf.select(cfg, "dataset.n", default=ABSENT)
     if value is ABSENT or (value is None and str(cfg.dataset.get("_target_", "")).endswith("MCQDataset")):
         return None
@@ -154,6 +159,8 @@ def _dataset_n(cfg: DictConfig) -> str | None:
 
 
 def _checkpoint(cfg: DictConfig) -> str | None:
+    from omegaconf import OmegaConf
+
     value = _plain(OmegaConf.select(cfg, "model.checkpoint", default=ABSENT))
     if value is ABSENT or isinstance(value, str):
         return None
@@ -169,6 +176,8 @@ def _checkpoint(cfg: DictConfig) -> str | None:
 
 def value_problems(cfg: DictConfig) -> list[str]:
     """Type and range problems of every typed value (resolved)."""
+    from omegaconf import DictConfig, OmegaConf
+
     container = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     max_context = OmegaConf.select(container, "model.max_context", default=None)
     problems = [p for p in (_dataset_n(container), _checkpoint(container)) if p]
@@ -189,12 +198,19 @@ def value_problems(cfg: DictConfig) -> list[str]:
 
 
 def _interpolated(cfg: DictConfig, key: str) -> bool:
+    from omegaconf import DictConfig, OmegaConf
+
     parent, _, name = key.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
     return isinstance(node, DictConfig) and OmegaConf.is_interpolation(node, name)
 
 
 def _plain(node: Any) -> Any:
+    """A config node as plain dicts and lists (anything else as it is)."""
+    if not type(node).__module__.startswith("omegaconf"):
+        return node
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
     return OmegaConf.to_container(node) if isinstance(node, (DictConfig, ListConfig)) else node
 
 

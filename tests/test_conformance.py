@@ -65,16 +65,24 @@ def scripted(model_dir: Path) -> Iterator[Backend]:
     yield ScriptedModel(model_dir)
 
 
+@contextlib.contextmanager
+def mock(model_dir: Path) -> Iterator[Backend]:
+    from fairaudit.backends.mock import MockBackend
+
+    yield MockBackend(model_dir, trace_tokens={"median": 40, "sigma": 0.5})
+
+
 NEEDS_VLLM = pytest.mark.skipif(vllm_distribution() is None, reason="vLLM is not installed (make test-vllm)")
 SUBJECTS = [
     pytest.param(hf, id="hf"),
     pytest.param(openai, id="openai"),
     pytest.param(scripted, id="scripted"),
+    pytest.param(mock, id="mock"),
     pytest.param(vllm, id="vllm", marks=[NEEDS_VLLM, pytest.mark.vllm]),
 ]
 MODULES = {"hf": "fairaudit.backends.hf", "openai": "fairaudit.backends.openai", "scripted": "scripted",
-           "vllm": "fairaudit.backends.vllm"}  # whose BACKEND_VERSION names the backend's version
-TOL = {"hf": 1e-6, "openai": 1e-6, "scripted": 1e-12, "vllm": 2e-4}  # batched vs alone, depth vs re-fed prefix
+           "mock": "fairaudit.backends.mock", "vllm": "fairaudit.backends.vllm"}  # whose BACKEND_VERSION names the backend's version
+TOL = {"hf": 1e-6, "openai": 1e-6, "scripted": 1e-12, "mock": 1e-12, "vllm": 2e-4}  # batched vs alone, depth vs re-fed prefix
 
 
 @pytest.fixture(scope="module", params=SUBJECTS)

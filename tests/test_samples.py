@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+from pathlib import Path
 
 import pandas as pd
+import pytest
 
-from fairaudit.samples import artifacts, pair_cells
+from fairaudit import samples
+from fairaudit.samples import pair_cells
+
+
+def artifacts(records: pd.DataFrame, layout: str, title: str, folder: Path | None = None) -> dict[str, str]:
+    """{file relative to the run's artifacts: text} of the written samples."""
+    import tempfile
+
+    folder = folder or Path(tempfile.mkdtemp())
+    paths = samples.write(records, layout, title, folder)
+    return {p.relative_to(folder).as_posix(): p.read_text() for p in paths}
 
 
 def decision_records() -> pd.DataFrame:
@@ -91,3 +105,58 @@ def test_influence_transcripts_are_shown_per_trace_and_filterable_by_graph():
     assert "canary not reproduced" in page and "corrected 0.250" in page
     lines = [json.loads(line) for line in files["samples.jsonl"].splitlines()]
     assert [line["group"] for line in lines] == ["masked", "unmasked"]
+
+
+def many_pairs(n: int, trace_chars: int = 400) -> pd.DataFrame:
+    """n pairs cycling through cells a, b, c, d (think against nothink), each think trace `trace_chars` long."""
+    patterns = {"a": (("Yes", "Yes"), ("Yes", "Yes")), "b": (("Yes", "Yes"), ("Yes", "No")),
+                "c": (("Yes", "No"), ("No", "No")), "d": (("Yes", "No"), ("No", "Yes"))}
+    rows = []
+    for i in range(n):
+        think, nothink = patterns["abcd"[i % 4]]
+        for arm, answers in (("think", think), ("nothink", nothink)):
+            for side, value, answer in zip(("alpha", "alpha_prime"), ("Male", "Female"), answers):
+                trace = f"pair{i} {value} " + "x" * trace_chars if arm == "think" else ""
+                rows.append({"pair_id": f"p{i}", "side": side, "attribute_value": value, "arm": arm, "answer": answer,
+                             "p_yes": 0.7 if answer == "Yes" else 0.3, "trace_tokens": len(trace) // 4,
+                             "truncated": i == 5 and arm == "think", "prompt": f"person {i} {value}",
+                             "trace": trace, "text": f"<think>\n{trace}\n</think>\n\n{answer}"})
+    return pd.DataFrame(rows)
+
+
+def test_a_run_beyond_one_page_gets_pages_of_one_cell_each_every_pair_once_every_link_resolving(tmp_path, monkeypatch):
+    monkeypatch.setattr(samples, "PAGE_BYTES", 20_000)
+    records = many_pairs(80)
+    files = artifacts(records, "pairs", "adult | counterfactual", tmp_path)
+    pages = {name: text for name, text in files.items() if name.endswith(".html")}
+    assert "samples.html" in pages and len(pages) > 8 and all(n == "samples.html" or n.startswith("samples/") for n in pages)
+    assert max(len(text) for text in pages.values()) < 40_000  # the budget plus the page's own links and style
+    seen = []
+    for name, page in pages.items():
+        assert len(set(re.findall(r"class='item g-([^']+)'", page))) == 1  # one cell per page
+        seen += re.findall(r"<h2>pair (p\d+)<", page)
+        for href in re.findall(r"href='([^']+)'", page):
+            assert os.path.normpath(os.path.join(os.path.dirname(name), href)) in pages, (name, href)
+    assert sorted(seen) == sorted(records["pair_id"].unique())  # every pair, once
+    first = pages["samples.html"]
+    for cell, count in (("a", 20), ("b", 20), ("c", 20), ("d", 20)):
+        assert re.search(rf"href='samples/cell-{cell}-0001\.html'>cell {cell} \({count}\)</a>", first) or \
+            f"<b>cell {cell} ({count})</b>" in first
+    assert "cut at the token budget" in "".join(pages.values())
+    assert len(files["samples.jsonl"].splitlines()) == len(records)
+
+
+def test_arm_and_side_radios_show_one_arm_or_one_side_on_every_page():
+    page = artifacts(many_pairs(4), "pairs", "t")["samples.html"]
+    for facet, value in (("arm", "think"), ("arm", "nothink"), ("side", "alpha"), ("side", "alpha-prime")):
+        assert f"id={facet}-{value}>" in page
+        assert f"body:has(#{facet}-{value}:checked) .{facet}:not(.{facet}-{value}){{display:none}}" in page
+    assert page.count("<tr class='arm arm-think'>") == 4 and page.count("class='side side-alpha-prime'") == 4 * 3
+    assert "[the thinking trace above]" in page  # the output repeats the answer, not the trace
+
+
+@pytest.mark.parametrize("pairs", [1, 3])
+def test_a_small_run_is_one_page_whose_radios_filter_by_cell(pairs):
+    page = artifacts(many_pairs(pairs), "pairs", "t")
+    assert set(page) == {"samples.html", "samples.jsonl"}
+    assert page["samples.html"].count("<section class='item") == pairs

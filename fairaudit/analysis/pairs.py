@@ -8,6 +8,7 @@ import pandas as pd
 
 ALPHA, ALPHA_PRIME = "alpha", "alpha_prime"
 SIDES = (ALPHA, ALPHA_PRIME)
+TEXT_COLUMNS = ("prompt", "trace", "text")  # provenance records keep and no analysis reads
 
 
 def wide_pairs(records: pd.DataFrame, arms: tuple[str, ...], value: str) -> pd.DataFrame:

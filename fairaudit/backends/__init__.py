@@ -152,6 +152,7 @@ class Backend:
     """
 
     name: ClassVar[str] = ""
+    rehearsal: ClassVar[bool] = False  # True: no model behind it (backend=mock); never offered in place of a model
     capabilities: Capabilities = Capabilities()  # the class's declaration; an instance may narrow it (capabilities_for)
     fingerprint: str
     tokenizer: Any
@@ -240,5 +241,6 @@ def backend_classes() -> dict[str, type[Backend]]:
 
 
 def backends_with(capability: str) -> list[str]:
-    """Names of the shipped backends whose declared capabilities include `capability`."""
-    return [name for name, cls in backend_classes().items() if cls.capabilities.has(capability)]
+    """Names of the shipped model backends whose declared capabilities include `capability` (a rehearsal
+    backend such as backend=mock is never offered in place of a model)."""
+    return [name for name, cls in backend_classes().items() if cls.capabilities.has(capability) and not cls.rehearsal]

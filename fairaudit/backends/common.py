@@ -49,14 +49,33 @@ def stop_token_ids(model_dir: str, tokenizer) -> set[int]:
     return stop
 
 
+def encode_texts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """`tokenizer.encode(text, add_special_tokens=False)` of each text, in one batch call of a fast tokenizer."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_batch_fast") or getattr(tokenizer, "split_special_tokens", False):
+        return [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    return [encoding.ids for encoding in backend.encode_batch_fast(list(texts), add_special_tokens=False)]
+
+
+def tokenizer_digest(tokenizer) -> str:
+    """A digest naming what a tokenizer does to a text: its class and its whole serialised vocabulary, merges and rules."""
+    import hashlib
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    state = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    return f"{type(tokenizer).__name__}-{hashlib.sha256(state.encode()).hexdigest()[:16]}"
+
+
 def completion_from_ids(tokenizer, new_ids: Sequence[int], stop_ids: set[int], budget: int,
-                        engine_stopped: bool = False) -> Completion:
+                        engine_stopped: bool = False, decode=None) -> Completion:
     """The Completion of newly generated ids: cut at the first stop id within the budget (finish "stop"),
-    else at the budget ("length", or "stop" when the engine reports it stopped on a stop sequence of its own)."""
+    else at the budget ("length", or "stop" when the engine reports it stopped on a stop sequence of its own).
+    decode: ids -> text, when a backend has a faster one equal to `tokenizer.decode(ids, skip_special_tokens=False)`."""
     stop = next((i for i, t in enumerate(new_ids[:budget]) if t in stop_ids), None)
     kept = list(new_ids[:budget] if stop is None else new_ids[:stop])
     finish = "stop" if stop is not None or engine_stopped else "length"
-    return Completion(text=tokenizer.decode(kept, skip_special_tokens=False), token_ids=tuple(kept), finish_reason=finish)
+    text = decode(kept) if decode else tokenizer.decode(kept, skip_special_tokens=False)
+    return Completion(text=text, token_ids=tuple(kept), finish_reason=finish)
 
 
 def check_depth_request(request: DepthRequest) -> None:

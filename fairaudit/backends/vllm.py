@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib.metadata
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -22,6 +23,7 @@ import torch
 from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, GenerationRequest, refuse_graphs
 from fairaudit.backends.common import (DTYPES, choice_token_ids, completion_from_ids, depth_sequences, pooled_softmax,
                                        split_by_request, stop_token_ids)
+from fairaudit.backends.vllm_cpu import cpu_defaults, start_failure
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 
@@ -40,8 +42,10 @@ def vllm_distribution() -> tuple[str, str] | None:
     return None
 
 
-def check_settings(dtype: str, kv_cache_space_gib: float | None) -> None:
+def check_settings(dtype: str, kv_cache_space_gib: float | None, cpu_threads_bind: str | None = None) -> None:
     """Settings the backend refuses, checked before anything loads: dtype known, KV space positive, vLLM installed."""
+    if cpu_threads_bind is not None and not (isinstance(cpu_threads_bind, str) and cpu_threads_bind.strip()):
+        raise AuditError(f"backend.cpu_threads_bind must name cores (e.g. 0-1 or 0,2-3) or be null, got {cpu_threads_bind!r}")
     if dtype not in DTYPES:
         raise AuditError(f"model.dtype {dtype!r} is not supported by the vllm backend; choices: {list(DTYPES)}")
     if kv_cache_space_gib is not None and kv_cache_space_gib <= 0:
@@ -63,17 +67,22 @@ def free_engine() -> None:
         torch.cuda.empty_cache()
 
 
-def load_engine(settings: dict):
-    """The engine, started once per process and reused by every job of a sequential sweep.
+def load_engine(settings: dict, env: Mapping[str, str] | None = None, on_cpu: bool = False):
+    """The engine, started once per process (with `env` set for its worker processes) and reused by every job
+    of a sequential sweep; one that does not start is one AuditError line naming the settings that decide it.
 
     One engine is held at a time: a sweep that moves on to another model frees the last one first.
     """
-    key = tuple(sorted(settings.items()))
+    key = (tuple(sorted(settings.items())), tuple(sorted((env or {}).items())))
     if key not in _ENGINE:
         free_engine()
         from vllm import LLM
 
-        _ENGINE[key] = LLM(**settings)
+        os.environ.update(env or {})
+        try:
+            _ENGINE[key] = LLM(**settings)
+        except Exception as error:  # vLLM raises RuntimeError, ValueError, ... from its worker processes
+            raise start_failure(error, settings, on_cpu) from error
         atexit.register(free_engine)  # shut the worker processes down at exit rather than wait for them to notice
     return _ENGINE[key]
 
@@ -84,7 +93,9 @@ class VLLMBackend(Backend):
     Construction reads only the tokenizer and the weight files' identity; the engine starts on
     the first model call, so a run served wholly from the store never starts it. `batch_size`
     is vLLM's max_num_seqs (sequences decoded at once); `kv_cache_space_gib` fixes the KV cache
-    size (kv_cache_memory_bytes); the other settings are vLLM's engine arguments of the same name.
+    size (kv_cache_memory_bytes); `cpu_threads_bind` the cores vLLM's CPU build computes on
+    (VLLM_CPU_OMP_THREADS_BIND); the other settings are vLLM's engine arguments of the same name.
+    On a CPU the settings left null get CPU values (`backends.vllm_cpu`).
     """
 
     name = "vllm"
@@ -97,13 +108,17 @@ class VLLMBackend(Backend):
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 256, *,
                  max_model_len: int | None = None, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                 quantization: str | None = None, enforce_eager: bool = False, enable_prefix_caching: bool = True,
+                 quantization: str | None = None, enforce_eager: bool | None = None, enable_prefix_caching: bool = True,
                  kv_cache_space_gib: float | None = None, block_size: int | None = None, chunk_size: int = 1024,
-                 seed: int = 0):
+                 seed: int = 0, cpu_threads_bind: str | None = None):
         from transformers import AutoTokenizer
 
-        check_settings(dtype, kv_cache_space_gib)
+        check_settings(dtype, kv_cache_space_gib, cpu_threads_bind)
         distribution, version = vllm_distribution()
+        self.on_cpu, self.cpu_threads_bind = distribution == "vllm-cpu", cpu_threads_bind
+        self._cpu_settings: tuple[dict, dict] | None = None
+        if enforce_eager is None and not self.on_cpu:
+            enforce_eager = False  # on a CPU, `backend.vllm_cpu` decides when the engine starts
         self.model_dir, self.dtype = str(model_dir), dtype
         self.capabilities = self.capabilities_for({"chunk_size": chunk_size})
         self.settings = dict(
@@ -121,11 +136,16 @@ class VLLMBackend(Backend):
     @classmethod
     def check(cls, backend: Mapping, model: Mapping) -> None:
         """The backend and model config's settings this backend refuses (app.py calls it before anything loads)."""
-        check_settings(model["dtype"], backend.get("kv_cache_space_gib"))
+        check_settings(model["dtype"], backend.get("kv_cache_space_gib"), backend.get("cpu_threads_bind"))
 
     @property
     def engine(self):
-        return load_engine(self.settings)
+        """The engine; on a CPU with the settings left null filled in for it once, at its start (`backends.vllm_cpu`)."""
+        if not self.on_cpu:
+            return load_engine(self.settings)
+        if self._cpu_settings is None:
+            self._cpu_settings = cpu_defaults(self.settings, self.cpu_threads_bind)
+        return load_engine(*self._cpu_settings, on_cpu=True)
 
     def _run(self, prompts: Sequence[Sequence[int]], params: Sequence) -> list:
         """One engine call on token-id prompts; counts this backend's prefix-cache queries and hits."""

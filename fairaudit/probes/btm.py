@@ -7,11 +7,12 @@ from fairaudit.analysis.pairs import answer_accounting
 from fairaudit.analysis.transitions import transitions
 from fairaudit.console import format_number as num
 from fairaudit.probes import AuditContext, ProbeResult
-from fairaudit.probes.decisions import (PairedProbe, arm_names, gap_sentence, pairs_phrase, paired_records, sides,
-                                        warnings_of, with_gap)
+from fairaudit.probes.decisions import (PairedProbe, analysed, arm_names, gap_sentence, pairs_phrase, paired_metrics,
+                                        paired_records, sides, warnings_of, with_gap)
 
 HEADLINE = ["n_pairs", "t_alpha_ny", "t_alpha_prime_ny", "t_alpha_yy", "t_alpha_prime_yy", "delta_t_max_abs",
-            "tpair_nn_m", "tpair_m_m", "c_actual", "c_ind", "b_actual", "b_ind"]
+            "tpair_nn_m", "tpair_m_m", "c_actual", "c_ind", "b_actual", "b_ind", "n_pairs_truncated",
+            "n_pairs_complete", "delta_t_max_abs_complete"]
 
 
 class BiasTransitionProbe(PairedProbe):
@@ -23,7 +24,8 @@ class BiasTransitionProbe(PairedProbe):
     def run(self, ctx: AuditContext) -> ProbeResult:
         records = paired_records(ctx, self.baseline)
         t, b = ctx.arm.name, self.baseline.name
-        result = transitions(records, treatment=t, baseline=b)
+        slim = analysed(records)
+        result = transitions(slim, treatment=t, baseline=b)
         tables = result["tables"]
         figures = {
             "tpair_split": tpair_heatmap(tables["tpair_split"], t, b, title="pair-state transitions"),
@@ -31,7 +33,12 @@ class BiasTransitionProbe(PairedProbe):
                 tables["t_alpha"], tables["t_alpha_prime"], t, b, labels=sides(records)
             ),
         }
-        metrics = with_gap(result["metrics"] | answer_accounting(records, t, b), records, t, b)
+
+        def metrics_of(rows) -> dict[str, float]:
+            return with_gap(transitions(rows, treatment=t, baseline=b)["metrics"] | answer_accounting(rows, t, b), rows, t, b)
+
+        metrics = paired_metrics(metrics_of, records, t, b,
+                                 with_gap(result["metrics"] | answer_accounting(slim, t, b), slim, t, b))
         headline = HEADLINE + [f"p_gap_{t}", f"p_gap_{b}", "delta_p_gap"]
         return ProbeResult(metrics=metrics, tables=tables, figures=figures,
                            records={"records": records}, headline=headline)

@@ -14,8 +14,9 @@ from fairaudit.analysis.contingency import CELLS
 from fairaudit.analysis.degenerate import depth_warnings
 from fairaudit.console import format_number as num
 from fairaudit.probes import WARNING, AuditContext, Needs, ProbeResult
-from fairaudit.probes.decisions import (RESAMPLING, PairedProbe, answer_choices, answer_parts, arm_names, gap_sentence,
-                                        interval, pairs_phrase, paired_records, sides, warnings_of, with_gap)
+from fairaudit.probes.decisions import (RESAMPLING, PairedProbe, analysed, answer_choices, answer_parts_all, arm_names,
+                                        gap_sentence, interval, pairs_phrase, paired_metrics, paired_records, sides,
+                                        warnings_of, with_gap)
 from fairaudit.prompts.yesno import Arm
 from fairaudit.validate import check_fields, integer, list_of, number, optional
 
@@ -23,7 +24,8 @@ SETTINGS = {**RESAMPLING, "K": integer(1), "k_list": list_of(integer(1)), "ident
             "k_sensitivity_subsample": optional(integer(1, why=" (pairs per model and dataset, or null for all)"))}
 
 HEADLINE = ["cdpg_n_pairs", "cdpg_n_c", "cdpg_slope_a", "cdpg_slope_b", "cdpg_slope_c", "cdpg_slope_c_ci_low",
-            "cdpg_slope_c_ci_high", "cdpg_slope_c_ci_few", "cdpg_slope_c_from0", "cdpg_slope_d", "p_gap_{t}"]
+            "cdpg_slope_c_ci_high", "cdpg_slope_c_ci_few", "cdpg_slope_c_from0", "cdpg_slope_d", "p_gap_{t}",
+            "n_pairs_truncated", "cdpg_n_pairs_complete", "cdpg_slope_c_complete"]
 CELL_NAMES = {"a": "no flip", "b": "flips resolved", "c": "flips created", "d": "flips under both"}
 
 
@@ -55,10 +57,19 @@ class CDPGProbe(PairedProbe):
         records = paired_records(ctx, self.baseline)
         depth = self.depth_records(ctx, records)
         t, b = ctx.arm.name, self.baseline.name
-        result = cdpg(depth, records, treatment=t, baseline=b, k_list=self.k_list, n_boot=self.n_boot,
-                      seed=self.seed, K=self.K, identity_atol=self.identity_atol,
-                      k_sensitivity_subsample=self.k_sensitivity_subsample)
-        metrics = with_gap(result["metrics"] | answer_accounting(records, t, b), records, t, b, self.n_boot, self.seed)
+
+        def analyse(rows: pd.DataFrame) -> dict:  # cdpg on the depth records of these records' pairs
+            return cdpg(depth[depth["pair_id"].isin(rows["pair_id"])], rows, treatment=t, baseline=b,
+                        k_list=self.k_list, n_boot=self.n_boot, seed=self.seed, K=self.K,
+                        identity_atol=self.identity_atol, k_sensitivity_subsample=self.k_sensitivity_subsample)
+
+        def with_accounting(metrics: dict[str, float], rows: pd.DataFrame) -> dict[str, float]:
+            return with_gap(metrics | answer_accounting(rows, t, b), rows, t, b, self.n_boot, self.seed)
+
+        slim = analysed(records)
+        result = analyse(slim)
+        metrics = paired_metrics(lambda rows: with_accounting(analyse(rows)["metrics"], rows), records, t, b,
+                                 with_accounting(result["metrics"], slim))
         return ProbeResult(metrics=metrics, tables=result["tables"],
                            figures=cdpg_figures(result["tables"], K=self.K, k_list=self.k_list, arms=(t, b)),
                            records={"records": records, "depth_records": depth},
@@ -82,7 +93,7 @@ class CDPGProbe(PairedProbe):
     def depth_records(self, ctx: AuditContext, records: pd.DataFrame) -> pd.DataFrame:
         """P(Yes) after every cut of every treatment trace. # -> pair_id, side, arm, K, k, cut, p_yes_k, model, dataset"""
         rows = records[records["arm"] == ctx.arm.name].reset_index(drop=True)
-        parts = [answer_parts(ctx, prompt, trace, ctx.arm) for prompt, trace in zip(rows["prompt"], rows["trace"])]
+        parts = answer_parts_all(ctx, list(rows["prompt"]), list(rows["trace"]), ctx.arm)
         Ks = sorted({self.K, *self.k_list})
         cuts = [{K: segment_cuts(len(part.trace_ids), K) for K in Ks} for part in parts]
         requests = [replace(part, cuts=tuple(sorted({c for K in Ks for c in by_k[K]}))) for part, by_k in zip(parts, cuts)]

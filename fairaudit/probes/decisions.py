@@ -6,6 +6,8 @@ import pandas as pd
 
 from fairaudit.analysis.degenerate import decision_warnings
 from fairaudit.analysis.gap import p_gap
+from fairaudit.analysis.pairs import TEXT_COLUMNS
+from fairaudit.analysis.truncation import truncated_by_cell, with_complete
 from fairaudit.backends import DepthRequest, GenerationRequest
 from fairaudit.console import format_number as num
 from fairaudit.probes import WARNING, AuditContext, Needs, Probe, Prompt, SampleView
@@ -14,6 +16,7 @@ from fairaudit.prompts.yesno import (Arm, choice_token_ids, complies_with_nothin
 from fairaudit.validate import MIN_BOOT, check_fields, integer
 
 RESAMPLING = {"n_boot": integer(MIN_BOOT), "seed": integer(0, 2**32 - 1)}  # the paired bootstrap's settings
+BLOCK = 4096  # rows generated and scored at a time
 
 
 def encode(tokenizer, text: str) -> tuple[int, ...]:
@@ -21,18 +24,34 @@ def encode(tokenizer, text: str) -> tuple[int, ...]:
     return tuple(tokenizer.encode(text, add_special_tokens=False))
 
 
+def encode_all(ctx: AuditContext, texts: list[str]) -> list[tuple[int, ...]]:
+    """`encode` of each text: through the client (batched, kept in the store) when there is one."""
+    if ctx.client is None:
+        return [encode(ctx.tokenizer, text) for text in texts]
+    return ctx.client.encode(texts, label="tokenize")
+
+
 def answer_parts(ctx: AuditContext, prompt: str, trace: str, arm: Arm) -> DepthRequest:
-    """The answer position as (prompt, trace, suffix) token ids, each part tokenized apart.
+    """The answer position of one (prompt, trace): `answer_parts_all` of one."""
+    return answer_parts_all(ctx, [prompt], [trace], arm)[0]
+
+
+def answer_parts_all(ctx: AuditContext, prompts: list[str], traces: list[str], arm: Arm) -> list[DepthRequest]:
+    """The answer position of each (prompt, trace) as (prompt, trace, suffix) token ids, each part tokenized apart.
 
     Thinking arms: the prompt with the think block open, the trace, the force-answer suffix.
     Other arms: the prompt (pre-fill included), no trace, the model's answer prefix. CDPG
     cuts the same trace ids, so its full-depth cut reads the same P(Yes) as the arm itself.
     """
-    tok = ctx.tokenizer
+    thinking = ctx.model.thinking
     if arm.think:
-        return DepthRequest(encode(tok, think_prompt_prefix(prompt, ctx.model.thinking)), encode(tok, trace),
-                            encode(tok, force_answer_suffix(ctx.model.thinking, ctx.model.answer_prefix)))
-    return DepthRequest(encode(tok, prompt), (), encode(tok, ctx.model.answer_prefix))
+        heads = [think_prompt_prefix(prompt, thinking) for prompt in prompts]
+        suffix = force_answer_suffix(thinking, ctx.model.answer_prefix)
+        ids = encode_all(ctx, [*heads, *traces, suffix])
+        n = len(prompts)
+        return [DepthRequest(ids[i], ids[n + i], ids[-1]) for i in range(n)]
+    ids = encode_all(ctx, [*prompts, ctx.model.answer_prefix])
+    return [DepthRequest(prompt_ids, (), ids[-1]) for prompt_ids in ids[:-1]]
 
 
 def answer_choices(ctx: AuditContext) -> tuple[list[int], list[int]]:
@@ -53,15 +72,31 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
     P(Yes) from the Yes/No softmax at the answer position, the exact prompt, the trace and its length.
     `compliant` (null under thinking arms) is False for a completion that opens a think block
     or reasons before answering; under `answer_source: parsed` its answer is dropped (None),
-    like an unparsed one. `truncated`: the generation hit the arm's token budget.
+    like an unparsed one. `truncated`: the generation hit the arm's token budget. Rows go BLOCK at
+    a time, so the token ids in flight stay bounded whatever the data set's size.
     """
+    if len(pairs) <= BLOCK:
+        return _decide_block(ctx, pairs, arm, arm.name)
+    count = -(-len(pairs) // BLOCK)
+    return pd.concat([_decide_block(ctx, pairs.iloc[i * BLOCK:(i + 1) * BLOCK], arm, f"{arm.name} {i + 1}/{count}")
+                      for i in range(count)], ignore_index=True)
+
+
+def _decide_block(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm, label: str) -> pd.DataFrame:
+    """`decide` of one block of rows; `label` names it in the progress bars."""
     prompts = render_prompts(ctx, pairs, arm)
-    requests = [GenerationRequest(encode(ctx.tokenizer, p), arm.max_new_tokens) for p in prompts]
-    completions = ctx.client.generate(requests, label=f"generate {arm.name}")
-    outputs = [split_output(p, c.text, arm, ctx.model.thinking) for p, c in zip(prompts, completions)]
-    parts = [answer_parts(ctx, p, o.trace, arm) for p, o in zip(prompts, outputs)]
+    requests = [GenerationRequest(ids, arm.max_new_tokens) for ids in encode_all(ctx, prompts)]
+    completions = ctx.client.generate(requests, label=f"generate {label}")
+    texts, keys = [c.text for c in completions], [c.key for c in completions]
+    truncated = [c.finish_reason == "length" for c in completions]
+    del requests, completions  # their token ids: gigabytes at paper scale
+    outputs = [split_output(p, text, arm, ctx.model.thinking) for p, text in zip(prompts, texts)]
+    parts = answer_parts_all(ctx, prompts, [o.trace for o in outputs], arm)
+    trace_tokens = [len(part.trace_ids) for part in parts]
     prefixes = [part.prompt_ids + part.trace_ids + part.suffix_ids for part in parts]
-    p_yes = ctx.client.choice_probs(prefixes, answer_choices(ctx), label=f"score {arm.name}")[:, 0]
+    del parts
+    p_yes = ctx.client.choice_probs(prefixes, answer_choices(ctx), label=f"score {label}")[:, 0]
+    del prefixes
     parsed = [parse_yes_no(o.answer_text) if o.closed else None for o in outputs]
     compliant = [None if arm.think else complies_with_nothink(o.answer_text, ctx.model.thinking) for o in outputs]
     kept = [None if ok is False else answer for answer, ok in zip(parsed, compliant)]
@@ -77,13 +112,13 @@ def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
         "parsed_answer": parsed,
         "compliant": pd.array(compliant, dtype="boolean"),
         "p_yes": p_yes,
-        "trace_tokens": [len(part.trace_ids) for part in parts],
+        "trace_tokens": trace_tokens,
         "think_closed": [o.closed for o in outputs],
-        "truncated": [c.finish_reason == "length" for c in completions],
-        "prompt_hash": [c.key for c in completions],
+        "truncated": truncated,
+        "prompt_hash": keys,
         "prompt": prompts,
         "trace": [o.trace for o in outputs],
-        "text": [c.text for c in completions],
+        "text": texts,
     })
 
 
@@ -171,3 +206,17 @@ def gap_sentence(metrics: dict[str, float], records: pd.DataFrame, treatment: st
 def warnings_of(records: pd.DataFrame, treatment: str, baseline: str) -> list[str]:
     """The degenerate-result lines of paired records, each prefixed as a verdict warning."""
     return [WARNING + line for line in decision_warnings(records, (treatment, baseline))]
+
+
+def analysed(records: pd.DataFrame) -> pd.DataFrame:
+    """The records without their text columns (TEXT_COLUMNS): what analysis reads, without copying gigabytes."""
+    return records.drop(columns=[c for c in TEXT_COLUMNS if c in records])
+
+
+def paired_metrics(metrics_of, records: pd.DataFrame, treatment: str, baseline: str,
+                   metrics: dict[str, float] | None = None) -> dict[str, float]:
+    """metrics_of(records) over every pair (or `metrics`, already computed) and, each as `<name>_complete`, over
+    the pairs none of whose traces the token budget cut, with those cut per contingency cell
+    (`analysis.truncation`). metrics_of: analysed records -> flat metrics."""
+    slim = analysed(records)
+    return with_complete(metrics_of, slim, metrics) | truncated_by_cell(slim, treatment, baseline)

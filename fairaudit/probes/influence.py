@@ -25,7 +25,6 @@ from fairaudit.analysis.influence_figures import influence_rates_figure
 from fairaudit.backends import Block, GraphGenerationRequest, NLLRequest, Visibility
 from fairaudit.console import format_number as num
 from fairaudit.data.mcq import format_options
-from fairaudit.errors import AuditError
 from fairaudit.probes import WARNING, AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import encode
 from fairaudit.prompts.yesno import Arm

@@ -80,3 +80,25 @@ def test_repeated_run_makes_no_model_call_and_starts_no_engine(first, workdir):
     latest = runs(f"sqlite:///{workdir}/mlflow.db", "tags.probe = 'counterfactual'")[-1]
     assert latest.data.metrics["model_calls"] == 0
     assert "prefix_cache_hit_rate" not in latest.data.metrics  # nothing was looked up: no rate to report
+
+
+def test_the_cpu_build_runs_with_its_defaults_alone(tmp_path):
+    """`python -m fairaudit backend=vllm dataset.n=2`, no other setting: on a CPU, vllm_cpu sizes the KV cache from
+    the free memory, binds every core, uses 32-token blocks and eager mode."""
+    result = run_app(tmp_path, "backend=vllm", "dataset.n=2", env=ENV, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = runs(f"sqlite:///{tmp_path}/mlflow.db")
+    assert run.info.status == "FINISHED" and run.data.metrics["n_pairs"] == 2
+    logs = result.stderr + result.stdout
+    assert logs.count(ENGINE_START) == 1 and "VLLM_CPU_OMP_THREADS_BIND='0-" in logs and "'block_size': 32" in logs
+
+
+def test_an_engine_that_cannot_start_is_one_error_line_and_a_failed_run(tmp_path):
+    """A KV cache too small for one sequence never reaches vLLM; one the engine itself refuses (vLLM's error above)
+    ends the same way: one error line naming the setting, the run FAILED, nothing left RUNNING."""
+    small = run_app(tmp_path, "backend=vllm", "dataset.n=2", "backend.kv_cache_space_gib=0.001", env=ENV, timeout=TIMEOUT)
+    assert small.returncode == 2
+    assert small.stderr.strip().splitlines()[-1].startswith("error: backend.kv_cache_space_gib=0.001 holds ")
+    assert ENGINE_START not in small.stderr + small.stdout
+    (run,) = runs(f"sqlite:///{tmp_path}/mlflow.db")
+    assert run.info.status == "FAILED" and "backend.kv_cache_space_gib" in run.data.tags["fairaudit.error"]

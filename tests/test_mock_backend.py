@@ -1,0 +1,102 @@
+"""backend=mock rehearses bookkeeping: its two sides answer alike without an effect, its effect shows where it is
+set, its traces have the drawn lengths and budgets, and its results never pass for a model's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairaudit.backends import Block, GraphGenerationRequest, NLLRequest, backends_with
+from fairaudit.backends.mock import MockBackend
+from fairaudit.client import CachingClient
+from fairaudit.data.tabular import CounterfactualTabular
+from fairaudit.errors import AuditError
+from fairaudit.models import tiny_qwen3_dir
+from fairaudit.probes import AuditContext, ModelSpec
+from fairaudit.probes.decisions import paired_records
+from fairaudit.prompts.yesno import Arm, Thinking
+from fairaudit.store import Store
+
+THINK, NOTHINK = Arm("think", True, 120), Arm("nothink", False, 16)
+DATASETS = {"adult": ("sex", "Male", "Female"), "compas": ("race", "White", "Non-White")}
+
+
+def records(tmp_path, data_root, dataset: str = "adult", n: int = 40, **settings):
+    """Paired records (think against nothink, parsed answers) of n pairs on the mock with these settings."""
+    attribute, alpha, alpha_prime = DATASETS[dataset]
+    backend = MockBackend(tiny_qwen3_dir(), protected=[alpha, alpha_prime], neutral=["He", "She", "His", "Her"], **settings)
+    data = CounterfactualTabular(dataset, n, 0, attribute, alpha, alpha_prime, "Will they?",
+                                 "{description}\nQuestion: {question} Yes or No.", str(data_root))
+    spec = ModelSpec("tiny_qwen3", Thinking(style="native"), {"enable_thinking": True})
+    client = CachingClient(backend, Store(tmp_path / f"{dataset}-{n}.sqlite"))  # a folder of its own per call
+    return paired_records(AuditContext(client, backend.tokenizer, spec, data, THINK), NOTHINK)
+
+
+def flips(frame, arm: str) -> int:
+    wide = frame[frame["arm"] == arm].pivot(index="pair_id", columns="side", values="answer").fillna("unparsed")
+    return int((wide["alpha"] != wide["alpha_prime"]).sum())
+
+
+@pytest.mark.parametrize("dataset", ["adult", "compas"])
+def test_without_an_effect_both_sides_of_every_pair_answer_alike(tmp_path, data_root, dataset):
+    frame = records(tmp_path, data_root, dataset, effect=0.0, effect_per_1k_tokens=0.0, trace_tokens={"median": 60})
+    assert flips(frame, "think") == flips(frame, "nothink") == 0
+    think = frame[frame["arm"] == "think"].pivot(index="pair_id", columns="side", values="p_yes")
+    np.testing.assert_array_equal(think["alpha"], think["alpha_prime"])  # the same trace, the same reading
+    assert frame["answer"].isin(["Yes", "No"]).mean() > 0.5  # traces that fit the budget close and answer
+
+
+def test_the_effect_favours_the_alpha_side_and_grows_with_the_trace(tmp_path, data_root):
+    frame = records(tmp_path, data_root, effect=3.0, effect_per_1k_tokens=40.0, trace_tokens={"median": 60, "sigma": 0.0})
+    gap = frame.pivot_table(index=["pair_id", "arm"], columns="side", values="p_yes")
+    assert (gap["alpha"] > gap["alpha_prime"]).all()  # +effect/2 on alpha, -effect/2 on alpha'
+    mean_gap = (gap["alpha"] - gap["alpha_prime"]).groupby(level="arm").mean()
+    assert mean_gap["think"] > mean_gap["nothink"] > 0.2  # 60 trace tokens add 2.4 to the logit gap
+    assert flips(frame, "think") > 0
+
+
+def test_parsed_answers_agree_with_the_reading_and_traces_have_their_drawn_length(tmp_path, data_root):
+    frame = records(tmp_path, data_root, trace_tokens={"distribution": "fixed", "median": 50})
+    think = frame[frame["arm"] == "think"]
+    assert (think["trace_tokens"] == 50).all() and not think["truncated"].any()
+    answered = frame[frame["answer"].notna()]
+    assert len(answered) == len(frame)
+    assert ((answered["p_yes"] >= 0.5) == (answered["answer"] == "Yes")).all()
+
+
+def test_a_trace_longer_than_the_budget_is_cut_there_and_left_unanswered(tmp_path, data_root):
+    frame = records(tmp_path, data_root, trace_tokens={"median": 120, "sigma": 0.5})
+    think = frame[frame["arm"] == "think"]
+    cut = think[think["truncated"]]
+    assert 0 < len(cut) < len(think)
+    assert cut["parsed_answer"].isna().all()  # no answer came within the budget
+    assert (think.groupby("pair_id")["truncated"].nunique() == 1).all()  # both sides draw the same length
+
+
+def test_its_fingerprint_names_its_settings_and_it_is_never_offered_for_a_model():
+    base, other = MockBackend(tiny_qwen3_dir()), MockBackend(tiny_qwen3_dir(), effect=1.5)
+    assert base.fingerprint.startswith("mock-1/") and base.fingerprint != other.fingerprint
+    assert "mock" not in backends_with("scores") and "hf" in backends_with("scores")
+    with pytest.raises(AuditError, match=r"backend.trace_tokens.distribution='normal' must be one of"):
+        MockBackend(tiny_qwen3_dir(), trace_tokens={"distribution": "normal"})
+
+
+def test_target_nll_and_graph_generation_follow_what_the_graph_lets_the_target_see():
+    backend = MockBackend(tiny_qwen3_dir(), trace_tokens={"median": 12})
+    blocks = (Block((1, 2, 3)), Block((4, 5), "A", "private"), Block((6, 7), "B", "public"))
+    masked, unmasked = NLLRequest(blocks, (2,), ((), (0,), (0,))), NLLRequest(blocks, (2,), ((), (0,), (0, 1)))
+    nll = backend.target_nll([masked, unmasked, masked])
+    assert nll.dtype == np.float64 and (nll > 0).all() and nll[0] == nll[2] != nll[1]
+    hidden = NLLRequest((blocks[0], Block((9, 9), "A", "private"), blocks[2]), (2,), ((), (0,), (0,)))
+    assert backend.target_nll([hidden])[0] == nll[0]  # a block the target cannot see changes nothing
+    done = backend.generate([GraphGenerationRequest(blocks, ((), (0,), (0,)), 40, stop_ids=(11,))])[0]
+    assert done.finish_reason == "stop" and 0 < len(done.token_ids) <= 40
+
+
+def test_records_made_a_block_at_a_time_equal_those_made_at_once(tmp_path, data_root, monkeypatch):
+    from fairaudit.probes import decisions
+
+    whole = records(tmp_path / "whole", data_root, n=30)
+    monkeypatch.setattr(decisions, "BLOCK", 7)
+    pd.testing.assert_frame_equal(records(tmp_path / "blocks", data_root, n=30), whole)
