@@ -44,17 +44,17 @@ def linked_gguf_dir(gguf: Path, label: str) -> Path:
     return _materialise(cache_root() / "gguf" / name, build)
 
 
-def _write_tiny_qwen3(out: Path) -> None:
-    """The tiny Qwen3's weights, config and tokenizer as one float32 GGUF (llama.cpp's qwen3 architecture)."""
-    import gguf
+def _write_qwen3(source: Path, out: Path) -> None:
+    """A Qwen3 folder's weights, config and tokenizer as one float32 GGUF (llama.cpp's qwen3 architecture)."""
     import shutil
+
+    import gguf
     from safetensors.numpy import load_file
     from transformers import AutoTokenizer
 
-    source = tiny_qwen3_dir()
     config = json.loads((source / "config.json").read_text())
     writer = gguf.GGUFWriter(str(out / GGUF_NAME), "qwen3")
-    writer.add_name("tiny-qwen3")
+    writer.add_name(source.name)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     for add, value in ((writer.add_context_length, config["max_position_embeddings"]),
                        (writer.add_embedding_length, config["hidden_size"]),
@@ -95,9 +95,17 @@ def _add_vocab(writer, tokenizer, source: Path) -> None:
     gguf.SpecialVocab(source, load_merges=True).add_to_gguf(writer, quiet=True)
 
 
+def qwen3_gguf_dir(source: Path) -> Path:
+    """A Qwen3 Hugging Face folder (one safetensors file) as a float32 GGUF folder, written once per fingerprint."""
+    from fairaudit.models import model_fingerprint
+
+    (cache_root() / "gguf").mkdir(parents=True, exist_ok=True)
+    return _materialise(cache_root() / "gguf" / f"qwen3-f32-{model_fingerprint(source)}", lambda out: _write_qwen3(source, out))
+
+
 def tiny_qwen3_gguf_dir() -> Path:
-    """The tiny Qwen3 as a GGUF folder (about a second, once)."""
-    return _materialise(cache_root() / "gguf" / "tiny-qwen3-v1-f32", _write_tiny_qwen3)
+    """The tiny Qwen3 (embedded:tiny_qwen3) as a GGUF folder: the same weights, for llama.cpp."""
+    return qwen3_gguf_dir(tiny_qwen3_dir())
 
 
 def resolve_gguf_dir(source: str, path: str | None = None, revision: str | None = None,

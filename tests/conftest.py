@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from fairaudit.backends.llamacpp import llamacpp_version
 from fairaudit.backends.vllm import vllm_distribution
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(os.environ.get("FAIRAUDIT_DATA", REPO.parent / "shared" / "data")).resolve()
 
-# tests/vllm/ needs vLLM: `make test-vllm` runs it in .venv-vllm; where vLLM is absent it is not collected.
-collect_ignore = [] if vllm_distribution() else ["vllm"]
+# tests/vllm/ needs vLLM: `make test-vllm` runs it in .venv-vllm; tests/llamacpp/ needs llama-cpp-python:
+# `make test-llamacpp` runs it in .venv-llamacpp. Where the engine is absent its folder is not collected.
+collect_ignore = ([] if vllm_distribution() else ["vllm"]) + ([] if llamacpp_version() else ["llamacpp"])
 
 
 @pytest.fixture(scope="session")

@@ -79,7 +79,8 @@ class LlamaCppBackend(Backend):
     Construction reads only the tokenizer and the GGUF file's digest; the model loads on the first
     model call. `model_dir` is a GGUF folder (`fairaudit.gguf_files`). Settings: n_ctx (KV cells shared
     by the sequences decoded together), n_batch (tokens per llama_decode), n_seq_max (sequences held in
-    the KV cache; up to half of them are decoded together), n_threads (null: every core), n_gpu_layers.
+    the KV cache; up to half of them are decoded together), n_threads (null: every core), n_gpu_layers,
+    flash_attn (off, as in llama-cpp-python's `Llama`; the fingerprint names it, since it changes the arithmetic).
     """
 
     name = "llamacpp"
@@ -88,10 +89,14 @@ class LlamaCppBackend(Backend):
     @classmethod
     def check(cls, settings: Mapping, model: Mapping) -> None:
         """Settings in range, and llama-cpp-python installed: one line, before anything loads."""
-        from fairaudit.validate import check_fields, integer, optional
+        from omegaconf import DictConfig, OmegaConf
 
+        from fairaudit.validate import boolean, check_fields, integer, optional
+
+        if isinstance(settings, DictConfig):  # n_ctx is ${model.max_context}
+            settings = OmegaConf.to_container(settings, resolve=True)
         rules = {"n_ctx": integer(16), "n_batch": integer(1), "n_seq_max": integer(2, 256), "n_gpu_layers": integer(-1),
-                 "n_threads": optional(integer(1))}
+                 "n_threads": optional(integer(1)), "flash_attn": boolean}
         check_fields("backend", settings, rules)
         version = llamacpp_version()
         if version is None:
@@ -100,7 +105,8 @@ class LlamaCppBackend(Backend):
             raise AuditError(f"backend=llamacpp needs llama-cpp-python=={PIN} (its low-level API), found {version}: {INSTALL_HINT}")
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 8, *, n_ctx: int = 4096,
-                 n_batch: int = 512, n_seq_max: int = 16, n_threads: int | None = None, n_gpu_layers: int = 0):
+                 n_batch: int = 512, n_seq_max: int = 16, n_threads: int | None = None, n_gpu_layers: int = 0,
+                 flash_attn: bool = False):
         from transformers import AutoTokenizer
 
         from fairaudit.gguf_files import GGUF_NAME, gguf_digest
@@ -113,8 +119,8 @@ class LlamaCppBackend(Backend):
             raise AuditError(f"{str(model_dir)!r} holds no {GGUF_NAME}: backend=llamacpp reads a GGUF file "
                              "(model.gguf_file of a hub repository, or model.path to a local .gguf)")
         self.model_dir = str(model_dir)
-        self.settings = {**settings, "gguf": str(gguf), "n_threads": n_threads or every_core()}
-        device = "cpu" if n_gpu_layers == 0 else f"gpu{n_gpu_layers}"
+        self.settings = {**settings, "gguf": str(gguf), "n_threads": n_threads or every_core(), "flash_attn": flash_attn}
+        device = ("cpu" if n_gpu_layers == 0 else f"gpu{n_gpu_layers}") + ("-fa" if flash_attn else "")
         self.fingerprint = (f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/llama-cpp-python-{llamacpp_version()}"
                             f"/gguf-{gguf_digest(gguf)[:16]}/{device}")
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
