@@ -1,7 +1,8 @@
-"""The same audit work on the hf, vllm and openai backends: think-arm generations, their choice reads, CDPG depth reads.
+"""The same audit work on the hf, vllm, openai and llamacpp backends: think-arm generations, their choice reads,
+CDPG depth reads.
 
     python benchmarks/backends.py [HYDRA OVERRIDES] [--pairs 32] [--max-tokens 256] [--K 10]
-        [--backends hf,vllm,openai] [--concurrency 1,8,32] [--base-url http://host:8000/v1] [--temperature 0]
+        [--backends hf,vllm,openai,llamacpp] [--concurrency 1,8,32] [--base-url http://host:8000/v1] [--temperature 0]
 
 Defaults: the embedded SmolLM2 in fp32, 32 Adult pairs (64 think-arm prompts), traces of up to
 256 tokens, K = 10. Prompts are rendered by the project exactly as the audit renders them. On a
@@ -14,7 +15,11 @@ same CPU settings, and empties its prefix cache before each concurrency level, s
 does the same work from cold.
 Each backend (and each concurrency level) runs in its own process and loads first (not timed),
 then each phase is timed once; tokens/s counts generated tokens for generation and prompt
-tokens fed for the reads.
+tokens fed for the reads. Prefill and decode are printed apart: llamacpp times them itself
+(prefill_tokens_per_s, decode_tokens_per_s: tokens computed per second of llama_decode); for
+every backend, decode_tok_s_derived is the generated tokens over the generation time less the
+prompts' prefill at the choice reads' rate. peak_rss_mib: the backend process's peak resident memory.
+llamacpp runs in .venv-llamacpp (`.venv-llamacpp/bin/python benchmarks/backends.py --backends hf,llamacpp`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import argparse
 import contextlib
 import multiprocessing
 import os
+import resource
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -95,14 +101,18 @@ def run_backend(cfg, K: int, temperature: float) -> dict[str, float]:
     _, t_depth = timed(lambda: backend.depth_choice_probs(depth, choices))
 
     generated = sum(len(c.token_ids) for c in completions)
+    prompt_tokens = sum(len(r.prompt_ids) for r in requests)
     depth_fed = sum(len(x.prompt_ids) + cut + len(x.suffix_ids) for x in depth for cut in x.cuts)
     figures = {
         "all_s": t_gen + t_choice + t_depth,
         "generations": len(requests), "generated_tokens": generated, "generate_s": t_gen, "generate_tok_s": generated / t_gen,
-        "choice_s": t_choice, "choice_tok_s": sum(map(len, prefixes)) / t_choice,
+        "choice_s": t_choice, "choice_tok_s": sum(map(len, prefixes)) / t_choice, "prompt_tokens": prompt_tokens,
         "depth_reads": sum(len(x.cuts) for x in depth), "depth_s": t_depth, "depth_tok_s": depth_fed / t_depth,
         "depth_over_generate": t_depth / t_gen,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+    prefill_s = prompt_tokens / figures["choice_tok_s"]  # the prompts at the choice reads' rate (both are prefill)
+    figures["decode_tok_s_derived"] = generated / (t_gen - prefill_s) if t_gen > prefill_s else float("nan")
     figures.update(backend.metrics())
     return figures
 
@@ -166,13 +176,15 @@ def report(name: str, figures: dict[str, float]) -> None:
 def print_table(results: dict[str, dict[str, float]]) -> None:
     """Figures side by side, then each backend's ratios to hf and each openai level's to the offline vllm engine."""
     print(f"\n{'':24}" + "".join(f"{name:>12}" for name in results))
-    for key in ("generated_tokens", "generate_tok_s", "choice_tok_s", "depth_reads", "depth_tok_s", "depth_over_generate",
-                "all_s"):
-        print(f"{key:24}" + "".join(f"{r[key]:>12.3g}" for r in results.values()))
-    pairs = [("vllm", "hf")] * ("hf" in results) + [(name, "vllm") for name in results if name.startswith("openai@")]
+    for key in ("generated_tokens", "generate_tok_s", "decode_tok_s_derived", "prefill_tokens_per_s", "decode_tokens_per_s",
+                "choice_tok_s", "depth_reads", "depth_tok_s", "depth_over_generate", "all_s", "peak_rss_mib"):
+        print(f"{key:24}" + "".join(f"{r.get(key, float('nan')):>12.3g}" for r in results.values()))
+    pairs = [(name, "hf") for name in ("vllm", "llamacpp") if name in results and "hf" in results]
+    pairs += [(name, "vllm") for name in results if name.startswith("openai@")]
     for name, base in pairs:
         if {name, base} <= results.keys():
-            speedups = [f"{key} {results[name][key] / results[base][key]:.2f}" for key in ("generate_tok_s", "choice_tok_s", "depth_tok_s")]
+            speedups = [f"{key} {results[name][key] / results[base][key]:.2f}"
+                        for key in ("generate_tok_s", "decode_tok_s_derived", "choice_tok_s", "depth_tok_s", "peak_rss_mib")]
             print(f"{name} / {base}: " + ", ".join(speedups) + f", all work {results[base]['all_s'] / results[name]['all_s']:.2f}")
 
 

@@ -27,6 +27,26 @@ def data_root() -> Path:
     return DATA_ROOT
 
 
+@pytest.fixture(scope="module")
+def default_audit(data_root):
+    """(model spec, dataset, [arm, baseline arm]) of the default audit (smollm2, adult, counterfactual: think vs
+    nothink, dataset.n=20), for the backends' agreement tests."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from fairaudit.app import model_spec
+    from fairaudit.prompts.yesno import Arm
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = compose("config", overrides=["dataset.n=20", f"data.root={data_root}"])
+    arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
+    baseline = Arm(**OmegaConf.to_container(cfg.probe.baseline_arm, resolve=True))
+    return model_spec(cfg.model), instantiate(cfg.dataset), [arm, baseline]
+
+
 def run_app(tmp_path: Path, *overrides: str, module: str = "fairaudit", timeout: int = 600,
             env: dict[str, str] | None = None, in_tmp: bool = False) -> subprocess.CompletedProcess:
     """`python -m fairaudit` in a subprocess with its store, MLflow db and Hydra output under tmp_path.

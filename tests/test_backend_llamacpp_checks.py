@@ -1,12 +1,11 @@
-"""backend=llamacpp refuses bad settings, and a missing llama-cpp-python, in one line before anything loads
-(no llama-cpp-python needed); the GGUF folders it reads are built without it."""
+"""backend=llamacpp refuses bad settings in one line before anything loads (a missing llama-cpp-python:
+test_backend_vllm_checks.py); the GGUF folders it reads are built without it."""
 
 from __future__ import annotations
 
 import pytest
 
-from conftest import run_app
-from fairaudit.backends.llamacpp import INSTALL_HINT, LlamaCppBackend, llamacpp_version
+from fairaudit.backends.llamacpp import LlamaCppBackend
 from fairaudit.errors import AuditError
 
 
@@ -20,15 +19,6 @@ def test_bad_settings_are_refused_by_the_backend_check(settings, message):
     with pytest.raises(AuditError, match=message):
         LlamaCppBackend.check({"n_ctx": 4096, "n_batch": 512, "n_seq_max": 16, "n_threads": None, "n_gpu_layers": 0,
                                **settings}, {"dtype": "float32"})
-
-
-@pytest.mark.skipif(llamacpp_version() is not None, reason="llama-cpp-python is installed here")
-def test_backend_llamacpp_without_the_package_is_one_error_line_naming_what_to_install(tmp_path):
-    result = run_app(tmp_path, "backend=llamacpp")
-    assert result.returncode == 2
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert lines == [f"error: llama-cpp-python is not installed: {INSTALL_HINT}"], result.stderr[-2000:]
-    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "store.sqlite").exists()
 
 
 def test_the_embedded_gguf_folders_hold_the_file_as_it_ships_and_the_tokenizer_of_the_converted_model():

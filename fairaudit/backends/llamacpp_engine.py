@@ -188,3 +188,8 @@ class Engine:
         self.counts["decode_tokens"] += len(seqs)
         self.counts["decode_s"] += time.perf_counter() - start
         return rows
+
+    def clear(self) -> None:
+        """Empty the KV cache: the next sequences are computed from cold."""
+        lc.llama_memory_clear(self.memory, True)
+        self.residents.clear()
