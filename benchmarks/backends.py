@@ -18,7 +18,8 @@ then each phase is timed once; tokens/s counts generated tokens for generation a
 tokens fed for the reads. Prefill and decode are printed apart: llamacpp times them itself
 (prefill_tokens_per_s, decode_tokens_per_s: tokens computed per second of llama_decode); for
 every backend, decode_tok_s_derived is the generated tokens over the generation time less the
-prompts' prefill at the choice reads' rate. peak_rss_mib: the backend process's peak resident memory.
+prompts' prefill at the choice reads' rate. peak_rss_mib: the backend process's peak resident memory;
+*_cpu_s: CPU seconds of the backend process per phase (every thread), which a busy machine distorts less than wall time.
 llamacpp runs in .venv-llamacpp (`.venv-llamacpp/bin/python benchmarks/backends.py --backends hf,llamacpp`).
 """
 
@@ -71,9 +72,13 @@ def use_every_core() -> None:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, sorted(os.sched_getaffinity(0)))))
 
 
-def timed(work):
-    start = time.perf_counter()
+CPU_SECONDS: dict[str, float] = {}  # phase -> CPU seconds of this process (every thread), robust to a busy machine
+
+
+def timed(work, phase: str):
+    start, cpu = time.perf_counter(), time.process_time()
     out = work()
+    CPU_SECONDS[phase] = time.process_time() - cpu
     return out, time.perf_counter() - start
 
 
@@ -92,13 +97,13 @@ def run_backend(cfg, K: int, temperature: float) -> dict[str, float]:
     choices = answer_choices(ctx)
     backend.choice_probs([requests[0].prompt_ids], choices)  # load the weights / start the engine, untimed
 
-    completions, t_gen = timed(lambda: backend.generate(requests))
+    completions, t_gen = timed(lambda: backend.generate(requests), "generate")
     outputs = [split_output(p, c.text, arm, ctx.model.thinking) for p, c in zip(prompts, completions)]
     parts = [answer_parts(ctx, p, o.trace, arm) for p, o in zip(prompts, outputs)]
     prefixes = [x.prompt_ids + x.trace_ids + x.suffix_ids for x in parts]
-    _, t_choice = timed(lambda: backend.choice_probs(prefixes, choices))
+    _, t_choice = timed(lambda: backend.choice_probs(prefixes, choices), "choice")
     depth = [replace(x, cuts=tuple(segment_cuts(len(x.trace_ids), K))) for x in parts]
-    _, t_depth = timed(lambda: backend.depth_choice_probs(depth, choices))
+    _, t_depth = timed(lambda: backend.depth_choice_probs(depth, choices), "depth")
 
     generated = sum(len(c.token_ids) for c in completions)
     prompt_tokens = sum(len(r.prompt_ids) for r in requests)
@@ -110,6 +115,7 @@ def run_backend(cfg, K: int, temperature: float) -> dict[str, float]:
         "depth_reads": sum(len(x.cuts) for x in depth), "depth_s": t_depth, "depth_tok_s": depth_fed / t_depth,
         "depth_over_generate": t_depth / t_gen,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        **{f"{phase}_cpu_s": seconds for phase, seconds in CPU_SECONDS.items()}, "all_cpu_s": sum(CPU_SECONDS.values()),
     }
     prefill_s = prompt_tokens / figures["choice_tok_s"]  # the prompts at the choice reads' rate (both are prefill)
     figures["decode_tok_s_derived"] = generated / (t_gen - prefill_s) if t_gen > prefill_s else float("nan")
@@ -177,7 +183,7 @@ def print_table(results: dict[str, dict[str, float]]) -> None:
     """Figures side by side, then each backend's ratios to hf and each openai level's to the offline vllm engine."""
     print(f"\n{'':24}" + "".join(f"{name:>12}" for name in results))
     for key in ("generated_tokens", "generate_tok_s", "decode_tok_s_derived", "prefill_tokens_per_s", "decode_tokens_per_s",
-                "choice_tok_s", "depth_reads", "depth_tok_s", "depth_over_generate", "all_s", "peak_rss_mib"):
+                "choice_tok_s", "depth_reads", "depth_tok_s", "depth_over_generate", "all_s", "all_cpu_s", "peak_rss_mib"):
         print(f"{key:24}" + "".join(f"{r.get(key, float('nan')):>12.3g}" for r in results.values()))
     pairs = [(name, "hf") for name in ("vllm", "llamacpp") if name in results and "hf" in results]
     pairs += [(name, "vllm") for name in results if name.startswith("openai@")]
@@ -185,7 +191,8 @@ def print_table(results: dict[str, dict[str, float]]) -> None:
         if {name, base} <= results.keys():
             speedups = [f"{key} {results[name][key] / results[base][key]:.2f}"
                         for key in ("generate_tok_s", "decode_tok_s_derived", "choice_tok_s", "depth_tok_s", "peak_rss_mib")]
-            print(f"{name} / {base}: " + ", ".join(speedups) + f", all work {results[base]['all_s'] / results[name]['all_s']:.2f}")
+            print(f"{name} / {base}: " + ", ".join(speedups) + f", all work {results[base]['all_s'] / results[name]['all_s']:.2f}"
+                  f" (CPU seconds {results[base]['all_cpu_s'] / results[name]['all_cpu_s']:.2f})")
 
 
 def main() -> None:
