@@ -9,7 +9,8 @@ Defaults: the embedded SmolLM2 in fp32, 32 Adult pairs (64 think-arm prompts), t
 GPU it runs unchanged with a hub model, e.g. `python benchmarks/backends.py model=qwen3_awq
 --base-url http://127.0.0.1:8000/v1` (a `vllm serve` of the same model for the openai column).
 On CPU the vllm engine runs eager with a 2 GiB KV cache and 32-token KV blocks (override with
-backend.* settings) on every core the process may use (VLLM_CPU_OMP_THREADS_BIND, unless set).
+backend.* settings) on every core the process may use (VLLM_CPU_OMP_THREADS_BIND, unless set);
+llamacpp holds up to 128 sequences in 32,768 KV cells, so the reads reuse what generation computed.
 Without --base-url the openai column starts one local vLLM server on the model folder with the
 same CPU settings, and empties its prefix cache before each concurrency level, so every level
 does the same work from cold.
@@ -53,10 +54,13 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 CPU_BLOCK_SIZE = 32  # vLLM's CPU default, 128 tokens, leaves most of a depth read's prompt outside the prefix cache
 CPU_VLLM = ["backend.enforce_eager=true", "backend.kv_cache_space_gib=2", f"backend.block_size={CPU_BLOCK_SIZE}"]
 CPU_SERVER = ("--block-size", str(CPU_BLOCK_SIZE))
+# llama.cpp holds every think-arm sequence between phases (64 x ~250 tokens; 0.75 GiB of KV cache for SmolLM2),
+# so choice and depth reads extend what generation left in the cache, as vLLM's 2 GiB prefix cache does
+LLAMACPP = ["backend.n_ctx=32768", "backend.n_seq_max=128"]
 
 
 def compose_config(backend: str, overrides: list[str], pairs: int, max_tokens: int):
-    cpu = [] if torch.cuda.is_available() or backend != "vllm" else CPU_VLLM
+    cpu = {"vllm": [] if torch.cuda.is_available() else CPU_VLLM, "llamacpp": LLAMACPP}.get(backend, [])
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         return compose("config", overrides=[f"backend={backend}", f"dataset.n={pairs}", f"model.max_think_tokens={max_tokens}",
                                              *cpu, *overrides])

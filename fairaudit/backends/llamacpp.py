@@ -28,7 +28,7 @@ from fairaudit.backends.common import (choice_token_ids, completion_from_ids, de
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 
-BACKEND_VERSION = "llamacpp-1"
+BACKEND_VERSION = "llamacpp-1"  # names the arithmetic too: flash attention over a float32 KV cache
 PIN = "0.3.36"  # the llama-cpp-python release whose low-level API names this backend uses
 INSTALL_HINT = (f"pip install -e '.[llamacpp]' (builds llama-cpp-python=={PIN} from source: needs cmake and a C++ "
                 "compiler; `make test-llamacpp` builds it once into .wheels/; docs/backends.md 'llama.cpp')")
@@ -57,12 +57,16 @@ def default_threads() -> int:
 _ENGINE: dict[tuple, object] = {}
 
 
+def engine_key(settings: dict) -> tuple:
+    return tuple(sorted(settings.items()))
+
+
 def load_engine(settings: dict):
     """The model and its context, loaded once per process and reused by every job of a sequential sweep.
 
     One is held at a time: a sweep that moves on to another model frees the last one first.
     """
-    key = tuple(sorted(settings.items()))
+    key = engine_key(settings)
     if key not in _ENGINE:
         free_engine()
         from fairaudit.backends.llamacpp_engine import Engine
@@ -84,9 +88,9 @@ class LlamaCppBackend(Backend):
     """A GGUF model in llama.cpp, in process, on CPU (or with `n_gpu_layers` offloaded to a GPU build).
 
     Construction reads only the tokenizer and the GGUF file's digest; the model loads on the first
-    model call. `model_dir` is a GGUF folder (`fairaudit.gguf_files`). Settings: n_ctx (KV cells shared
-    by the sequences decoded together), n_batch (tokens per llama_decode), n_seq_max (sequences held in
-    the KV cache; up to half of them are decoded together), n_threads (null: OMP_NUM_THREADS, else every core), n_gpu_layers,
+    model call. `model_dir` is a GGUF folder (`fairaudit.gguf_files`). `batch_size` (model.batch_size) is the
+    number of sequences decoded together. Settings: n_ctx (KV cells shared by the sequences held), n_batch
+    (tokens per llama_decode), n_seq_max (sequences held in the KV cache, for reuse by later calls), n_threads (null: OMP_NUM_THREADS, else every core), n_gpu_layers,
     flash_attn (off, as in llama-cpp-python's `Llama`; the fingerprint names it, since it changes the arithmetic).
     """
 
@@ -98,12 +102,12 @@ class LlamaCppBackend(Backend):
         """Settings in range, and llama-cpp-python installed: one line, before anything loads."""
         from omegaconf import DictConfig, OmegaConf
 
-        from fairaudit.validate import boolean, check_fields, integer, optional
+        from fairaudit.validate import check_fields, integer, optional
 
         if isinstance(settings, DictConfig):  # n_ctx is ${model.max_context}
             settings = OmegaConf.to_container(settings, resolve=True)
         rules = {"n_ctx": integer(16), "n_batch": integer(1), "n_seq_max": integer(2, 256), "n_gpu_layers": integer(-1),
-                 "n_threads": optional(integer(1)), "flash_attn": boolean}
+                 "n_threads": optional(integer(1))}
         check_fields("backend", settings, rules)
         version = llamacpp_version()
         if version is None:
@@ -112,8 +116,7 @@ class LlamaCppBackend(Backend):
             raise AuditError(f"backend=llamacpp needs llama-cpp-python=={PIN} (its low-level API), found {version}: {INSTALL_HINT}")
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 8, *, n_ctx: int = 4096,
-                 n_batch: int = 512, n_seq_max: int = 16, n_threads: int | None = None, n_gpu_layers: int = 0,
-                 flash_attn: bool = False):
+                 n_batch: int = 512, n_seq_max: int = 64, n_threads: int | None = None, n_gpu_layers: int = 0):
         from transformers import AutoTokenizer
 
         from fairaudit.gguf_files import GGUF_NAME, gguf_digest
@@ -125,9 +128,9 @@ class LlamaCppBackend(Backend):
         if not gguf.exists():
             raise AuditError(f"{str(model_dir)!r} holds no {GGUF_NAME}: backend=llamacpp reads a GGUF file "
                              "(model.gguf_file of a hub repository, or model.path to a local .gguf)")
-        self.model_dir = str(model_dir)
-        self.settings = {**settings, "gguf": str(gguf), "n_threads": n_threads or default_threads(), "flash_attn": flash_attn}
-        device = ("cpu" if n_gpu_layers == 0 else f"gpu{n_gpu_layers}") + ("-fa" if flash_attn else "")
+        self.model_dir, self.batch_size = str(model_dir), batch_size
+        self.settings = {**settings, "gguf": str(gguf), "n_threads": n_threads or default_threads()}
+        device = "cpu" if n_gpu_layers == 0 else f"gpu{n_gpu_layers}"
         self.fingerprint = (f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/llama-cpp-python-{llamacpp_version()}"
                             f"/gguf-{gguf_digest(gguf)[:16]}/{device}")
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
@@ -142,9 +145,9 @@ class LlamaCppBackend(Backend):
         return engine
 
     def _groups(self, lengths: Sequence[int]) -> list[list[int]]:
-        """Indices in descending length (a shorter read then extends a longer one still held), grouped so that
-        a group is at most half of n_seq_max sequences and its lengths fit n_ctx."""
-        limit, cells = max(1, self.settings["n_seq_max"] // 2), self.settings["n_ctx"]
+        """Indices in descending length (a shorter read then extends a longer one still held), grouped so that a
+        group is at most batch_size sequences (and half of n_seq_max, the rest held for reuse) whose lengths fit n_ctx."""
+        limit, cells = max(1, min(self.batch_size, self.settings["n_seq_max"] // 2)), self.settings["n_ctx"]
         too_long = [n for n in lengths if n > cells]
         if too_long:
             raise AuditError(f"a sequence of {max(too_long)} tokens exceeds backend.n_ctx={cells}; raise backend.n_ctx")
@@ -205,9 +208,10 @@ class LlamaCppBackend(Backend):
 
     def metrics(self) -> dict[str, float]:
         """Share of prompt tokens served from the KV cache (shared or held), and prefill / decode tokens per second."""
-        if self._counts_before is None:
+        engine = _ENGINE.get(engine_key(self.settings))
+        if self._counts_before is None or engine is None:  # no model call made (or the engine was freed since)
             return {}
-        counts = {k: v - self._counts_before[k] for k, v in self.engine.counts.items()}
+        counts = {k: v - self._counts_before[k] for k, v in engine.counts.items()}
         rate = lambda tokens, seconds: counts[tokens] / counts[seconds] if counts[seconds] else float("nan")  # noqa: E731
         return {"prefix_cache_hit_rate": counts["reused"] / counts["asked"] if counts["asked"] else float("nan"),
                 "prefill_tokens_per_s": rate("prefill_tokens", "prefill_s"),

@@ -1,12 +1,17 @@
-"""llama.cpp's low-level API (llama-cpp-python 0.3.36) behind a prefix-sharing KV cache of many sequences.
+"""llama.cpp's low-level API (llama-cpp-python 0.3.36) behind a KV cache that keeps many sequences for reuse.
 
-One context with a unified KV cache of `n_ctx` cells holds up to `n_seq_max` sequences. A token
-may belong to several sequences (llama.cpp's rule: a query of sequence s at position p attends
-every cell that holds s at a position <= p), so sequences fed together share the cells of their
-common prefix, and a sequence that extends one still held from an earlier call (a resident)
-copies that prefix's membership (`llama_memory_seq_cp`, no compute) and feeds only the rest.
-Every cell keeps the position it has in its own sequence, so a read from shared or reused cells
-is the read of the sequence fed alone. Imported only when a llamacpp backend loads its model.
+One context with a unified KV cache of `n_ctx` cells holds up to `n_seq_max` sequences. A
+sequence that extends one still held (a resident: a depth read's prompt + trace, a choice read
+after its generation, the shared start of two prompts) copies that prefix's cells
+(`llama_memory_seq_cp`, no compute) and feeds only the rest.
+
+Three settings make a read independent of how its tokens were batched and what else the cache
+holds, measured on the embedded SmolLM2 (Q4_1): compute passes of at most 32 tokens (n_ubatch;
+with larger passes the CPU matmul switches kernels and a logit moved by up to 0.65 between a
+sequence fed in one pass and the same sequence fed in parts), flash attention (without it a
+logit moved by up to 0.7 when another sequence's cells were merely held), and a float32 KV
+cache. Together: every depth, shared and reused read equalled the sequence fed alone into an
+empty cache exactly. Imported only when a llamacpp backend loads its model.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from fairaudit.errors import AuditError
 _QUIET = lc.llama_log_callback(lambda level, text, data: None)  # held for the process: llama.cpp calls it later
 
 
+UBATCH = 32  # tokens per compute pass: above 32 rows the CPU matmul takes another path, whose logits differ (see the module)
+
+
 class KVFull(Exception):
     """No room in the KV cache for a batch (llama_decode returned 1); the cache is as it was before the call."""
 
@@ -31,8 +39,7 @@ class KVFull(Exception):
 class Engine:
     """A loaded GGUF model and its context; `feed` and `step` decode, `logits` rows come back as float32 arrays."""
 
-    def __init__(self, gguf: str, n_ctx: int, n_batch: int, n_seq_max: int, n_threads: int, n_gpu_layers: int,
-                 flash_attn: bool = False):
+    def __init__(self, gguf: str, n_ctx: int, n_batch: int, n_seq_max: int, n_threads: int, n_gpu_layers: int):
         lc.llama_log_set(_QUIET, ctypes.c_void_p(0))
         lc.llama_backend_init()
         model_params = lc.llama_model_default_params()
@@ -41,12 +48,11 @@ class Engine:
         if not self.model:
             raise AuditError(f"llama.cpp could not load {gguf!r} (not a GGUF file of an architecture it knows?)")
         params = lc.llama_context_default_params()
-        params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, n_batch, n_batch, n_seq_max
+        params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, n_batch, UBATCH, n_seq_max
         params.n_threads = params.n_threads_batch = n_threads
         params.kv_unified = True  # one pool of cells shared by every sequence: prefixes are shared, not copied
-        # Off, as llama-cpp-python's `Llama` has it: the CPU flash-attention kernel sums V in float16 in cell order,
-        # so a read would depend on where its cells lie in the cache (up to ~1e-3 in a logit).
-        params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED  # reads independent of the other sequences held
+        params.type_k = params.type_v = lc.GGML_TYPE_F32
         self.ctx = lc.llama_init_from_model(self.model, params)
         if not self.ctx:
             raise AuditError(f"llama.cpp could not make a context of n_ctx={n_ctx} for {gguf!r}")
@@ -130,53 +136,28 @@ class Engine:
     def feed(self, sequences: Sequence[Sequence[int]]) -> tuple[list[int], list[np.ndarray]]:
         """Hold each sequence under a sequence id of its own; returns the ids and the logits after each one's last token.
 
-        A sequence's prefix held by a resident is copied, not computed; tokens that several of the sequences
-        share (same tokens before them, same source) are computed once, as one token of several sequences.
-        At most n_seq_max // 2 sequences: each may need a resident source beside it.
+        Sequences go in order, one llama_decode per sequence (per n_batch tokens): each copies the longest prefix
+        a resident holds (an earlier sequence of the same call included) and computes the rest. At most
+        n_seq_max // 2 sequences: each may need a resident source beside it.
         """
         if any(len(s) == 0 for s in sequences):
             raise ValueError("llama.cpp cannot read after an empty sequence")
         start = time.perf_counter()
-        sources = [self._source(s) for s in sequences]
-        ids = self._claim(len(sequences), {src for src, _ in sources if src is not None})
-        for seq, (src, common) in zip(ids, sources):
+        sources = {src for src, _ in map(self._source, sequences) if src is not None}
+        ids, rows = self._claim(len(sequences), sources), []
+        for seq, tokens in zip(ids, sequences):
+            src, common = self._source(tokens)
             if src is not None:
                 lc.llama_memory_seq_cp(self.memory, src, seq, 0, common)
                 self.residents.move_to_end(src)
-        items, last = self._items(sequences, ids, sources)
-        order = sorted(range(len(items)), key=lambda i: items[i][1])  # by position: each sequence's tokens in order
-        rows = self._decode_all([items[i] for i in order], keep=set(ids))
-        row_of = dict(zip([i for i in order if items[i][3]], rows))
-        for seq, tokens in zip(ids, sequences):
+            items = [(t, p, (seq,), p == len(tokens) - 1) for p, t in enumerate(tokens) if p >= common]
+            rows += self._decode_all(items, keep=set(ids))
             self.residents[seq] = list(tokens)
-        self.counts["asked"] += sum(map(len, sequences))
-        self.counts["reused"] += sum(map(len, sequences)) - len(items)
-        self.counts["prefill_tokens"] += len(items)
+            self.counts["asked"] += len(tokens)
+            self.counts["reused"] += common
+            self.counts["prefill_tokens"] += len(items)
         self.counts["prefill_s"] += time.perf_counter() - start
-        return ids, [row_of[i] for i in last]
-
-    @staticmethod
-    def _items(sequences, ids, sources) -> tuple[list[list], list[int]]:
-        """Batch items (token, position, sequence ids, want logits) of the tokens to compute, and each sequence's last item."""
-        trie: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
-        at: dict[tuple[int, int | None, int], int] = {}  # (node, source, copied length) -> item
-        items: list[list] = []
-        last = []
-        for seq, tokens, (src, common) in zip(ids, sequences, sources):
-            node = -1
-            for position, token in enumerate(tokens):
-                node = trie.setdefault((node, token), len(trie))
-                if position < common:
-                    continue
-                key = (node, src, common)
-                if key in at:
-                    items[at[key]][2].append(seq)
-                else:
-                    at[key] = len(items)
-                    items.append([token, position, [seq], False])
-            items[at[key]][3] = True
-            last.append(at[key])
-        return items, last
+        return ids, rows
 
     def step(self, seqs: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]:
         """Feed one token to each sequence at its next position; the logits after it, in order."""
