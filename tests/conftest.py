@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from fairaudit.backends.llamacpp import llamacpp_version
 from fairaudit.backends.vllm import vllm_distribution
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(os.environ.get("FAIRAUDIT_DATA", REPO.parent / "shared" / "data")).resolve()
 
-# tests/vllm/ needs vLLM: `make test-vllm` runs it in .venv-vllm; where vLLM is absent it is not collected.
-collect_ignore = [] if vllm_distribution() else ["vllm"]
+# tests/vllm/ needs vLLM: `make test-vllm` runs it in .venv-vllm; tests/llamacpp/ needs llama-cpp-python:
+# `make test-llamacpp` runs it in .venv-llamacpp. Where the engine is absent its folder is not collected.
+collect_ignore = ([] if vllm_distribution() else ["vllm"]) + ([] if llamacpp_version() else ["llamacpp"])
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +25,26 @@ def data_root() -> Path:
     if not (DATA_ROOT / "adult" / "adult.data").exists():
         pytest.fail(f"test data not found under {DATA_ROOT}; set FAIRAUDIT_DATA")
     return DATA_ROOT
+
+
+@pytest.fixture(scope="module")
+def default_audit(data_root):
+    """(model spec, dataset, [arm, baseline arm]) of the default audit (smollm2, adult, counterfactual: think vs
+    nothink, dataset.n=20), for the backends' agreement tests."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from fairaudit.app import model_spec
+    from fairaudit.prompts.yesno import Arm
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = compose("config", overrides=["dataset.n=20", f"data.root={data_root}"])
+    arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
+    baseline = Arm(**OmegaConf.to_container(cfg.probe.baseline_arm, resolve=True))
+    return model_spec(cfg.model), instantiate(cfg.dataset), [arm, baseline]
 
 
 def run_app(tmp_path: Path, *overrides: str, module: str = "fairaudit", timeout: int = 600,

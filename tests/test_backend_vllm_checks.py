@@ -1,10 +1,12 @@
-"""backend=vllm refuses bad settings, and a missing vLLM, in one line before anything loads (no vLLM needed)."""
+"""backend=vllm refuses bad settings, and a missing vLLM (or llama-cpp-python under backend=llamacpp), in one line
+before anything loads (no engine needed)."""
 
 from __future__ import annotations
 
 import pytest
 
 from conftest import run_app
+from fairaudit.backends.llamacpp import INSTALL_HINT as LLAMACPP_HINT, llamacpp_version
 from fairaudit.backends.vllm import INSTALL_HINT, VLLMBackend, vllm_distribution
 from fairaudit.errors import AuditError
 
@@ -18,10 +20,15 @@ def test_bad_settings_are_refused_by_the_backend_check(backend, model, message):
         VLLMBackend.check(backend, model)
 
 
-@pytest.mark.skipif(vllm_distribution() is not None, reason="vLLM is installed here")
-def test_backend_vllm_without_vllm_is_one_error_line_naming_what_to_install(tmp_path):
-    result = run_app(tmp_path, "backend=vllm")
+@pytest.mark.parametrize("backend, installed, expected", [
+    ("vllm", vllm_distribution, f"error: backend=vllm needs vLLM, which is not installed: {INSTALL_HINT}"),
+    ("llamacpp", llamacpp_version, f"error: llama-cpp-python is not installed: {LLAMACPP_HINT}"),
+])
+def test_an_engine_backend_without_its_engine_is_one_error_line_naming_what_to_install(tmp_path, backend, installed, expected):
+    if installed():
+        pytest.skip(f"the {backend} engine is installed here")
+    result = run_app(tmp_path, f"backend={backend}")
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert lines == [f"error: backend=vllm needs vLLM, which is not installed: {INSTALL_HINT}"], result.stderr[-2000:]
+    assert lines == [expected], result.stderr[-2000:]
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "store.sqlite").exists()

@@ -1,7 +1,9 @@
 """Every backend holds to the one contract of `fairaudit.backends` (real model forward passes where it has one).
 
 A new backend joins the suite with one entry in SUBJECTS: a context manager that yields it on a model
-folder. Entries whose engine is not installed are skipped here and run where it is (`make test-vllm`).
+folder. Entries whose engine is not installed are skipped here and run where it is (`make test-vllm`,
+`make test-llamacpp`). llama.cpp reads GGUF files only: its entry writes the folder it is given as a
+float32 GGUF (once per fingerprint), so it runs the same tiny model as the others.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 
 from fairaudit.backends import (NEEDABLE, Backend, Block, DepthRequest, GenerationRequest, GraphGenerationRequest,
                                 NLLRequest)
+from fairaudit.backends.llamacpp import llamacpp_version
 from fairaudit.backends.vllm import vllm_distribution
 from fairaudit.client import CachingClient
 from fairaudit.errors import AuditError
@@ -61,6 +64,17 @@ def vllm(model_dir: Path) -> Iterator[Backend]:
 
 
 @contextlib.contextmanager
+def llamacpp(model_dir: Path) -> Iterator[Backend]:
+    from fairaudit.backends.llamacpp import LlamaCppBackend, free_engine
+    from fairaudit.gguf_files import qwen3_gguf_dir
+
+    try:
+        yield LlamaCppBackend(qwen3_gguf_dir(model_dir), n_ctx=2048, n_seq_max=8, n_threads=1)
+    finally:
+        free_engine()
+
+
+@contextlib.contextmanager
 def scripted(model_dir: Path) -> Iterator[Backend]:
     yield ScriptedModel(model_dir)
 
@@ -73,16 +87,22 @@ def mock(model_dir: Path) -> Iterator[Backend]:
 
 
 NEEDS_VLLM = pytest.mark.skipif(vllm_distribution() is None, reason="vLLM is not installed (make test-vllm)")
+NEEDS_LLAMACPP = pytest.mark.skipif(llamacpp_version() is None, reason="llama-cpp-python is not installed (make test-llamacpp)")
 SUBJECTS = [
     pytest.param(hf, id="hf"),
     pytest.param(openai, id="openai"),
     pytest.param(scripted, id="scripted"),
     pytest.param(mock, id="mock"),
     pytest.param(vllm, id="vllm", marks=[NEEDS_VLLM, pytest.mark.vllm]),
+    pytest.param(llamacpp, id="llamacpp", marks=[NEEDS_LLAMACPP, pytest.mark.llamacpp]),
 ]
 MODULES = {"hf": "fairaudit.backends.hf", "openai": "fairaudit.backends.openai", "scripted": "scripted",
-           "mock": "fairaudit.backends.mock", "vllm": "fairaudit.backends.vllm"}  # whose BACKEND_VERSION names the backend's version
-TOL = {"hf": 1e-6, "openai": 1e-6, "scripted": 1e-12, "mock": 1e-12, "vllm": 2e-4}  # batched vs alone, depth vs re-fed prefix
+           "mock": "fairaudit.backends.mock", "vllm": "fairaudit.backends.vllm",
+           "llamacpp": "fairaudit.backends.llamacpp"}  # whose BACKEND_VERSION names the backend's version
+TOL = {"hf": 1e-6, "openai": 1e-6, "scripted": 1e-12, "mock": 1e-12, "vllm": 2e-4,
+       "llamacpp": 1e-4}  # batched vs alone, depth vs re-fed prefix
+# llamacpp: on the tiny float32 Qwen3, flash attention sums a query's cells in cache order, which reuse reorders
+# (up to 2e-5 here); on the embedded SmolLM2 GGUF the same reads are exact (tests/llamacpp)
 
 
 @pytest.fixture(scope="module", params=SUBJECTS)

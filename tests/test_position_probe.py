@@ -338,8 +338,9 @@ def test_missing_arc_path_is_one_line_from_the_cli(tmp_path):
 
 @pytest.mark.slow
 def test_a_gguf_model_that_cannot_be_fetched_is_one_line(tmp_path):
-    """Q4_K_M configs fetch one GGUF file from the hub; offline and absent from the cache, that is one error line."""
-    result = run_app(tmp_path, "model=r1_distill_qwen_7b_q4km", "probe=position", "dataset=mmlu", "arm=reason",
+    """Q4_K_M configs fetch one GGUF file from the hub; offline and absent from the cache, that is one error line
+    (under backend=hf, which converts it; tests/llamacpp covers the default, backend=llamacpp)."""
+    result = run_app(tmp_path, "model=r1_distill_qwen_7b_q4km", "backend=hf", "probe=position", "dataset=mmlu", "arm=reason",
                      env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
     assert result.returncode == 2, result.stderr
     assert "error: cannot get 'DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf' from 'bartowski/DeepSeek-R1-Distill-Qwen-7B-GGUF'" in result.stderr

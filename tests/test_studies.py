@@ -139,7 +139,7 @@ def test_smoke_study_then_report_end_to_end(tmp_path, data_root):
 
 
 def test_position_bias_is_the_papers_matched_pairs_modes_and_benchmarks():
-    """§3.1: each reasoning model in reasoning mode, each Instruct model direct and CoT; §3.5 sizes; §4: Q4_K_M, an 8192-token context."""
+    """§3.1: each reasoning model in reasoning mode, each Instruct model direct and CoT; §3.5 sizes; §4: Q4_K_M in llama.cpp, an 8192-token context."""
     cfg = compose_job("+experiment=position_bias")
     jobs = sweep_jobs(OmegaConf.to_container(cfg.hydra.sweeper.params))
     assert len(jobs) == 18
@@ -149,6 +149,7 @@ def test_position_bias_is_the_papers_matched_pairs_modes_and_benchmarks():
         cells.add((job_cfg.model.name, job_cfg.arm.name, job_cfg.dataset.name, job_cfg.dataset.n))
         assert job_cfg.probe._target_.endswith("PositionProbe") and (job_cfg.model.max_context, job_cfg.model.max_think_tokens) == (8192, 7680)
         assert job_cfg.model.gguf_file.endswith("Q4_K_M.gguf")
+        assert job_cfg.backend._target_.endswith("LlamaCppBackend")  # §3: llama-cpp-python on the GGUF files
     pairs = {(m, a) for m, a, _, _ in cells}
     assert pairs == {("r1_distill_qwen_7b_q4km", "reason"), ("qwen25_7b_instruct_q4km", "direct"),
                      ("qwen25_7b_instruct_q4km", "cot"), ("r1_distill_llama_8b_q4km", "reason"),

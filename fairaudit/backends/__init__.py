@@ -123,6 +123,7 @@ class Capabilities:
     attention_graphs: bool = False   # GraphGenerationRequest, and NLLRequest with a visibility graph
     streaming: bool = False          # calls take on_result(i, result), called as each result arrives
     loads_weights: bool = True       # False: the model folder needs its tokenizer and config only
+    gguf: bool = False               # True: the model folder is a GGUF folder (`fairaudit.gguf_files`): the file unconverted
     chunk_size: int | None = None    # results per store commit; None: model.batch_size
     limits: str = ""                 # why settings narrowed the class's declaration, and how to widen it
 

@@ -8,14 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
-from conftest import REPO
 from fairaudit.analysis.cdpg import segment_cuts
-from fairaudit.app import model_spec
 from fairaudit.backends import GenerationRequest
 from fairaudit.backends.hf import HFBackend
 from fairaudit.backends.vllm import VLLMBackend, free_engine
@@ -29,17 +23,6 @@ P_YES_ATOL = 2e-3   # the issue's bound between backends
 DEPTH_ATOL = 1e-4   # a depth read served from the prefix cache vs the same prefix re-fed cold
 NEAR_TIE = 1e-3     # nats between hf's top two tokens where greedy decoding may split across kernels
 DEPTH_TRACES, DEPTH_K = 6, 5
-
-
-@pytest.fixture(scope="module")
-def default_audit(data_root):
-    """The default audit's config (smollm2, adult, counterfactual: think vs nothink, dataset.n=20)."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        cfg = compose("config", overrides=["dataset.n=20", f"data.root={data_root}"])
-    arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
-    baseline = Arm(**OmegaConf.to_container(cfg.probe.baseline_arm, resolve=True))
-    return model_spec(cfg.model), instantiate(cfg.dataset), [arm, baseline]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,176 @@
+"""llama.cpp's low-level API (llama-cpp-python 0.3.36) behind a KV cache that keeps many sequences for reuse.
+
+One context with a unified KV cache of `n_ctx` cells holds up to `n_seq_max` sequences. A
+sequence that extends one still held (a resident: a depth read's prompt + trace, a choice read
+after its generation, the shared start of two prompts) copies that prefix's cells
+(`llama_memory_seq_cp`, no compute) and feeds only the rest.
+
+Three settings make a read independent of how its tokens were batched and what else the cache
+holds, measured on the embedded SmolLM2 (Q4_1): compute passes of at most 32 tokens (n_ubatch;
+with larger passes the CPU matmul switches kernels and a logit moved by up to 0.65 between a
+sequence fed in one pass and the same sequence fed in parts), flash attention (without it a
+logit moved by up to 0.7 when another sequence's cells were merely held), and a float32 KV
+cache. Together: every depth, shared and reused read equalled the sequence fed alone into an
+empty cache exactly. Imported only when a llamacpp backend loads its model.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections import OrderedDict
+from typing import Sequence
+
+import llama_cpp as lc
+import numpy as np
+
+from fairaudit.errors import AuditError
+
+_QUIET = lc.llama_log_callback(lambda level, text, data: None)  # held for the process: llama.cpp calls it later
+
+
+UBATCH = 32  # tokens per compute pass: above 32 rows the CPU matmul takes another path, whose logits differ (see the module)
+
+
+class KVFull(Exception):
+    """No room in the KV cache for a batch (llama_decode returned 1); the cache is as it was before the call."""
+
+
+class Engine:
+    """A loaded GGUF model and its context; `feed` and `step` decode, `logits` rows come back as float32 arrays."""
+
+    def __init__(self, gguf: str, n_ctx: int, n_batch: int, n_seq_max: int, n_threads: int, n_gpu_layers: int):
+        lc.llama_log_set(_QUIET, ctypes.c_void_p(0))
+        lc.llama_backend_init()
+        model_params = lc.llama_model_default_params()
+        model_params.n_gpu_layers = n_gpu_layers
+        self.model = lc.llama_model_load_from_file(gguf.encode(), model_params)
+        if not self.model:
+            raise AuditError(f"llama.cpp could not load {gguf!r} (not a GGUF file of an architecture it knows?)")
+        params = lc.llama_context_default_params()
+        params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, n_batch, UBATCH, n_seq_max
+        params.n_threads = params.n_threads_batch = n_threads
+        params.kv_unified = True  # one pool of cells shared by every sequence: prefixes are shared, not copied
+        params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED  # reads independent of the other sequences held
+        params.type_k = params.type_v = lc.GGML_TYPE_F32
+        self.ctx = lc.llama_init_from_model(self.model, params)
+        if not self.ctx:
+            raise AuditError(f"llama.cpp could not make a context of n_ctx={n_ctx} for {gguf!r}")
+        self.memory = lc.llama_get_memory(self.ctx)
+        self.n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(self.model))
+        self.n_ctx, self.n_batch, self.n_seq_max = lc.llama_n_ctx(self.ctx), n_batch, n_seq_max
+        self.batch = lc.llama_batch_init(n_batch, 0, n_seq_max)
+        self.residents: OrderedDict[int, tuple[int, ...]] = OrderedDict()  # seq id -> tokens held, least recent first
+        self.counts = {"asked": 0, "reused": 0, "prefill_tokens": 0, "prefill_s": 0.0, "decode_tokens": 0, "decode_s": 0.0}
+
+    def close(self) -> None:
+        lc.llama_batch_free(self.batch)
+        lc.llama_free(self.ctx)
+        lc.llama_model_free(self.model)
+
+    # --- decoding ------------------------------------------------------------------------
+
+    def _decode(self, items: Sequence[tuple[int, int, Sequence[int], bool]]) -> list[np.ndarray]:
+        """One llama_decode of at most n_batch (token, position, sequence ids, want logits) items; logits in item order."""
+        batch = self.batch
+        batch.n_tokens = len(items)
+        for i, (token, position, seqs, want) in enumerate(items):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, position, len(seqs), want
+            for k, seq in enumerate(seqs):
+                batch.seq_id[i][k] = seq
+        code = lc.llama_decode(self.ctx, batch)
+        if code == 1:
+            raise KVFull()
+        if code != 0:
+            raise RuntimeError(f"llama_decode failed with code {code}")
+        return [np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,)).copy()
+                for i, item in enumerate(items) if item[3]]
+
+    def _decode_all(self, items: list, keep: set[int]) -> list[np.ndarray]:
+        """Items in chunks of n_batch; a chunk without room evicts the least recent residents outside `keep` and retries."""
+        out: list[np.ndarray] = []
+        for start in range(0, len(items), self.n_batch):
+            chunk = items[start:start + self.n_batch]
+            while True:
+                try:
+                    out += self._decode(chunk)
+                    break
+                except KVFull:
+                    if not self._evict_one(keep):
+                        raise AuditError(f"the llama.cpp KV cache (backend.n_ctx={self.n_ctx} tokens) cannot hold "
+                                         f"{len(keep)} sequences at once; raise backend.n_ctx or lower backend.n_seq_max") from None
+        return out
+
+    def _evict_one(self, keep: set[int]) -> bool:
+        for seq in self.residents:
+            if seq not in keep:
+                self.drop(seq)
+                return True
+        return False
+
+    def drop(self, seq: int) -> None:
+        lc.llama_memory_seq_rm(self.memory, seq, -1, -1)
+        self.residents.pop(seq, None)
+
+    # --- sequences -----------------------------------------------------------------------
+
+    def _source(self, tokens: Sequence[int]) -> tuple[int | None, int]:
+        """The resident sharing the longest prefix with `tokens`, and that prefix's length (at most len - 1:
+        the last token is always fed, for its logits); (None, 0) when none shares a token."""
+        wanted, best = np.asarray(tokens), (None, 0)
+        for seq, held in self.residents.items():
+            n = min(len(held), len(tokens) - 1)
+            differ = np.flatnonzero(np.asarray(held[:n]) != wanted[:n])
+            common = int(differ[0]) if len(differ) else n
+            if common > best[1]:
+                best = (seq, common)
+        return best
+
+    def _claim(self, count: int, sources: set[int]) -> list[int]:
+        """`count` free sequence ids, evicting the least recent residents that are not `sources`."""
+        while len(self.residents) + count > self.n_seq_max:
+            if not self._evict_one(sources):
+                raise AuditError(f"backend.n_seq_max={self.n_seq_max} is too small for {count} sequences at once")
+        return [seq for seq in range(self.n_seq_max) if seq not in self.residents][:count]
+
+    def feed(self, sequences: Sequence[Sequence[int]]) -> tuple[list[int], list[np.ndarray]]:
+        """Hold each sequence under a sequence id of its own; returns the ids and the logits after each one's last token.
+
+        Sequences go in order, one llama_decode per sequence (per n_batch tokens): each copies the longest prefix
+        a resident holds (an earlier sequence of the same call included) and computes the rest. At most
+        n_seq_max // 2 sequences: each may need a resident source beside it.
+        """
+        if any(len(s) == 0 for s in sequences):
+            raise ValueError("llama.cpp cannot read after an empty sequence")
+        start = time.perf_counter()
+        sources = {src for src, _ in map(self._source, sequences) if src is not None}
+        ids, rows = self._claim(len(sequences), sources), []
+        for seq, tokens in zip(ids, sequences):
+            src, common = self._source(tokens)
+            if src is not None:
+                lc.llama_memory_seq_cp(self.memory, src, seq, 0, common)
+                self.residents.move_to_end(src)
+            items = [(t, p, (seq,), p == len(tokens) - 1) for p, t in enumerate(tokens) if p >= common]
+            rows += self._decode_all(items, keep=set(ids))
+            self.residents[seq] = list(tokens)
+            self.counts["asked"] += len(tokens)
+            self.counts["reused"] += common
+            self.counts["prefill_tokens"] += len(items)
+        self.counts["prefill_s"] += time.perf_counter() - start
+        return ids, rows
+
+    def step(self, seqs: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]:
+        """Feed one token to each sequence at its next position; the logits after it, in order."""
+        start = time.perf_counter()
+        rows = self._decode_all([(t, len(self.residents[s]), (s,), True) for s, t in zip(seqs, tokens)], keep=set(seqs))
+        for seq, token in zip(seqs, tokens):
+            self.residents[seq].append(token)
+            self.residents.move_to_end(seq)
+        self.counts["decode_tokens"] += len(seqs)
+        self.counts["decode_s"] += time.perf_counter() - start
+        return rows
+
+    def clear(self) -> None:
+        """Empty the KV cache: the next sequences are computed from cold."""
+        lc.llama_memory_clear(self.memory, True)
+        self.residents.clear()
