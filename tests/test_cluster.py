@@ -23,7 +23,7 @@ from fairaudit.backends import GenerationRequest
 from fairaudit.client import CachingClient, generation_key
 from fairaudit.store import RESULTS, Store
 from tests.conftest import REPO, run_app
-from tests.servers import MlflowServer, PostgresServer, free_port, have
+from tests.servers import MlflowServer, PostgresServer, have
 from tests.test_store import ScriptedBackend, requests
 
 pytestmark = pytest.mark.cluster
