@@ -280,7 +280,7 @@ def test_chat_mode_refuses_a_probe_needing_scores_before_any_request(tmp_path, s
     assert done.stderr.strip().splitlines()[-1] == (
         "error: probe 'counterfactual' needs a backend that can read answer scores (choice_probs: P(Yes), forced "
         "answers); backend=openai cannot (backend.mode=chat serves generation alone: use backend.mode=completions "
-        "with a server that takes token ids). Backends that can: backend=hf, backend=vllm; probes backend=openai "
+        "with a server that takes token ids). Backends that can: backend=hf, backend=llamacpp, backend=vllm; probes backend=openai "
         "runs: position")
     assert not (tmp_path / "mlflow.db").exists()
 
