@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,15 @@ DATA_ROOT = Path(os.environ.get("FAIRAUDIT_DATA", REPO.parent / "shared" / "data
 # tests/vllm/ needs vLLM: `make test-vllm` runs it in .venv-vllm; tests/llamacpp/ needs llama-cpp-python:
 # `make test-llamacpp` runs it in .venv-llamacpp. Where the engine is absent its folder is not collected.
 collect_ignore = ([] if vllm_distribution() else ["vllm"]) + ([] if llamacpp_version() else ["llamacpp"])
+
+
+def model_results(store: Path) -> int:
+    """Model results in a sqlite store (its cached tokenizations left out); 0 while it is absent or locked."""
+    try:
+        with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1) as db:
+            return db.execute("SELECT COUNT(*) FROM results WHERE kind != 'encode'").fetchone()[0]
+    except sqlite3.Error:
+        return 0
 
 
 @pytest.fixture(scope="session")

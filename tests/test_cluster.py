@@ -22,7 +22,7 @@ from fairaudit import store_cli
 from fairaudit.backends import GenerationRequest
 from fairaudit.client import CachingClient, generation_key
 from fairaudit.store import RESULTS, Store
-from tests.conftest import REPO, run_app
+from tests.conftest import REPO, model_results, run_app
 from tests.servers import MlflowServer, PostgresServer, have
 from tests.test_store import ScriptedBackend, requests
 
@@ -206,7 +206,7 @@ def test_server_down_mid_run_fails_cleanly_and_keeps_the_results(tmp_path, mlflo
     proc = subprocess.Popen([sys.executable, "-m", "fairaudit", *overrides], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and stored(store) < 2:
+    while time.time() < deadline and proc.poll() is None and model_results(store) < 2:
         time.sleep(0.2)
     mlflow_server.stop()
     _, err = proc.communicate(timeout=600)
@@ -214,7 +214,7 @@ def test_server_down_mid_run_fails_cleanly_and_keeps_the_results(tmp_path, mlflo
     assert "Traceback" not in err
     (line,) = [l for l in err.splitlines() if l.startswith("error:")]
     assert f"tracking.uri {mlflow_server.uri} failed mid-run" in line
-    assert stored(store) == 8 * 2 * 2 * 2
+    assert model_results(store) == 8 * 2 * 2 * 2
 
     local = [o for o in overrides if not o.startswith("tracking")] + [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
     again = subprocess.run([sys.executable, "-m", "fairaudit", *local], cwd=REPO, env=env, capture_output=True, text=True)
@@ -224,8 +224,3 @@ def test_server_down_mid_run_fails_cleanly_and_keeps_the_results(tmp_path, mlflo
     assert run.data.metrics["model_calls"] == 0
 
 
-def stored(path: Path) -> int:
-    try:
-        return sqlite3.connect(path).execute("SELECT COUNT(*) FROM results").fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import DATA_ROOT, REPO, run_app
+from conftest import DATA_ROOT, REPO, model_results, run_app
 from fairaudit.models import tiny_qwen3_dir
 
 pytestmark = pytest.mark.slow
@@ -121,7 +120,7 @@ def test_parallel_sweep_jobs_share_the_store_and_the_parent_run(tmp_path):
     children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
     assert len(parents) == 1 and len(children) == 3 and all(r.info.status == "FINISHED" for r in found)
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
-    assert sqlite3.connect(tmp_path / "store.sqlite").execute("SELECT COUNT(*) FROM results").fetchone()[0] == 3 * 3 * 2 * 2 * 2
+    assert model_results(tmp_path / "store.sqlite") == 3 * 3 * 2 * 2 * 2
 
 
 def test_checkpoint_sweep_tags_each_label(tmp_path):
@@ -146,23 +145,19 @@ def test_killed_run_resumes_where_it_stopped(tmp_path):
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
-        if store.exists():
-            try:
-                stored = sqlite3.connect(store).execute("SELECT COUNT(*) FROM results").fetchone()[0]
-            except sqlite3.OperationalError:
-                continue
-            if stored >= 4:
-                proc.send_signal(signal.SIGKILL)
-                break
+        stored = model_results(store)
+        if stored >= 4:
+            proc.send_signal(signal.SIGKILL)
+            break
     proc.wait()
     assert 4 <= stored < 64, "the run was not killed midway"
-    before = sqlite3.connect(store).execute("SELECT COUNT(*) FROM results").fetchone()[0]
+    before = model_results(store)
     resumed = run_app(tmp_path, *overrides)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     _, found = runs(tmp_path, "attributes.status = 'FINISHED'")
     (run,) = found
     assert run.data.metrics["model_calls"] == 64 - before  # 8 pairs x 2 sides x 2 arms x 2 calls
-    assert sqlite3.connect(store).execute("SELECT COUNT(*) FROM results").fetchone()[0] == 64
+    assert model_results(store) == 64
 
 
 @pytest.mark.parametrize("overrides, message", [

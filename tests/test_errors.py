@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import DATA_ROOT, REPO, run_app
+from conftest import DATA_ROOT, REPO, model_results, run_app
 from fairaudit.overrides import check
 
 
@@ -87,11 +86,8 @@ def _interrupted(tmp_path, overrides: list[str], after: int):
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
-        try:
-            if store.exists() and sqlite3.connect(store).execute("SELECT COUNT(*) FROM results").fetchone()[0] >= after:
-                break
-        except sqlite3.OperationalError:
-            continue
+        if model_results(store) >= after:
+            break
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     return proc.returncode, err
@@ -105,7 +101,7 @@ def test_ctrl_c_keeps_the_results_ends_the_runs_killed_and_exits_130(tmp_path, s
     assert code == 130, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     (line,) = [line for line in err.splitlines() if line.startswith("interrupted")]
-    kept = sqlite3.connect(tmp_path / "store.sqlite").execute("SELECT COUNT(*) FROM results").fetchone()[0]
+    kept = model_results(tmp_path / "store.sqlite")
     assert f"its {kept} results" in line and "are kept in the store; the same command resumes from them:" in line
     assert line.endswith(" ".join(overrides + (["dataset=adult,compas"] if sweep else [])))
     assert (" -m fairaudit -m " in line) == sweep  # Hydra's -m, moved before the overrides

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from mlflow.tracking import MlflowClient
 
-from conftest import DATA_ROOT, REPO, run_app
+from conftest import DATA_ROOT, REPO, model_results, run_app
 
 TINY = ("model=tiny_qwen3", "model.max_think_tokens=4", "probe.n_boot=100")
 ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -157,7 +157,7 @@ def run_open(tmp: Path) -> bool:
 
 
 def mid_generation(tmp: Path) -> bool:
-    return count(tmp / "store.sqlite", "SELECT count(*) FROM results") >= 4
+    return model_results(tmp / "store.sqlite") >= 4
 
 
 def logging_artifacts(tmp: Path) -> bool:
