@@ -122,3 +122,24 @@ def test_a_role_visibility_graph_cannot_keep_full_sequence_positions_in_llama_cp
     causal = [(t, p, (0, 1) if p < 7 else (1,), p == 9) for t, p, _, _ in items]  # the same tokens, nothing hidden
     assert engine._decode(causal)[0].shape == (engine.n_vocab,)
     free_engine()
+
+
+def test_reads_stay_exact_when_sequences_are_evicted_and_the_cache_fills():
+    """A token landing in a freed cell ahead of its context moved a logit by up to 0.46 (flash attention sums cells in
+    cache order): an evicted sequence's cells stay (graveyard), and a call that would not fit empties the cache first."""
+    backend = LlamaCppBackend(resolve_gguf_dir("embedded:smollm2"), n_ctx=512, n_seq_max=3, n_threads=1)
+    engine, text = backend.engine, backend.tokenizer.encode
+    long, short = text("The quick brown fox jumps over the lazy dog. " * 30)[:300], text("Is the income above fifty thousand? " * 8)[:100]
+    extended = short + text(" The answer is")
+    engine.feed([long])
+    engine.feed([short])
+    _, (evicting,) = engine.feed([extended])  # the long sequence's id is freed; its 300 cells are not
+    assert len(engine.residents) == 2 and engine.used == 300 + len(extended)
+    _, (filling,) = engine.feed([long + extended])  # 360 new tokens beside the 360 cells in use: more than 512, so emptied first
+    assert engine.used == len(long + extended)
+    engine.clear()
+    _, (cold,) = engine.feed([extended])
+    engine.clear()
+    _, (cold_long,) = engine.feed([long + extended])
+    assert np.array_equal(evicting, cold) and np.array_equal(filling, cold_long)
+    free_engine()
