@@ -28,7 +28,7 @@ from fairaudit.backends.common import (choice_token_ids, completion_from_ids, de
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 
-BACKEND_VERSION = "llamacpp-1"  # names the arithmetic too: flash attention over a float32 KV cache
+BACKEND_VERSION = "llamacpp-1"  # names the arithmetic too: flash attention (over float16 K and V), passes of 32 tokens
 PIN = "0.3.36"  # the llama-cpp-python release whose low-level API names this backend uses
 INSTALL_HINT = (f"pip install -e '.[llamacpp]' (builds llama-cpp-python=={PIN} from source: needs cmake and a C++ "
                 "compiler; `make test-llamacpp` builds it once into .wheels/; docs/backends.md 'llama.cpp')")

@@ -5,12 +5,14 @@ sequence that extends one still held (a resident: a depth read's prompt + trace,
 after its generation, the shared start of two prompts) copies that prefix's cells
 (`llama_memory_seq_cp`, no compute) and feeds only the rest.
 
-Three settings make a read independent of how its tokens were batched and what else the cache
+Two settings make a read independent of how its tokens were batched and what else the cache
 holds, measured on the embedded SmolLM2 (Q4_1): compute passes of at most 32 tokens (n_ubatch;
 with larger passes the CPU matmul switches kernels and a logit moved by up to 0.65 between a
 sequence fed in one pass and the same sequence fed in parts), flash attention (without it a
-logit moved by up to 0.7 when another sequence's cells were merely held), and a float32 KV
-cache. Together: every depth, shared and reused read equalled the sequence fed alone into an
+logit moved by up to 0.7 when another sequence's cells were merely held). The KV cache is float16,
+which flash attention reads on the CPU: a float32 cache gave bit-identical logits but was cast to
+float16 at every llama_decode, all cells in use, every layer (94% of the benchmark's CPU time with
+32,768 cells). Together: every depth, shared and reused read equalled the sequence fed alone into an
 empty cache exactly, as long as each sequence's cells lie in the order of its positions: flash
 attention sums a query's cells in cache order, and a token that landed in a freed cell ahead of
 its own context moved a logit by up to 0.46. So cells are never freed one sequence at a time:
@@ -57,7 +59,7 @@ class Engine:
         params.n_threads = params.n_threads_batch = n_threads
         params.kv_unified = True  # one pool of cells shared by every sequence: prefixes are shared, not copied
         params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED  # reads independent of the other sequences held
-        params.type_k = params.type_v = lc.GGML_TYPE_F32
+        params.type_k = params.type_v = lc.GGML_TYPE_F16  # what flash attention reads: a float32 cache is cast to it
         self.ctx = lc.llama_init_from_model(self.model, params)
         if not self.ctx:
             raise AuditError(f"llama.cpp could not make a context of n_ctx={n_ctx} for {gguf!r}")
