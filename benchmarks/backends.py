@@ -54,7 +54,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 CPU_BLOCK_SIZE = 32  # vLLM's CPU default, 128 tokens, leaves most of a depth read's prompt outside the prefix cache
 CPU_VLLM = ["backend.enforce_eager=true", "backend.kv_cache_space_gib=2", f"backend.block_size={CPU_BLOCK_SIZE}"]
 CPU_SERVER = ("--block-size", str(CPU_BLOCK_SIZE))
-# llama.cpp holds every think-arm sequence between phases (64 x ~250 tokens; 0.75 GiB of KV cache for SmolLM2),
+# llama.cpp holds every think-arm sequence between phases (64 x ~250 tokens; 0.36 GiB of float16 KV cache for SmolLM2),
 # so choice and depth reads extend what generation left in the cache, as vLLM's 2 GiB prefix cache does
 LLAMACPP = ["backend.n_ctx=32768", "backend.n_seq_max=128"]
 

@@ -11,7 +11,7 @@ from fairaudit.errors import AuditError
 
 @pytest.mark.parametrize("settings, message", [
     ({"n_ctx": 8}, "backend.n_ctx=8 must be an integer >= 16"),
-    ({"n_seq_max": 1}, "backend.n_seq_max=1 must be an integer in 2..256"),
+    ({"n_seq_max": 2}, "backend.n_seq_max=2 must be an integer in 3..256"),
     ({"n_threads": 0}, "backend.n_threads=0 must be an integer >= 1"),
 ])
 def test_bad_settings_are_refused_by_the_backend_check(settings, message):

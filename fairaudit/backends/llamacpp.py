@@ -28,7 +28,7 @@ from fairaudit.backends.common import (choice_token_ids, completion_from_ids, de
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 
-BACKEND_VERSION = "llamacpp-1"  # names the arithmetic too: flash attention over a float32 KV cache
+BACKEND_VERSION = "llamacpp-1"  # names the arithmetic too: flash attention (over float16 K and V), passes of 32 tokens
 PIN = "0.3.36"  # the llama-cpp-python release whose low-level API names this backend uses
 INSTALL_HINT = (f"pip install -e '.[llamacpp]' (builds llama-cpp-python=={PIN} from source: needs cmake and a C++ "
                 "compiler; `make test-llamacpp` builds it once into .wheels/; docs/backends.md 'llama.cpp')")
@@ -106,7 +106,7 @@ class LlamaCppBackend(Backend):
 
         if isinstance(settings, DictConfig):  # n_ctx is ${model.max_context}
             settings = OmegaConf.to_container(settings, resolve=True)
-        rules = {"n_ctx": integer(16), "n_batch": integer(1), "n_seq_max": integer(2, 256), "n_gpu_layers": integer(-1),
+        rules = {"n_ctx": integer(16), "n_batch": integer(1), "n_seq_max": integer(3, 256), "n_gpu_layers": integer(-1),
                  "n_threads": optional(integer(1))}
         check_fields("backend", settings, rules)
         version = llamacpp_version()
@@ -146,8 +146,8 @@ class LlamaCppBackend(Backend):
 
     def _groups(self, lengths: Sequence[int]) -> list[list[int]]:
         """Indices in descending length (a shorter read then extends a longer one still held), grouped so that a
-        group is at most batch_size sequences (and half of n_seq_max, the rest held for reuse) whose lengths fit n_ctx."""
-        limit, cells = max(1, min(self.batch_size, self.settings["n_seq_max"] // 2)), self.settings["n_ctx"]
+        group is at most batch_size sequences (and half the n_seq_max - 1 ids sequences may hold) whose lengths fit n_ctx."""
+        limit, cells = max(1, min(self.batch_size, (self.settings["n_seq_max"] - 1) // 2)), self.settings["n_ctx"]
         too_long = [n for n in lengths if n > cells]
         if too_long:
             raise AuditError(f"a sequence of {max(too_long)} tokens exceeds backend.n_ctx={cells}; raise backend.n_ctx")
@@ -182,7 +182,7 @@ class LlamaCppBackend(Backend):
             probs = nucleus_probs(torch.from_numpy(logits)[None], torch.tensor([request.temperature]), torch.tensor([request.top_p]))
             return int(torch.multinomial(probs[0], 1, generator=generators[i]))
 
-        seqs, rows = self.engine.feed([r.prompt_ids for r in requests])
+        seqs, rows = self.engine.feed([r.prompt_ids for r in requests], steps=sum(r.max_new_tokens for r in requests))
         new: list[list[int]] = [[] for _ in requests]
         open_rows = list(range(len(requests)))
         while open_rows:

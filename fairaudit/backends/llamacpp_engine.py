@@ -5,13 +5,20 @@ sequence that extends one still held (a resident: a depth read's prompt + trace,
 after its generation, the shared start of two prompts) copies that prefix's cells
 (`llama_memory_seq_cp`, no compute) and feeds only the rest.
 
-Three settings make a read independent of how its tokens were batched and what else the cache
+Two settings make a read independent of how its tokens were batched and what else the cache
 holds, measured on the embedded SmolLM2 (Q4_1): compute passes of at most 32 tokens (n_ubatch;
 with larger passes the CPU matmul switches kernels and a logit moved by up to 0.65 between a
 sequence fed in one pass and the same sequence fed in parts), flash attention (without it a
-logit moved by up to 0.7 when another sequence's cells were merely held), and a float32 KV
-cache. Together: every depth, shared and reused read equalled the sequence fed alone into an
-empty cache exactly. Imported only when a llamacpp backend loads its model.
+logit moved by up to 0.7 when another sequence's cells were merely held). The KV cache is float16,
+which flash attention reads on the CPU: a float32 cache gave bit-identical logits but was cast to
+float16 at every llama_decode, all cells in use, every layer (94% of the benchmark's CPU time with
+32,768 cells). Together: every depth, shared and reused read equalled the sequence fed alone into an
+empty cache exactly, as long as each sequence's cells lie in the order of its positions: flash
+attention sums a query's cells in cache order, and a token that landed in a freed cell ahead of
+its own context moved a logit by up to 0.46. So cells are never freed one sequence at a time:
+a sequence evicted for its id is retired to the graveyard sequence (its cells stay, masked from
+every other sequence), new tokens always land after every cell in use, and the whole cache is
+emptied when a call's tokens would not fit. Imported only when a llamacpp backend loads its model.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ class Engine:
         params.n_threads = params.n_threads_batch = n_threads
         params.kv_unified = True  # one pool of cells shared by every sequence: prefixes are shared, not copied
         params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED  # reads independent of the other sequences held
-        params.type_k = params.type_v = lc.GGML_TYPE_F32
+        params.type_k = params.type_v = lc.GGML_TYPE_F16  # what flash attention reads: a float32 cache is cast to it
         self.ctx = lc.llama_init_from_model(self.model, params)
         if not self.ctx:
             raise AuditError(f"llama.cpp could not make a context of n_ctx={n_ctx} for {gguf!r}")
@@ -60,6 +67,7 @@ class Engine:
         self.n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(self.model))
         self.n_ctx, self.n_batch, self.n_seq_max = lc.llama_n_ctx(self.ctx), n_batch, n_seq_max
         self.batch = lc.llama_batch_init(n_batch, 0, n_seq_max)
+        self.graveyard, self.used = n_seq_max - 1, 0  # the retired cells' sequence id; cells filled since the cache was emptied
         self.residents: OrderedDict[int, tuple[int, ...]] = OrderedDict()  # seq id -> tokens held, least recent first
         self.counts = {"asked": 0, "reused": 0, "prefill_tokens": 0, "prefill_s": 0.0, "decode_tokens": 0, "decode_s": 0.0}
 
@@ -83,34 +91,29 @@ class Engine:
             raise KVFull()
         if code != 0:
             raise RuntimeError(f"llama_decode failed with code {code}")
+        self.used += len(items)
         return [np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,)).copy()
                 for i, item in enumerate(items) if item[3]]
 
-    def _decode_all(self, items: list, keep: set[int]) -> list[np.ndarray]:
-        """Items in chunks of n_batch; a chunk without room evicts the least recent residents outside `keep` and retries."""
+    def _decode_all(self, items: list) -> list[np.ndarray]:
+        """Items in chunks of n_batch (`feed` has made room for them: no cell is freed here)."""
         out: list[np.ndarray] = []
         for start in range(0, len(items), self.n_batch):
-            chunk = items[start:start + self.n_batch]
-            while True:
-                try:
-                    out += self._decode(chunk)
-                    break
-                except KVFull:
-                    if not self._evict_one(keep):
-                        raise AuditError(f"the llama.cpp KV cache (backend.n_ctx={self.n_ctx} tokens) cannot hold "
-                                         f"{len(keep)} sequences at once; raise backend.n_ctx or lower backend.n_seq_max") from None
+            try:
+                out += self._decode(items[start:start + self.n_batch])
+            except KVFull:
+                raise AuditError(f"the llama.cpp KV cache (backend.n_ctx={self.n_ctx} tokens) is full; raise backend.n_ctx") from None
         return out
 
-    def _evict_one(self, keep: set[int]) -> bool:
+    def _retire(self, keep: set[int]) -> bool:
+        """Free the id of the least recent resident outside `keep`; its cells stay, held by the graveyard sequence."""
         for seq in self.residents:
             if seq not in keep:
-                self.drop(seq)
+                lc.llama_memory_seq_cp(self.memory, seq, self.graveyard, -1, -1)
+                lc.llama_memory_seq_rm(self.memory, seq, -1, -1)
+                self.residents.pop(seq)
                 return True
         return False
-
-    def drop(self, seq: int) -> None:
-        lc.llama_memory_seq_rm(self.memory, seq, -1, -1)
-        self.residents.pop(seq, None)
 
     # --- sequences -----------------------------------------------------------------------
 
@@ -128,21 +131,24 @@ class Engine:
 
     def _claim(self, count: int, sources: set[int]) -> list[int]:
         """`count` free sequence ids, evicting the least recent residents that are not `sources`."""
-        while len(self.residents) + count > self.n_seq_max:
-            if not self._evict_one(sources):
+        while len(self.residents) + count > self.graveyard:
+            if not self._retire(sources):
                 raise AuditError(f"backend.n_seq_max={self.n_seq_max} is too small for {count} sequences at once")
-        return [seq for seq in range(self.n_seq_max) if seq not in self.residents][:count]
+        return [seq for seq in range(self.graveyard) if seq not in self.residents][:count]
 
-    def feed(self, sequences: Sequence[Sequence[int]]) -> tuple[list[int], list[np.ndarray]]:
+    def feed(self, sequences: Sequence[Sequence[int]], steps: int = 0) -> tuple[list[int], list[np.ndarray]]:
         """Hold each sequence under a sequence id of its own; returns the ids and the logits after each one's last token.
 
         Sequences go in order, one llama_decode per sequence (per n_batch tokens): each copies the longest prefix
         a resident holds (an earlier sequence of the same call included) and computes the rest. At most
-        n_seq_max // 2 sequences: each may need a resident source beside it.
+        (n_seq_max - 1) // 2 sequences: each may need a resident source beside it. `steps`: the tokens `step` will add
+        to them; when these and the sequences' new tokens would not fit in the cells left, the cache is emptied first.
         """
         if any(len(s) == 0 for s in sequences):
             raise ValueError("llama.cpp cannot read after an empty sequence")
         start = time.perf_counter()
+        if self.used + steps + sum(len(s) - self._source(s)[1] for s in sequences) > self.n_ctx:
+            self.clear()
         sources = {src for src, _ in map(self._source, sequences) if src is not None}
         ids, rows = self._claim(len(sequences), sources), []
         for seq, tokens in zip(ids, sequences):
@@ -151,7 +157,7 @@ class Engine:
                 lc.llama_memory_seq_cp(self.memory, src, seq, 0, common)
                 self.residents.move_to_end(src)
             items = [(t, p, (seq,), p == len(tokens) - 1) for p, t in enumerate(tokens) if p >= common]
-            rows += self._decode_all(items, keep=set(ids))
+            rows += self._decode_all(items)
             self.residents[seq] = list(tokens)
             self.counts["asked"] += len(tokens)
             self.counts["reused"] += common
@@ -162,7 +168,7 @@ class Engine:
     def step(self, seqs: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]:
         """Feed one token to each sequence at its next position; the logits after it, in order."""
         start = time.perf_counter()
-        rows = self._decode_all([(t, len(self.residents[s]), (s,), True) for s, t in zip(seqs, tokens)], keep=set(seqs))
+        rows = self._decode_all([(t, len(self.residents[s]), (s,), True) for s, t in zip(seqs, tokens)])
         for seq, token in zip(seqs, tokens):
             self.residents[seq].append(token)
             self.residents.move_to_end(seq)
@@ -174,3 +180,4 @@ class Engine:
         """Empty the KV cache: the next sequences are computed from cold."""
         lc.llama_memory_clear(self.memory, True)
         self.residents.clear()
+        self.used = 0

@@ -49,15 +49,17 @@ def both(default_audit, llamacpp_backend, tmp_path_factory):
             for name, b in (("hf", hf), ("llamacpp", llamacpp_backend))}
 
 
-def first_split(hf_backend, request, a, b) -> tuple[int, float]:
-    """Where two completions of one prompt part, and how far apart hf's log-probabilities of the two picks are there."""
+def first_split(hf_backend, request, a, b) -> tuple[int, str, str, float]:
+    """Where two completions of one prompt part, the two picks there (hf's, llama.cpp's), and how far apart hf's
+    log-probabilities of them are."""
     j = next(i for i, (x, y) in enumerate(zip(a.token_ids + (None,), b.token_ids + (None,))) if x != y)
     with torch.inference_mode():
         logits = hf_backend.model(torch.tensor([request.prompt_ids + a.token_ids[:j]])).logits[0, -1].double()
     logp = torch.log_softmax(logits, -1)
     picks = [float(logp[c.token_ids[j]]) if j < len(c.token_ids) else float(torch.logsumexp(logp[sorted(hf_backend.stop_ids)], 0))
              for c in (a, b)]
-    return j, picks[0] - picks[1]
+    name = lambda c: repr(hf_backend.tokenizer.decode(c.token_ids[j:j + 1])) if j < len(c.token_ids) else "<stop>"  # noqa: E731
+    return j, name(a), name(b), picks[0] - picks[1]
 
 
 def test_the_default_audit_agrees_with_hf(both, default_audit):
@@ -76,8 +78,9 @@ def test_the_default_audit_agrees_with_hf(both, default_audit):
         parts = [answer_parts(hf_ctx, p, t, arm) for p, t in zip(hf["prompt"], hf["trace"])]  # hf's exact answer prefixes
         p_yes = lc_ctx.client.choice_probs([x.prompt_ids + x.trace_ids + x.suffix_ids for x in parts], answer_choices(lc_ctx))
         on_hf_prefixes += list(np.abs(p_yes[:, 0] - hf["p_yes"].to_numpy()))
-    print(f"\n{identical} of 80 greedy generations token-identical; splits (arm, new-token position, hf's log-prob "
-          f"margin of its pick over llama.cpp's there): {[(arm, j, round(gap, 4)) for arm, j, gap in splits]}")
+    print(f"\n{identical} of 80 greedy generations token-identical; near-ties that split them (arm, new-token position, "
+          f"hf's pick / llama.cpp's, hf's log-prob margin between them): "
+          f"{[(arm, j, f'{x} / {y}', round(gap, 4)) for arm, j, x, y, gap in splits]}")
     print(f"|P(Yes) llamacpp - hf| over the 80 records: mean {np.mean(differences):.4f}, max {np.max(differences):.4f}; "
           f"on hf's exact answer prefixes: mean {np.mean(on_hf_prefixes):.4f}, max {np.max(on_hf_prefixes):.4f}")
     assert len(differences) == 80 and identical >= IDENTICAL_SHARE * 80
@@ -121,4 +124,25 @@ def test_a_role_visibility_graph_cannot_keep_full_sequence_positions_in_llama_cp
     engine.clear()
     causal = [(t, p, (0, 1) if p < 7 else (1,), p == 9) for t, p, _, _ in items]  # the same tokens, nothing hidden
     assert engine._decode(causal)[0].shape == (engine.n_vocab,)
+    free_engine()
+
+
+def test_reads_stay_exact_when_sequences_are_evicted_and_the_cache_fills():
+    """A token landing in a freed cell ahead of its context moved a logit by up to 0.46 (flash attention sums cells in
+    cache order): an evicted sequence's cells stay (graveyard), and a call that would not fit empties the cache first."""
+    backend = LlamaCppBackend(resolve_gguf_dir("embedded:smollm2"), n_ctx=512, n_seq_max=3, n_threads=1)
+    engine, text = backend.engine, backend.tokenizer.encode
+    long, short = text("The quick brown fox jumps over the lazy dog. " * 30)[:300], text("Is the income above fifty thousand? " * 8)[:100]
+    extended = short + text(" The answer is")
+    engine.feed([long])
+    engine.feed([short])
+    _, (evicting,) = engine.feed([extended])  # the long sequence's id is freed; its 300 cells are not
+    assert len(engine.residents) == 2 and engine.used == 300 + len(extended)
+    _, (filling,) = engine.feed([long + extended])  # 360 new tokens beside the 360 cells in use: more than 512, so emptied first
+    assert engine.used == len(long + extended)
+    engine.clear()
+    _, (cold,) = engine.feed([extended])
+    engine.clear()
+    _, (cold_long,) = engine.feed([long + extended])
+    assert np.array_equal(evicting, cold) and np.array_equal(filling, cold_long)
     free_engine()
