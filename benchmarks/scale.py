@@ -255,26 +255,32 @@ def main() -> None:
     parser.add_argument("--trace", type=int, default=2000, help="median trace length in tokens")
     parser.add_argument("--quick", action="store_true", help="100 and 400 pairs, cdpg at 100, a grid of 100")
     parser.add_argument("--work", type=Path, default=None, help="folder for the jobs (default: a temporary one)")
+    parser.add_argument("--json", type=Path, default=None, help="also write every job's figures to this file")
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.cdpg_sizes, args.grid = [100, 400], [100], 100
     work = args.work or Path(tempfile.mkdtemp(prefix="fairaudit-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"{os.cpu_count()} cores, load {os.getloadavg()}, traces of median {args.trace} tokens, jobs in {work}")
-    sections = []
+    sections, everything = [], []
     if args.sizes:
         results = sizes_run(work, args.sizes, args.trace)
+        everything += results
         first, again = results[0::2], results[1::2]
         sections += ["counterfactual jobs and their re-runs from the store", stage_table(results), growth_table(first),
                      growth_table(again).replace("growth", "re-run growth", 1)]
     if args.cdpg_sizes:
         results = cdpg_run(work, args.cdpg_sizes, args.trace)
+        everything += results
         sections += ["cdpg jobs (generations already in the store)", stage_table(results), growth_table(results)]
     if args.grid:
         results = grid_run(work, args.grid, args.trace)
+        everything += results
         sections += [f"9-job grid of {args.grid} pairs and the report over it", stage_table(results)]
     print("\n\n".join(s for s in sections if s))
     print(f"\nload average at the end: {os.getloadavg()}")
+    if args.json:
+        args.json.write_text(json.dumps(everything, indent=1))
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
 

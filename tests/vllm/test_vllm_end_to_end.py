@@ -102,3 +102,9 @@ def test_an_engine_that_cannot_start_is_one_error_line_and_a_failed_run(tmp_path
     assert ENGINE_START not in small.stderr + small.stdout
     (run,) = runs(f"sqlite:///{tmp_path}/mlflow.db")
     assert run.info.status == "FAILED" and "backend.kv_cache_space_gib" in run.data.tags["fairaudit.error"]
+    # vLLM's CPU attention takes blocks of a multiple of 32 tokens: its worker process fails after the engine starts
+    refused = run_app(tmp_path, "backend=vllm", "dataset.n=2", "backend.block_size=48", env=ENV, timeout=TIMEOUT)
+    assert refused.returncode == 2 and ENGINE_START in refused.stderr + refused.stdout
+    (line,) = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: backend=vllm: the engine did not start (RuntimeError: ") and "backend.block_size=32" in line
+    assert [r.info.status for r in runs(f"sqlite:///{tmp_path}/mlflow.db")] == ["FAILED", "FAILED"]
