@@ -310,6 +310,8 @@ class SweepCallback(Callback):
             print_error(line)
         if problems:
             sys.exit(2)
+        if config.get("dry_run"):
+            return  # a dry run logs nothing: no parent run either
         try:
             client, experiment = open_tracking(config.tracking.uri, config.tracking.experiment)
         except AuditError as error:

@@ -85,6 +85,13 @@ def test_dry_run_prints_pairs_and_prompts_without_a_model(tmp_path):
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "store.sqlite").exists()
 
 
+def test_a_dry_run_sweep_opens_no_parent_run(tmp_path):
+    result = run_app(tmp_path, "dry_run=true", "model=tiny_qwen3", "dataset.n=1", "-m", "dataset=adult,compas")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("no model loaded, nothing logged") == 2
+    assert not (tmp_path / "mlflow.db").exists() and "MLflow" not in result.stderr
+
+
 def test_dry_run_of_an_mcq_probe_prints_each_permutation(tmp_path):
     result = run_app(tmp_path, "dry_run=true", "model=tiny_qwen3", "probe=position", "dataset=mmlu", "arm=direct", "dataset.n=1")
     assert result.returncode == 0, result.stderr[-3000:]
