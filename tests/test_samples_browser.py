@@ -4,7 +4,6 @@ one-page run, arm and side on every page) hide what they should; a mock job's pa
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
