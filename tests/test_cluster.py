@@ -98,7 +98,8 @@ def test_four_processes_on_overlapping_keys_lose_nothing_and_recompute_nothing_c
     assert store.count() == 35
     with store.engine.connect() as conn:
         assert {k: v for k, v in conn.execute(sa.select(RESULTS.c.key, RESULTS.c.value))} == {
-            key[i]: json.dumps({"text": f"echo {i}", "token_ids": [i], "finish_reason": "stop"}) for i in range(35)}
+            key[i]: json.dumps({"text": f"echo {i}", "token_ids": [i], "finish_reason": "stop"}, separators=(",", ":"))
+            for i in range(35)}  # stored as compact JSON
     total = sum(log["model_calls"] for log in logs)
     print(f"4 processes x 20 ids (35 distinct): {total} model calls")
     assert 35 <= total < 80
