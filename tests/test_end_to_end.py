@@ -87,6 +87,7 @@ def test_btm_after_counterfactual_reuses_every_generation(tmp_path):
     assert artifact_paths(client, run.info.run_id, "figures") == {"figures/tpair_split.png", "figures/t_alpha_vs_alpha_prime.png"}
 
 
+@pytest.mark.long  # kept out of make test's 10 minutes; CI runs it in make test-long
 def test_hub_model_runs_offline_from_a_local_folder(tmp_path):
     """model.path wins over the hub id, and nothing reaches for the hub (HF_HUB_OFFLINE=1)."""
     local = tiny_qwen3_dir()
@@ -111,6 +112,7 @@ def test_multirun_gives_one_parent_and_a_child_per_dataset(tmp_path):
     assert all(r.info.status == "FINISHED" for r in found)
 
 
+@pytest.mark.long  # kept out of make test's 10 minutes; CI runs it in make test-long
 def test_parallel_sweep_jobs_share_the_store_and_the_parent_run(tmp_path):
     result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=3", "model.max_think_tokens=8", "hydra/launcher=joblib",
                      "hydra.launcher.n_jobs=2", "-m", "dataset=adult,compas,credit")
@@ -123,6 +125,7 @@ def test_parallel_sweep_jobs_share_the_store_and_the_parent_run(tmp_path):
     assert model_results(tmp_path / "store.sqlite") == 3 * 3 * 2 * 2 * 2
 
 
+@pytest.mark.long  # kept out of make test's 10 minutes; CI runs it in make test-long
 def test_checkpoint_sweep_tags_each_label(tmp_path):
     local = tiny_qwen3_dir()
     result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=1", "model.max_think_tokens=4", f"model.path={local}",

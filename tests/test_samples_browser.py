@@ -72,7 +72,7 @@ def run_artifacts(tmp_path: Path, n: int) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("n", [pytest.param(300, id="300 pairs"), pytest.param(5000, id="5000 pairs", marks=pytest.mark.paper)])
+@pytest.mark.parametrize("n", [pytest.param(300, id="300 pairs", marks=pytest.mark.long), pytest.param(5000, id="5000 pairs", marks=pytest.mark.paper)])
 def test_a_mock_jobs_pages_hold_every_pair_once_and_filter_in_chromium(tmp_path, n):
     folder = run_artifacts(tmp_path, n)
     first = folder / "samples.html"
