@@ -24,7 +24,7 @@ from fairaudit.backends.llamacpp import llamacpp_version
 from fairaudit.backends.vllm import vllm_distribution
 from fairaudit.client import CachingClient
 from fairaudit.errors import AuditError
-from fairaudit.models import tiny_qwen3_dir
+from fairaudit.models import embedded_model_dir, tiny_qwen3_dir
 from fairaudit.store import Store
 
 from model_server import ModelServer
@@ -55,10 +55,14 @@ def openai(model_dir: Path) -> Iterator[Backend]:
 
 @contextlib.contextmanager
 def vllm(model_dir: Path) -> Iterator[Backend]:
+    """vLLM's CPU attention has no kernel for the tiny Qwen3's head_dim of 16 ("Unsupported CPU attention
+    configuration"): where the suite runs on that model, this entry runs on the embedded SmolLM2 (head_dim
+    64); a copied folder (the fingerprint test, which starts no engine) is used as given."""
     from fairaudit.backends.vllm import VLLMBackend, free_engine
 
+    folder = embedded_model_dir() if model_dir == tiny_qwen3_dir() else model_dir
     try:
-        yield VLLMBackend(model_dir, batch_size=8, max_model_len=1024, kv_cache_space_gib=1, block_size=32)
+        yield VLLMBackend(folder, batch_size=8, max_model_len=1024, kv_cache_space_gib=1, block_size=32)
     finally:
         free_engine()
 
