@@ -8,7 +8,7 @@ from fairaudit.analysis.transitions import transitions
 from fairaudit.console import format_number as num
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.probes.decisions import (PairedProbe, analysed, arm_names, gap_sentence, pairs_phrase, paired_metrics,
-                                        paired_records, sides, warnings_of, with_gap)
+                                        paired_records, sides, warnings_of)
 
 HEADLINE = ["n_pairs", "t_alpha_ny", "t_alpha_prime_ny", "t_alpha_yy", "t_alpha_prime_yy", "delta_t_max_abs",
             "tpair_nn_m", "tpair_m_m", "c_actual", "c_ind", "b_actual", "b_ind", "n_pairs_truncated",
@@ -33,12 +33,9 @@ class BiasTransitionProbe(PairedProbe):
                 tables["t_alpha"], tables["t_alpha_prime"], t, b, labels=sides(records)
             ),
         }
-
-        def metrics_of(rows) -> dict[str, float]:
-            return with_gap(transitions(rows, treatment=t, baseline=b)["metrics"] | answer_accounting(rows, t, b), rows, t, b)
-
-        metrics = paired_metrics(metrics_of, records, t, b,
-                                 with_gap(result["metrics"] | answer_accounting(slim, t, b), slim, t, b))
+        metrics = paired_metrics(lambda rows: transitions(rows, treatment=t, baseline=b)["metrics"]
+                                 | answer_accounting(rows, t, b), records, t, b,
+                                 result["metrics"] | answer_accounting(slim, t, b))
         headline = HEADLINE + [f"p_gap_{t}", f"p_gap_{b}", "delta_p_gap"]
         return ProbeResult(metrics=metrics, tables=tables, figures=figures,
                            records={"records": records}, headline=headline)

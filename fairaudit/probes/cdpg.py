@@ -16,7 +16,7 @@ from fairaudit.console import format_number as num
 from fairaudit.probes import WARNING, AuditContext, Needs, ProbeResult
 from fairaudit.probes.decisions import (RESAMPLING, PairedProbe, analysed, answer_choices, answer_parts_all, arm_names,
                                         gap_sentence, interval, pairs_phrase, paired_metrics, paired_records, sides,
-                                        warnings_of, with_gap)
+                                        warnings_of)
 from fairaudit.prompts.yesno import Arm
 from fairaudit.validate import check_fields, integer, list_of, number, optional
 
@@ -63,13 +63,10 @@ class CDPGProbe(PairedProbe):
                         k_list=self.k_list, n_boot=self.n_boot, seed=self.seed, K=self.K,
                         identity_atol=self.identity_atol, k_sensitivity_subsample=self.k_sensitivity_subsample)
 
-        def with_accounting(metrics: dict[str, float], rows: pd.DataFrame) -> dict[str, float]:
-            return with_gap(metrics | answer_accounting(rows, t, b), rows, t, b, self.n_boot, self.seed)
-
         slim = analysed(records)
         result = analyse(slim)
-        metrics = paired_metrics(lambda rows: with_accounting(analyse(rows)["metrics"], rows), records, t, b,
-                                 with_accounting(result["metrics"], slim))
+        metrics = paired_metrics(lambda rows: analyse(rows)["metrics"] | answer_accounting(rows, t, b), records, t, b,
+                                 result["metrics"] | answer_accounting(slim, t, b), self.n_boot, self.seed)
         return ProbeResult(metrics=metrics, tables=result["tables"],
                            figures=cdpg_figures(result["tables"], K=self.K, k_list=self.k_list, arms=(t, b)),
                            records={"records": records, "depth_records": depth},

@@ -7,7 +7,7 @@ from fairaudit.analysis.contingency_figures import disparity_shift_figure
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.console import format_number as num
 from fairaudit.probes.decisions import (PairedProbe, arm_names, check_resampling, gap_sentence, paired_metrics,
-                                        pairs_phrase, paired_records, warnings_of, with_gap)
+                                        pairs_phrase, paired_records, warnings_of)
 
 HEADLINE = ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "d_cf_{t}", "d_cf_{b}",
             "delta_d_cf", "p_gap_{t}", "p_gap_{b}", "delta_p_gap", "delta_d_group", "d_disp_c_{t}", "asym_c", "parse_rate_{t}", "parse_rate_{b}",
@@ -32,9 +32,9 @@ class CounterfactualProbe(PairedProbe):
     def run(self, ctx: AuditContext) -> ProbeResult:
         records = paired_records(ctx, self.baseline)
         t, b = ctx.arm.name, self.baseline.name
-        metrics = paired_metrics(lambda rows: with_gap(contingency(rows, treatment=t, baseline=b, n_boot=self.n_boot,
-                                                               seed=self.seed), rows, t, b, self.n_boot, self.seed),
-                                 records, t, b)
+        metrics = paired_metrics(
+            lambda rows: contingency(rows, treatment=t, baseline=b, n_boot=self.n_boot, seed=self.seed), records, t, b,
+            n_boot=self.n_boot, seed=self.seed)
         metrics["truncated_rate_" + t] = float(records.loc[records["arm"] == t, "truncated"].mean())
         return ProbeResult(
             metrics=metrics,

@@ -154,12 +154,6 @@ def paired_records(ctx: AuditContext, baseline: Arm) -> pd.DataFrame:
     return pd.concat([decide(ctx, pairs, ctx.arm), decide(ctx, pairs, baseline)], ignore_index=True)
 
 
-def with_gap(metrics: dict[str, float], records: pd.DataFrame, treatment: str, baseline: str, n_boot: int = 2000,
-             seed: int = 0) -> dict[str, float]:
-    """`metrics` with the P(Yes) gap of `analysis.gap` added (its own pair count among them)."""
-    return metrics | p_gap(records, treatment, baseline, n_boot, seed)
-
-
 def arm_names(records: pd.DataFrame) -> tuple[str, str]:
     """(treatment, baseline) of paired records: `paired_records` puts the treatment's rows first."""
     arms = list(dict.fromkeys(records["arm"]))
@@ -214,9 +208,16 @@ def analysed(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def paired_metrics(metrics_of, records: pd.DataFrame, treatment: str, baseline: str,
-                   metrics: dict[str, float] | None = None) -> dict[str, float]:
-    """metrics_of(records) over every pair (or `metrics`, already computed) and, each as `<name>_complete`, over
-    the pairs none of whose traces the token budget cut, with those cut per contingency cell
-    (`analysis.truncation`). metrics_of: analysed records -> flat metrics."""
+                   metrics: dict[str, float] | None = None, n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
+    """metrics_of(records) over every pair (or `metrics`, already computed), each with the P(Yes) gap of
+    `analysis.gap` (n_boot resamples from `seed`), and, each as `<name>_complete`, over the pairs none of whose
+    traces the token budget cut, with those cut per contingency cell (`analysis.truncation`).
+    metrics_of: analysed records -> flat metrics."""
     slim = analysed(records)
-    return with_complete(metrics_of, slim, metrics) | truncated_by_cell(slim, treatment, baseline)
+
+    def with_gap(found: dict[str, float], rows: pd.DataFrame) -> dict[str, float]:
+        return found | p_gap(rows, treatment, baseline, n_boot, seed)
+
+    given = None if metrics is None else with_gap(metrics, slim)
+    return (with_complete(lambda rows: with_gap(metrics_of(rows), rows), slim, given)
+            | truncated_by_cell(slim, treatment, baseline))
