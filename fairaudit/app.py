@@ -10,26 +10,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from hydra.errors import InstantiationException
+from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fairaudit import CONF_DIR, __version__, dry_run, interrupt
+from fairaudit import __version__, dry_run, interrupt
 from fairaudit.backends import WHAT, Backend, Capabilities, backends_with
 from fairaudit.client import CachingClient
 from fairaudit.console import console, print_error, print_result, print_verdict, summary_table
 from fairaudit.errors import AuditError, failure_line, input_error_line
 from fairaudit.interrupt import Interrupted
 from fairaudit.mlflow_ui import where_lines
-from fairaudit.numbers import snap_metrics
 from fairaudit.models import resolve_model_dir
+from fairaudit.numbers import snap_metrics
 from fairaudit.probes import AuditContext, ModelSpec, Probe, ProbeResult
 from fairaudit.prompts.yesno import P_YES_READINGS, Arm, Thinking
+from fairaudit.registry import probe_classes
 from fairaudit.store import Store
 from fairaudit.sweeps import HEADLINE_TAG, swept_in
-from fairaudit.tracking import (KEY_TAG, MAX_TAG, NOTE_TAG, Tracker, config_key, flatten, parent_run_id,
-                                tracking_failure)
+from fairaudit.tracking import KEY_TAG, MAX_TAG, NOTE_TAG, Tracker, config_key, flatten, parent_run_id, tracking_failure
 from fairaudit.validate import validate
 
 ANSWER_SOURCES = ("parsed", "forced")
@@ -92,11 +92,6 @@ def check_capabilities(probe: Probe, probe_name: str, backend: str, capabilities
                      f"backend={backend} cannot{f' ({capabilities.limits})' if capabilities.limits else ''}. "
                      f"Backends that can: {', '.join(f'backend={b}' for b in able) or 'none shipped'}; "
                      f"probes backend={backend} runs: {', '.join(runnable) or 'none'}")
-
-
-def probe_classes() -> dict[str, type[Probe]]:
-    """Every shipped probe by its `probe=` name, from `conf/probe/*.yaml`."""
-    return {path.stem: get_class(OmegaConf.load(path)["_target_"]) for path in sorted(Path(CONF_DIR, "probe").glob("*.yaml"))}
 
 
 @dataclass

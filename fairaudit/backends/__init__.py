@@ -227,21 +227,9 @@ def refuse_graphs(backend: Backend, requests: Sequence) -> None:
         raise missing(backend, "attention_graphs")
 
 
-def backend_classes() -> dict[str, type[Backend]]:
-    """Every shipped backend by its `backend=` name, from `conf/backend/*.yaml`; a class whose optional
-    dependency is absent still loads (backend modules import those lazily)."""
-    from pathlib import Path
-
-    from hydra.utils import get_class
-    from omegaconf import OmegaConf
-
-    from fairaudit import CONF_DIR
-
-    return {path.stem: get_class(OmegaConf.load(path)["_target_"])
-            for path in sorted(Path(CONF_DIR, "backend").glob("*.yaml"))}
-
-
 def backends_with(capability: str) -> list[str]:
     """Names of the shipped model backends whose declared capabilities include `capability` (a rehearsal
     backend such as backend=mock is never offered in place of a model)."""
+    from fairaudit.registry import backend_classes
+
     return [name for name, cls in backend_classes().items() if cls.capabilities.has(capability) and not cls.rehearsal]

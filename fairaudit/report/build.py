@@ -9,27 +9,15 @@ can be built from frames in a test.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pandas as pd
-from hydra.utils import get_method
-from omegaconf import OmegaConf
 
-from fairaudit import CONF_DIR
 from fairaudit.analysis import study
 from fairaudit.analysis.study_figures import checkpoint_curve_figure
+from fairaudit.registry import report_builders
 from fairaudit.report import render
 from fairaudit.report.sections import RecordsLoader, Report, Section
-
-def registered_sections(probes: Iterable[str]) -> list[Callable]:
-    """The section builders that `conf/probe/<probe>.yaml` lists under `report:`, each once, in probe name order."""
-    builders: dict[str, Callable] = {}
-    for probe in sorted(set(probes)):
-        path = Path(CONF_DIR, "probe", f"{probe}.yaml")
-        for name in (OmegaConf.load(path).get("report", []) if path.exists() else []):
-            builders.setdefault(name, get_method(name))
-    return list(builders.values())
 
 
 def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:
@@ -39,7 +27,7 @@ def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:
     cfg: the report config (tables, seeds, sign_test, curves and each probe's own keys).
     """
     report = Report()
-    for add_sections in registered_sections(runs["probe"].dropna() if "probe" in runs else []):
+    for add_sections in report_builders(runs["probe"].dropna() if "probe" in runs else []):
         add_sections(report, runs, load_records, cfg)
     if "seed" in study.varying_axes(runs):
         add_seed_summary(report, runs, list(cfg.seeds.metrics), float(cfg.seeds.level))
