@@ -27,7 +27,7 @@ comma := ,
 # The data sets `make run` reads: those ARGS names with dataset=... (a sweep's list too), else the default, adult.
 DATA ?= $(or $(subst $(comma), ,$(patsubst dataset=%,%,$(filter dataset=%,$(ARGS)))),adult)
 
-.PHONY: run test test-fast test-long test-cluster test-paper test-vllm test-llamacpp llamacpp-wheel bench install clean
+.PHONY: run lint test test-fast test-long test-cluster test-paper test-vllm test-llamacpp llamacpp-wheel bench install clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,10 @@ $(LLAMACPP_STAMP): pyproject.toml Makefile | llamacpp-wheel
 run: $(STAMP)
 	$(PY) -m fairaudit data fetch --missing $(DATA)
 	$(PY) -m fairaudit $(ARGS)
+
+# ruff (pyproject's [tool.ruff]): pyflakes, import order, lines of at most 120 characters.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check fairaudit tests benchmarks scripts
 
 test: $(STAMP)
 	$(PY) -m pytest $(ARGS)
