@@ -21,8 +21,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.backends import DepthRequest
-from fairaudit.backends.tensors import left_pad
 from fairaudit.backends.packing import naive_depth_probs, packed_depth_probs
+from fairaudit.backends.tensors import left_pad
 from fairaudit.models import embedded_model_dir
 
 PROFILE = (

@@ -22,11 +22,11 @@ from omegaconf import OmegaConf
 
 from fairaudit.analysis import contingency
 from fairaudit.app import model_spec
+from fairaudit.client import CachingClient
 from fairaudit.models import resolve_model_dir
 from fairaudit.probes import AuditContext
 from fairaudit.probes.decisions import paired_records
 from fairaudit.prompts.yesno import Arm
-from fairaudit.client import CachingClient
 from fairaudit.store import Store
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

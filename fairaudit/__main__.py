@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 from fairaudit import CONF_DIR, app
 from fairaudit.console import run_or_exit
 
+
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
     if HydraConfig.get().mode == RunMode.MULTIRUN:

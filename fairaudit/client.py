@@ -13,8 +13,15 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from fairaudit.backends import (Backend, Completion, DepthRequest, GenerationRequest, GraphGenerationRequest,
-                                NLLRequest, missing)
+from fairaudit.backends import (
+    Backend,
+    Completion,
+    DepthRequest,
+    GenerationRequest,
+    GraphGenerationRequest,
+    NLLRequest,
+    missing,
+)
 from fairaudit.backends.common import encode_texts, tokenizer_digest
 from fairaudit.console import progress
 from fairaudit.store import Store, call_key

@@ -18,10 +18,10 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit import sweeps
-from fairaudit.tracking_db import create_experiment, prepare_tracking
 from fairaudit.console import quiet_libraries
 from fairaudit.errors import AuditError
 from fairaudit.numbers import snap, snap_frame
+from fairaudit.tracking_db import create_experiment, prepare_tracking
 
 PARENT_ID_FILE = "mlflow_parent_run_id"
 KEY_TAG = "fairaudit.key"                  # hash of a job's resolved config and overrides (a sweep's: its overrides)

@@ -9,6 +9,7 @@ Serve the store of docs/studies.md's example on loopback (`mlflow ui --port 5055
 The runs table's row positions (the three sweep parents' expanders) assume that example's store.
 """
 import sys
+
 from playwright.sync_api import sync_playwright
 
 out, base, seed_parent, run = sys.argv[1:5]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import run_app
-from fairaudit.backends.llamacpp import INSTALL_HINT as LLAMACPP_HINT, llamacpp_version
+from fairaudit.backends.llamacpp import INSTALL_HINT as LLAMACPP_HINT
+from fairaudit.backends.llamacpp import llamacpp_version
 from fairaudit.backends.vllm import INSTALL_HINT, VLLMBackend, vllm_distribution
 from fairaudit.errors import AuditError
 

@@ -7,7 +7,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from figure_checks import layout_problems
 from fairaudit.analysis.cdpg_figures import cdpg_figures
 from fairaudit.analysis.contingency_figures import disparity_shift_figure
 from fairaudit.analysis.influence import influence
@@ -19,6 +18,7 @@ from fairaudit.analysis.study_figures import checkpoint_curve_figure, delta_figu
 from fairaudit.analysis.transition_figures import group_transition_heatmaps, tpair_heatmap
 from fairaudit.analysis.transitions import transitions
 from fairaudit.app import title_figures
+from figure_checks import layout_problems
 from test_cdpg_analysis import run as cdpg_run
 from test_influence_analysis import contrasts_frame
 from test_position_analysis import CONTINUATIONS

@@ -8,8 +8,8 @@ import pytest
 
 from fairaudit.analysis.influence import control_summary, influence, influence_rates, ngram_overlap
 from fairaudit.analysis.influence_study import table1, table2, table3, table4, table5
-from fairaudit.report.sections import Report
 from fairaudit.report.influence_tables import add_influence_tables, rate_with_ci
+from fairaudit.report.sections import Report
 from fairaudit.stats import wilson_interval
 
 # Table 3's printed counts and intervals: (k, n) -> "rate% [low, high]"

@@ -10,20 +10,20 @@ import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 from conftest import DATA_ROOT, run_app
 from fairaudit.app import model_spec
 from fairaudit.backends import Block
 from fairaudit.backends.hf import HFBackend
+from fairaudit.client import CachingClient
 from fairaudit.data.mcq import MCQDataset
 from fairaudit.errors import AuditError
 from fairaudit.models import tiny_qwen3_dir
 from fairaudit.probes import AuditContext
 from fairaudit.probes.influence import A_PRIVATE, InfluenceProbe, Trace, visibility
 from fairaudit.prompts.yesno import Arm
-from fairaudit.client import CachingClient
 from fairaudit.store import Store
-from omegaconf import OmegaConf
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

@@ -10,7 +10,12 @@ import pandas as pd
 import pytest
 
 from fairaudit.data.mcq import (
-    cyclic_permutations, format_options, load_mcq, parse_questions, read_rows, split_lettered_options,
+    cyclic_permutations,
+    format_options,
+    load_mcq,
+    parse_questions,
+    read_rows,
+    split_lettered_options,
 )
 from fairaudit.errors import AuditError
 

@@ -20,14 +20,13 @@ from huggingface_hub.utils import filter_repo_objects
 from mlflow.tracking import MlflowClient
 from transformers import AutoTokenizer
 
+from conftest import run_app
 from fairaudit.backends import DepthRequest, GenerationRequest
 from fairaudit.backends.openai import OpenAIBackend
+from fairaudit.client import CachingClient
 from fairaudit.errors import AuditError
 from fairaudit.models import PROMPT_FILES, model_fingerprint, resolve_model_dir, tiny_qwen3_dir
-from fairaudit.client import CachingClient
 from fairaudit.store import Store
-
-from conftest import run_app
 from model_server import LoopbackServer
 
 KEY = "sk-test-5ecret-never-logged"

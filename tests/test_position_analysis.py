@@ -11,14 +11,28 @@ import statsmodels.api as sm
 from scipy import stats
 
 from fairaudit.analysis.position import (
-    OFFSETS, _changes, ccp_chi_square, length_bins, monotonic_profile, pbs, pbs_wilcoxon,
-    position, truncation, truncation_cuts,
+    OFFSETS,
+    _changes,
+    ccp_chi_square,
+    length_bins,
+    monotonic_profile,
+    pbs,
+    pbs_wilcoxon,
+    position,
+    truncation,
+    truncation_cuts,
 )
 from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
 from fairaudit.errors import AuditError
 from fairaudit.prompts.mcq import (
-    ANSWER_PATTERNS, TRAJECTORY_PATTERNS, commitment_change_point, effective_switching, extract_answer,
-    mcq_messages, split_think, trajectory,
+    ANSWER_PATTERNS,
+    TRAJECTORY_PATTERNS,
+    commitment_change_point,
+    effective_switching,
+    extract_answer,
+    mcq_messages,
+    split_think,
+    trajectory,
 )
 from fairaudit.stats import cluster_permutation_test, partial_correlation
 

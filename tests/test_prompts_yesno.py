@@ -5,11 +5,22 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from fairaudit.models import embedded_model_dir, tiny_qwen3_dir
 from fairaudit.errors import AuditError
-from fairaudit.prompts.yesno import (Arm, ParsedAnswer, Thinking, answer_spellings, choice_token_ids,
-                                     complies_with_nothink, force_answer_suffix, parse_answer, parse_yes_no,
-                                     render_prompt, split_output, think_prompt_prefix)
+from fairaudit.models import embedded_model_dir, tiny_qwen3_dir
+from fairaudit.prompts.yesno import (
+    Arm,
+    ParsedAnswer,
+    Thinking,
+    answer_spellings,
+    choice_token_ids,
+    complies_with_nothink,
+    force_answer_suffix,
+    parse_answer,
+    parse_yes_no,
+    render_prompt,
+    split_output,
+    think_prompt_prefix,
+)
 
 THINK, NOTHINK = Arm("think", True, 64), Arm("nothink", False, 16)
 NATIVE = Thinking(style="native")

@@ -203,8 +203,9 @@ def kill_when(tmp_path: Path, moment: Callable[[Path], bool], overrides: tuple[s
 @pytest.mark.long
 @pytest.mark.parametrize("name", list(MOMENTS))
 def test_kill_9_then_the_same_run_again_leaves_nothing_running_or_counted_twice(tmp_path, name):
-    from fairaudit.report.runs import select_runs
     from omegaconf import OmegaConf
+
+    from fairaudit.report.runs import select_runs
 
     moment, overrides = MOMENTS[name]
     kill_when(tmp_path, moment, overrides)

@@ -12,8 +12,14 @@ import statsmodels.api as sm
 from scipy import stats
 from statsmodels.stats.proportion import proportion_confint
 
-from fairaudit.stats import (EXACT_CLUSTERS, bootstrap_ci, clopper_pearson, cluster_permutation_test,
-                             partial_correlation, ratio_interval_exact)
+from fairaudit.stats import (
+    EXACT_CLUSTERS,
+    bootstrap_ci,
+    clopper_pearson,
+    cluster_permutation_test,
+    partial_correlation,
+    ratio_interval_exact,
+)
 
 
 @pytest.mark.parametrize("k,n", [(0, 5), (3, 10), (10, 10), (54, 2348), (1, 1)])

@@ -11,8 +11,8 @@ import pytest
 
 from fairaudit import store_cli
 from fairaudit.backends import Backend, Completion, GenerationRequest
-from fairaudit.errors import AuditError
 from fairaudit.client import CachingClient
+from fairaudit.errors import AuditError
 from fairaudit.store import Store, call_key, checksum, damage
 
 

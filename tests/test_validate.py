@@ -10,10 +10,10 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import open_dict
 
-from fairaudit.errors import AuditError, input_error_line
-from fairaudit.app import build_probe, check_settings
-from fairaudit.validate import value_problems
 from conftest import REPO
+from fairaudit.app import build_probe, check_settings
+from fairaudit.errors import AuditError, input_error_line
+from fairaudit.validate import value_problems
 from test_configs import composed
 
 

@@ -164,8 +164,8 @@ def test_every_probe_prints_its_verdict_before_its_table_and_keeps_it_as_the_run
 
 
 def test_every_shipped_probe_implements_its_own_verdict():
-    from fairaudit.registry import probe_classes
     from fairaudit.probes import Probe
+    from fairaudit.registry import probe_classes
 
     classes = probe_classes()
     assert set(classes) == {"counterfactual", "btm", "cdpg", "position", "influence"}

@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from fairaudit.backends.packing import batches_within_budget, additive_mask, check_packable, pad_allowed
+from fairaudit.backends.packing import additive_mask, batches_within_budget, check_packable, pad_allowed
 
 
 def graph_allowed(block_of: Sequence[int], visibility) -> torch.Tensor:

@@ -9,11 +9,24 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from fairaudit.backends import (Backend, Capabilities, Completion, DepthRequest, GenerationRequest,
-                                GraphGenerationRequest, NLLRequest)
+from fairaudit.backends import (
+    Backend,
+    Capabilities,
+    Completion,
+    DepthRequest,
+    GenerationRequest,
+    GraphGenerationRequest,
+    NLLRequest,
+)
 from fairaudit.backends.common import DTYPES, completion_from_ids, stop_token_ids
-from fairaudit.backends.tensors import (last_token_choice_probs, left_pad, next_cache, next_tokens,
-                                        positions_after_left_pad, torch_dtype)
+from fairaudit.backends.tensors import (
+    last_token_choice_probs,
+    left_pad,
+    next_cache,
+    next_tokens,
+    positions_after_left_pad,
+    torch_dtype,
+)
 from fairaudit.console import console
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint

@@ -28,10 +28,22 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from fairaudit.backends import (Backend, Capabilities, Completion, DepthRequest, GenerationRequest,
-                                GraphGenerationRequest, NLLRequest)
-from fairaudit.backends.common import (check_depth_request, choice_token_ids, completion_from_ids, pooled_softmax,
-                                       stop_token_ids)
+from fairaudit.backends import (
+    Backend,
+    Capabilities,
+    Completion,
+    DepthRequest,
+    GenerationRequest,
+    GraphGenerationRequest,
+    NLLRequest,
+)
+from fairaudit.backends.common import (
+    check_depth_request,
+    choice_token_ids,
+    completion_from_ids,
+    pooled_softmax,
+    stop_token_ids,
+)
 from fairaudit.models import model_fingerprint
 
 BACKEND_VERSION = "mock-1"

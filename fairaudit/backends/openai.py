@@ -30,7 +30,15 @@ from typing import Any, Awaitable, Callable, Sequence
 import httpx
 import numpy as np
 
-from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, GenerationRequest, missing, refuse_graphs
+from fairaudit.backends import (
+    Backend,
+    Capabilities,
+    Completion,
+    DepthRequest,
+    GenerationRequest,
+    missing,
+    refuse_graphs,
+)
 from fairaudit.backends.common import choice_token_ids, completion_from_ids, pooled_softmax, stop_token_ids
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint

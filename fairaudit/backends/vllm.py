@@ -21,8 +21,15 @@ import numpy as np
 import torch
 
 from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, GenerationRequest, refuse_graphs
-from fairaudit.backends.common import (DTYPES, choice_token_ids, completion_from_ids, depth_sequences, pooled_softmax,
-                                       split_by_request, stop_token_ids)
+from fairaudit.backends.common import (
+    DTYPES,
+    choice_token_ids,
+    completion_from_ids,
+    depth_sequences,
+    pooled_softmax,
+    split_by_request,
+    stop_token_ids,
+)
 from fairaudit.backends.vllm_cpu import cpu_defaults, start_failure
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint

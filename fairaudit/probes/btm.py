@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from fairaudit.analysis.transition_figures import group_transition_heatmaps, tpair_heatmap
 from fairaudit.analysis.pairs import answer_accounting
+from fairaudit.analysis.transition_figures import group_transition_heatmaps, tpair_heatmap
 from fairaudit.analysis.transitions import transitions
 from fairaudit.console import format_number as num
 from fairaudit.probes import AuditContext, ProbeResult
-from fairaudit.probes.decisions import (PairedProbe, analysed, arm_names, gap_sentence, pairs_phrase, paired_metrics,
-                                        paired_records, sides, warnings_of)
+from fairaudit.probes.decisions import (
+    PairedProbe,
+    analysed,
+    arm_names,
+    gap_sentence,
+    paired_metrics,
+    paired_records,
+    pairs_phrase,
+    sides,
+    warnings_of,
+)
 
 HEADLINE = ["n_pairs", "t_alpha_ny", "t_alpha_prime_ny", "t_alpha_yy", "t_alpha_prime_yy", "delta_t_max_abs",
             "tpair_nn_m", "tpair_m_m", "c_actual", "c_ind", "b_actual", "b_ind", "n_pairs_truncated",

@@ -8,15 +8,27 @@ import pandas as pd
 
 from fairaudit.analysis.cdpg import cdpg, segment_cuts
 from fairaudit.analysis.cdpg_figures import cdpg_figures
-from fairaudit.analysis.pairs import answer_accounting
-from fairaudit.errors import AuditError
 from fairaudit.analysis.contingency import CELLS
 from fairaudit.analysis.degenerate import depth_warnings
+from fairaudit.analysis.pairs import answer_accounting
 from fairaudit.console import format_number as num
+from fairaudit.errors import AuditError
 from fairaudit.probes import WARNING, AuditContext, Needs, ProbeResult
-from fairaudit.probes.decisions import (RESAMPLING, PairedProbe, analysed, answer_choices, answer_parts_all, arm_names,
-                                        gap_sentence, interval, pairs_phrase, paired_metrics, paired_records, sides,
-                                        warnings_of)
+from fairaudit.probes.decisions import (
+    RESAMPLING,
+    PairedProbe,
+    analysed,
+    answer_choices,
+    answer_parts_all,
+    arm_names,
+    gap_sentence,
+    interval,
+    paired_metrics,
+    paired_records,
+    pairs_phrase,
+    sides,
+    warnings_of,
+)
 from fairaudit.prompts.yesno import Arm
 from fairaudit.validate import check_fields, integer, list_of, number, optional
 

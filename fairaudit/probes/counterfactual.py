@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from fairaudit.analysis.contingency import cell_disparity_table, contingency, contingency_table
 from fairaudit.analysis.contingency_figures import disparity_shift_figure
-from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.console import format_number as num
-from fairaudit.probes.decisions import (PairedProbe, arm_names, check_resampling, gap_sentence, paired_metrics,
-                                        pairs_phrase, paired_records, warnings_of)
+from fairaudit.probes import AuditContext, ProbeResult
+from fairaudit.probes.decisions import (
+    PairedProbe,
+    arm_names,
+    check_resampling,
+    gap_sentence,
+    paired_metrics,
+    paired_records,
+    pairs_phrase,
+    warnings_of,
+)
 
 HEADLINE = ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "d_cf_{t}", "d_cf_{b}",
             "delta_d_cf", "p_gap_{t}", "p_gap_{b}", "delta_p_gap", "delta_d_group", "d_disp_c_{t}", "asym_c", "parse_rate_{t}", "parse_rate_{b}",

@@ -11,8 +11,16 @@ from fairaudit.analysis.truncation import truncated_by_cell, with_complete
 from fairaudit.backends import DepthRequest, GenerationRequest
 from fairaudit.console import format_number as num
 from fairaudit.probes import WARNING, AuditContext, Needs, Probe, Prompt, SampleView
-from fairaudit.prompts.yesno import (Arm, choice_token_ids, complies_with_nothink, force_answer_suffix, parse_yes_no,
-                                     render_prompt, split_output, think_prompt_prefix)
+from fairaudit.prompts.yesno import (
+    Arm,
+    choice_token_ids,
+    complies_with_nothink,
+    force_answer_suffix,
+    parse_yes_no,
+    render_prompt,
+    split_output,
+    think_prompt_prefix,
+)
 from fairaudit.validate import MIN_BOOT, check_fields, integer
 
 RESAMPLING = {"n_boot": integer(MIN_BOOT), "seed": integer(0, 2**32 - 1)}  # the paired bootstrap's settings

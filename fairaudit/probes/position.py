@@ -15,10 +15,18 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fairaudit.analysis.position import (LETTERS, OFFSETS, position, preferred_position, truncation, truncation_cuts,
-                                         truncation_trajectories, with_trajectory_metrics)
-from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
 from fairaudit.analysis.degenerate import mcq_warnings
+from fairaudit.analysis.position import (
+    LETTERS,
+    OFFSETS,
+    position,
+    preferred_position,
+    truncation,
+    truncation_cuts,
+    truncation_trajectories,
+    with_trajectory_metrics,
+)
+from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
 from fairaudit.backends import GenerationRequest
 from fairaudit.console import format_number as num
 from fairaudit.errors import AuditError

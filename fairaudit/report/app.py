@@ -12,8 +12,15 @@ from fairaudit.console import console, out, print_result
 from fairaudit.mlflow_ui import where_lines
 from fairaudit.report import render
 from fairaudit.report.build import Report, build
-from fairaudit.report.runs import (MAX_TAG, Selection, left_out_summary, load_records, log_report, select_runs,
-                                   source_tags)
+from fairaudit.report.runs import (
+    MAX_TAG,
+    Selection,
+    left_out_summary,
+    load_records,
+    log_report,
+    select_runs,
+    source_tags,
+)
 from fairaudit.tracking import flatten
 from fairaudit.validate import validate_tracking
 

@@ -13,10 +13,10 @@ from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.backends import GenerationRequest
 from fairaudit.backends.hf import HFBackend
 from fairaudit.backends.vllm import VLLMBackend, free_engine
+from fairaudit.client import CachingClient
 from fairaudit.probes import AuditContext
 from fairaudit.probes.decisions import answer_choices, answer_parts, decide, encode
 from fairaudit.prompts.yesno import Arm
-from fairaudit.client import CachingClient
 from fairaudit.store import Store
 
 P_YES_ATOL = 2e-3   # the bound between backends
