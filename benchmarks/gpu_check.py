@@ -1,7 +1,7 @@
 """GPU acceptance check: the hf backend's generation speed and packed CDPG reads on a model of Qwen3-8B's shape.
 
-    python benchmarks/gpu_check.py                 # one CUDA GPU, Qwen3-8B's shape in bf16 (about 5 minutes on an H100/H200)
-    python benchmarks/gpu_check.py --tiny          # the same steps on a 2-layer model of that family, on the CPU (a minute)
+    python benchmarks/gpu_check.py                 # one CUDA GPU, Qwen3-8B's shape in bf16 (5 minutes on an H100/H200)
+    python benchmarks/gpu_check.py --tiny          # the same steps on a 2-layer model of that family, on the CPU (1 m)
     python benchmarks/gpu_check.py --out gpu.json  # also write the figures as JSON
 
 Needs torch and transformers only (a machine with torch 2.11 + CUDA 13 and transformers 5.17 is the case
@@ -39,7 +39,8 @@ TINY = {**QWEN3_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_lay
         "num_key_value_heads": 2, "head_dim": 16}
 FULL_SIZES = dict(prompt=256, new=256, batches=(1, 16, 64), traces=8, trace=2000, K=10)
 TINY_SIZES = dict(prompt=32, new=8, batches=(1, 4, 8), traces=2, trace=200, K=10)
-FORBIDDEN = ("hydra", "mlflow", "omegaconf", "pandas", "vllm", "sqlalchemy")  # fairaudit could import them; transformers may import scipy where it is installed
+# fairaudit could import them; transformers may import scipy where it is installed
+FORBIDDEN = ("hydra", "mlflow", "omegaconf", "pandas", "vllm", "sqlalchemy")
 PAD, EOS = 0, 1
 
 
@@ -136,7 +137,8 @@ def import_closure() -> tuple[list[str], list[str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tiny", action="store_true", help="a 2-layer model on the CPU: checks the script, not the GPU")
+    parser.add_argument("--tiny", action="store_true",
+                        help="a 2-layer model on the CPU: checks the script, not the GPU")
     parser.add_argument("--device", default=None, help="default: cuda (cpu with --tiny)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args()
@@ -151,18 +153,22 @@ def main() -> int:
         with Phase(device) as load:
             backend.model  # noqa: B018  (loads the weights, as the first model call does)
         print(f"built in {build.seconds:.0f} s, loaded in {load.seconds:.0f} s ({load.peak_gib:.1f} GiB)", flush=True)
-        figures = {"device": device, "shape": shape, "generation": generation(backend, sizes, shape["vocab_size"], device)}
+        figures = {"device": device, "shape": shape,
+                   "generation": generation(backend, sizes, shape["vocab_size"], device)}
         for row in figures["generation"]:
             print(f"generate {row['sequences']:3d} sequences: {row['tokens_per_s']:9.1f} tokens/s "
                   f"({row['new_tokens']} tokens in {row['seconds']:.1f} s, peak {row['peak_gib']:.1f} GiB)", flush=True)
         figures["depth"] = depth = depth_reads(backend, sizes, shape["vocab_size"], device)
-    print(f"CDPG, {depth['traces']} traces of {depth['trace_tokens']} tokens, K={depth['K']}: packed {depth['packed_s']:.2f} s, "
+    print(f"CDPG, {depth['traces']} traces of {depth['trace_tokens']} tokens, K={depth['K']}: "
+          f"packed {depth['packed_s']:.2f} s, "
           f"naive {depth['naive_s']:.2f} s (packed = {depth['packed_over_naive']:.3f} x naive); max |dP| vs fp32: "
           f"packed {depth['max_dp_packed_bf16_vs_fp32']:.2e}, naive {depth['max_dp_naive_bf16_vs_fp32']:.2e}; peak GiB "
-          f"packed {depth['peak_gib_packed']:.1f}, naive {depth['peak_gib_naive']:.1f}, fp32 {depth['peak_gib_fp32']:.1f}")
+          f"packed {depth['peak_gib_packed']:.1f}, naive {depth['peak_gib_naive']:.1f}, "
+          f"fp32 {depth['peak_gib_fp32']:.1f}")
     ours, forbidden = import_closure()
     figures["imports"] = {"fairaudit": ours, "forbidden": forbidden}
-    print(f"imported: {', '.join(ours)}; {'none of ' + ', '.join(FORBIDDEN) if not forbidden else 'ALSO ' + ', '.join(forbidden)}")
+    print(f"imported: {', '.join(ours)}; "
+          f"{'none of ' + ', '.join(FORBIDDEN) if not forbidden else 'ALSO ' + ', '.join(forbidden)}")
     if args.out:
         args.out.write_text(json.dumps(figures, indent=2))
     return 1 if forbidden else 0

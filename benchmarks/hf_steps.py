@@ -1,6 +1,6 @@
 """The hf backend's overhead per decoding step, against a plain `model.generate` loop, in one process.
 
-    python benchmarks/hf_steps.py                # tiny_qwen3 on the CPU: 64 Adult think prompts, batches of 8, 24 tokens
+    python benchmarks/hf_steps.py                # tiny_qwen3, CPU: 64 Adult think prompts, batches of 8, 24 tokens
     python benchmarks/hf_steps.py --n 32 --new 48
 
 Each path generates the same greedy continuations of the same prompts (the think arm's, rendered by
@@ -61,7 +61,8 @@ def forward_loop(backend: HFBackend, requests: list[GenerationRequest]) -> None:
             tokens = step.logits[:, -1].argmax(-1, keepdim=True)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             positions = positions[:, -1:] + 1
-            step = model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True, **next_cache(step))
+            step = model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
+                         **next_cache(step))
 
 
 def timed(run) -> float:
@@ -78,7 +79,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     backend = HFBackend(tiny_qwen3_dir(), device="cpu", batch_size=args.batch)
-    data = CounterfactualTabular("adult", args.n // 2, 0, "sex", "Male", "Female", "Does this person earn more than $50K per year?",
+    data = CounterfactualTabular("adult", args.n // 2, 0, "sex", "Male", "Female",
+                                 "Does this person earn more than $50K per year?",
                                  "{description}\nQuestion: {question} Answer with a single word: Yes or No.",
                                  os.environ.get("FAIRAUDIT_DATA"))
     spec = ModelSpec("tiny_qwen3", Thinking(style="native"), {"enable_thinking": True}, answer_source="forced")
@@ -89,13 +91,15 @@ def main() -> None:
         return AuditContext(client, backend.tokenizer, spec, data, Arm("think", True, budget))
 
     prompts = [encode(backend.tokenizer, p) for p in render_prompts(context(1), pairs, Arm("think", True, 1))]
-    print(f"{len(prompts)} prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens, batches of {args.batch}, "
-          f"{torch.get_num_threads()} torch threads, load {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"{len(prompts)} prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens, "
+          f"batches of {args.batch}, {torch.get_num_threads()} torch threads, load {os.getloadavg()[0]:.1f}",
+          flush=True)
     paths = {
         "forward loop by hand": lambda new: forward_loop(backend, [GenerationRequest(p, new) for p in prompts]),
         "plain model.generate": lambda new: plain(backend, [GenerationRequest(p, new) for p in prompts]),
         "HFBackend.generate": lambda new: backend.generate([GenerationRequest(p, new) for p in prompts]),
-        "CachingClient.generate": lambda new: context(new).client.generate([GenerationRequest(p, new) for p in prompts]),
+        "CachingClient.generate":
+            lambda new: context(new).client.generate([GenerationRequest(p, new) for p in prompts]),
         "decide (think records)": lambda new: decide(context(new), pairs, Arm("think", True, new)),
     }
     paths["plain model.generate"](2)  # warm-up: the weights load, the kernels settle

@@ -43,7 +43,8 @@ def contrast_requests(tokenizer, traces: int, tokens: int) -> list[NLLRequest]:
         a_priv, a_pub = block(tokenizer, i, tokens, "A", "private"), block(tokenizer, i + 1, tokens, "A", "public")
         b_priv, b_pub = block(tokenizer, i + 2, tokens, "B", "private"), block(tokenizer, i + 3, tokens, "B", "public")
         bridge, a2 = block(tokenizer, 0, 8), block(tokenizer, i + 4, tokens, "A", "private")
-        donor_a, donor_b = block(tokenizer, i + 7, tokens, "A", "private"), block(tokenizer, i + 9, tokens, "B", "private")
+        donor_a = block(tokenizer, i + 7, tokens, "A", "private")
+        donor_b = block(tokenizer, i + 9, tokens, "B", "private")
         first = (prompt, a_priv, a_pub, b_priv, b_pub)
         full = first + (bridge, a2)
         for blocks, x, donor, target in ((first, 1, donor_a, (3, 4)), (full, 3, donor_b, (6,))):
@@ -81,7 +82,8 @@ def main() -> None:
     tokens_packed = sum(tree_length([r for r in packed_requests if r.blocks[0] == p])
                         for p in dict.fromkeys(r.blocks[0] for r in packed_requests))
     tokens_naive = sum(sum(len(b.ids) for b in r.blocks) for r in packed_requests)
-    print(f"{args.traces} traces, {contrasts} contrasts, blocks of {args.block_tokens} tokens, {torch.get_num_threads()} threads")
+    print(f"{args.traces} traces, {contrasts} contrasts, blocks of {args.block_tokens} tokens, "
+          f"{torch.get_num_threads()} threads")
     print(f"tokens per forward: packed {tokens_packed}, naive {tokens_naive}")
     print(f"packed: {packed_s / contrasts * 1000:.1f} ms per contrast ({packed_s:.2f} s)")
     print(f"naive:  {naive_s / contrasts * 1000:.1f} ms per contrast ({naive_s:.2f} s)")

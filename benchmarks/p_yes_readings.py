@@ -1,4 +1,5 @@
-"""How far the two readings of P(Yes) differ on the embedded model: paper 000 §3.3's single Yes / No token against pooled spellings.
+"""How far the two readings of P(Yes) differ on the embedded model: paper 000 §3.3's single Yes / No token
+against pooled spellings.
 
     python benchmarks/p_yes_readings.py [--n 50] [--dataset adult] [--model smollm2] [--store PATH]
 
@@ -52,7 +53,8 @@ def main() -> None:
         spec = model_spec(cfg.model)
         readings = {}
         for reading in ("single", "pooled"):
-            ctx = AuditContext(backend, backend.tokenizer, dataclasses.replace(spec, p_yes=reading, answer_source="forced"), dataset, arm)
+            ctx = AuditContext(backend, backend.tokenizer,
+                               dataclasses.replace(spec, p_yes=reading, answer_source="forced"), dataset, arm)
             readings[reading] = paired_records(ctx, baseline)
     single, pooled = readings["single"], readings["pooled"]
     diff = (single["p_yes"] - pooled["p_yes"]).abs()
@@ -60,12 +62,14 @@ def main() -> None:
     for name, part in single.groupby("arm"):
         d = diff[part.index]
         rows.append({"arm": name, "rows": len(part), "mean_abs_diff": d.mean(), "median_abs_diff": d.median(),
-                     "max_abs_diff": d.max(), "pearson_r": np.corrcoef(part["p_yes"], pooled.loc[part.index, "p_yes"])[0, 1],
+                     "max_abs_diff": d.max(),
+                     "pearson_r": np.corrcoef(part["p_yes"], pooled.loc[part.index, "p_yes"])[0, 1],
                      "forced_answer_changes": int((part["answer"] != pooled.loc[part.index, "answer"]).sum())})
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     names = ["cell_a", "cell_b", "cell_c", "cell_d", "d_disp_c_think", "d_disp_b_nothink", "d_cf_think", "d_cf_nothink"]
     metrics = {r: contingency(frame, arm.name, baseline.name, n_boot=0) for r, frame in readings.items()}
-    print(pd.DataFrame({r: [m[k] for k in names] for r, m in metrics.items()}, index=names).to_string(float_format=lambda v: f"{v:.4g}"))
+    print(pd.DataFrame({r: [m[k] for k in names] for r, m in metrics.items()}, index=names)
+          .to_string(float_format=lambda v: f"{v:.4g}"))
 
 
 if __name__ == "__main__":

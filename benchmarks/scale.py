@@ -249,9 +249,11 @@ def growth_table(results: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="*", default=[500, 5000, 40000], help="counterfactual job sizes (pairs)")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[500, 5000, 40000],
+                        help="counterfactual job sizes (pairs)")
     parser.add_argument("--cdpg-sizes", type=int, nargs="*", default=[1000, 5000], help="cdpg job sizes (pairs)")
-    parser.add_argument("--grid", type=int, default=5000, help="pairs per job of the 9-job grid the report reads; 0: skip")
+    parser.add_argument("--grid", type=int, default=5000,
+                        help="pairs per job of the 9-job grid the report reads; 0: skip")
     parser.add_argument("--trace", type=int, default=2000, help="median trace length in tokens")
     parser.add_argument("--quick", action="store_true", help="100 and 400 pairs, cdpg at 100, a grid of 100")
     parser.add_argument("--work", type=Path, default=None, help="folder for the jobs (default: a temporary one)")

@@ -58,7 +58,8 @@ def describe(path: Path) -> str:
 
 def list_configs(argv: list[str]) -> int:
     """`fairaudit list`: every selectable config, one line each, grouped."""
-    argparse.ArgumentParser(prog="fairaudit list", description="List models, datasets, probes, arms and studies.").parse_args(argv)
+    argparse.ArgumentParser(prog="fairaudit list",
+                            description="List models, datasets, probes, arms and studies.").parse_args(argv)
     for title, group in GROUPS:
         files = sorted((CONF / group).glob("*.yaml"))
         print(f"{title} ({'+' if group == 'experiment' else ''}{group}=NAME):")

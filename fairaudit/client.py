@@ -98,16 +98,19 @@ class CachingClient:
         """The store key of one call of this client's backend."""
         return call_key(kind, self.fingerprint, payload)
 
-    def generate(self, requests: Sequence[GenerationRequest | GraphGenerationRequest], label: str = "generate") -> list[Completion]:
+    def generate(self, requests: Sequence[GenerationRequest | GraphGenerationRequest],
+                 label: str = "generate") -> list[Completion]:
         """Completions for the requests, from the store where present, each carrying its store key."""
         if any(isinstance(r, GraphGenerationRequest) for r in requests):
             self.require("attention_graphs")
         payloads = [payload(r) for r in requests]  # generation_key's payload
         keys, rows = self._cached("generate", payloads, label, self.backend.generate, requests, to_json=completion_json,
-                                  convert=lambda r: Completion(r["text"], shared_ints(r["token_ids"]), r["finish_reason"]))
+                                  convert=lambda r: Completion(r["text"], shared_ints(r["token_ids"]),
+                                                               r["finish_reason"]))
         return [replace(completion, key=key) for key, completion in zip(keys, rows)]
 
-    def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]], label: str = "score") -> np.ndarray:
+    def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]],
+                     label: str = "score") -> np.ndarray:
         """Choice probabilities per prefix (rows in prefix order), from the store where present."""
         self.require("scores")
         choice_lists = [list(c) for c in choices]
@@ -115,12 +118,14 @@ class CachingClient:
         _, rows = self._cached("choice_probs", payloads, label, self.backend.choice_probs, prefixes, (choice_lists,))
         return np.array(rows, dtype=float).reshape(len(prefixes), len(choices))
 
-    def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]], label: str = "depth") -> list[np.ndarray]:
+    def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]],
+                           label: str = "depth") -> list[np.ndarray]:
         """Choice probabilities at every cut of each trace, from the store where present."""
         self.require("depth_reads")
         choice_lists = [list(c) for c in choices]
         payloads = ({**payload(r), "choices": choice_lists} for r in requests)
-        _, rows = self._cached("depth_choice_probs", payloads, label, self.backend.depth_choice_probs, requests, (choice_lists,))
+        _, rows = self._cached("depth_choice_probs", payloads, label, self.backend.depth_choice_probs, requests,
+                               (choice_lists,))
         return [np.array(r, dtype=float) for r in rows]
 
     def target_nll(self, requests: Sequence[NLLRequest], label: str = "target nll") -> np.ndarray:
@@ -166,7 +171,8 @@ class CachingClient:
         return found
 
     def _cached(self, kind: str, payloads: Iterable[object], label: str, method: Callable, items: Sequence,
-                extra: tuple = (), to_json: Callable = array_json, convert: Callable = lambda v: v) -> tuple[list[str], list]:
+                extra: tuple = (), to_json: Callable = array_json,
+                convert: Callable = lambda v: v) -> tuple[list[str], list]:
         """(keys, results) of method(items, *extra), read from the store where present, stored as to_json(result),
         each kept as convert(stored value)."""
         keys = [self.key(kind, p) for p in payloads]

@@ -50,7 +50,8 @@ def command_line() -> str:
 def message(kept: int | None, job: int | None = None) -> str:
     """The one line printed on Ctrl-C; `job`: the sweep job that was running (finished ones are in the store too)."""
     if kept is None:  # not known here: whatever was computed was committed as it came
-        return f"interrupted: every result computed so far is kept in the store; the same command resumes: {command_line()}"
+        return ("interrupted: every result computed so far is kept in the store; the same command resumes: "
+                f"{command_line()}")
     where = f" in job {job}" if job is not None else ""
     others = " (and finished jobs' results)" if job is not None else ""
     if not kept:

@@ -43,7 +43,8 @@ def group_problem(override) -> str | None:
         return None
     for value in values_of(override):
         if value not in options:
-            return f"{override.input_line}: there is no {group} named {value!r}{nearest(value, options)} (`fairaudit list` shows them all)"
+            return (f"{override.input_line}: there is no {group} named {value!r}{nearest(value, options)} "
+                    "(`fairaudit list` shows them all)")
     return None
 
 

@@ -1,4 +1,5 @@
-"""Exact tests in log space, Wilson, Clopper-Pearson and bootstrap intervals, partial correlation, a cluster permutation test."""
+"""Exact tests in log space, Wilson, Clopper-Pearson and bootstrap intervals, partial correlation, a cluster
+permutation test."""
 
 from __future__ import annotations
 
@@ -180,9 +181,9 @@ def cluster_permutation_test(cluster, group, outcome, n_permutations: int = 1000
     out = {"n_clusters": float(frame["cluster"].nunique()), "diff": math.nan, "p": math.nan, "exact": math.nan}
     if frame["group"].nunique() < 2:
         return out
+    columns = pd.MultiIndex.from_product([["sum", "count"], [False, True]])
     sums = frame.pivot_table(index="cluster", columns="group", values="outcome", aggfunc=["sum", "count"],
-                             fill_value=0).reindex(columns=pd.MultiIndex.from_product([["sum", "count"], [False, True]]),
-                                                   fill_value=0)
+                             fill_value=0).reindex(columns=columns, fill_value=0)
     s0, s1, n0, n1 = (sums[(kind, g)].to_numpy(float) for kind, g in (("sum", False), ("sum", True),
                                                                       ("count", False), ("count", True)))
     exact = len(sums) <= EXACT_CLUSTERS

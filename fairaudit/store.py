@@ -116,7 +116,8 @@ class Store:
                 conn.execute(sa.text("ALTER TABLE results ADD COLUMN checksum VARCHAR(64)"))
                 rows = conn.execute(sa.select(RESULTS.c.key, RESULTS.c.value)).all()
                 if rows:
-                    conn.execute(RESULTS.update().where(RESULTS.c.key == sa.bindparam("k")).values(checksum=sa.bindparam("c")),
+                    conn.execute(RESULTS.update().where(RESULTS.c.key == sa.bindparam("k"))
+                                 .values(checksum=sa.bindparam("c")),
                                  [{"k": k, "c": checksum(k, v)} for k, v in rows])
 
     def get_many(self, keys: Sequence[str]) -> dict[str, object]:
@@ -145,7 +146,8 @@ class Store:
         rows = []
         for key, value in items:
             text = json.dumps(value, separators=(",", ":"))
-            rows.append({"key": key, "kind": kind, "model": model, "value": text, "checksum": checksum(key, text), "created": now})
+            rows.append({"key": key, "kind": kind, "model": model, "value": text, "checksum": checksum(key, text),
+                         "created": now})
         self.put_rows(rows)
 
     def put_rows(self, rows: Sequence[dict]) -> int:
@@ -161,7 +163,8 @@ class Store:
         last = ""
         while True:
             with self.engine.connect() as conn:
-                page = conn.execute(sa.select(RESULTS).where(RESULTS.c.key > last).order_by(RESULTS.c.key).limit(batch)).all()
+                page = conn.execute(sa.select(RESULTS).where(RESULTS.c.key > last).order_by(RESULTS.c.key)
+                                    .limit(batch)).all()
             yield from page
             if len(page) < batch:
                 return

@@ -81,7 +81,8 @@ def parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
         if name != "verify":
             sub.add_argument("file", help="the local sqlite file")
-        sub.add_argument("--store", default=DEFAULT_STORE, help=f"SQLAlchemy URL or sqlite path (default {DEFAULT_STORE})")
+        sub.add_argument("--store", default=DEFAULT_STORE,
+                         help=f"SQLAlchemy URL or sqlite path (default {DEFAULT_STORE})")
     return parser
 
 

@@ -27,7 +27,8 @@ def git_commit(cwd: str | Path = ".") -> str:
 
 
 def swept(overrides: list[str], params: dict | None = None) -> dict[str, str]:
-    """The sweep's swept keys and their values ("dataset" -> "adult,compas"), from the command line and hydra.sweeper.params."""
+    """The sweep's swept keys and their values ("dataset" -> "adult,compas"), from the command line and
+    hydra.sweeper.params."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     lines = [*overrides, *(f"{key}={value}" for key, value in (params or {}).items())]
@@ -99,7 +100,8 @@ def sweep_run_name(swept_values: dict[str, str], now: datetime | None = None, pr
     varies it), then what the sweep varies."""
     varied = " ".join(f"{key}={value}" for key, value in swept_values.items())
     shown = probe if probe and "probe" not in swept_values else ""
-    return " ".join(part for part in ("sweep", f"{(now or datetime.now()):%Y-%m-%d %H:%M}", shown, varied) if part)[:120]
+    return " ".join(part for part in ("sweep", f"{(now or datetime.now()):%Y-%m-%d %H:%M}", shown, varied)
+                    if part)[:120]
 
 
 def without_probe(overrides: list[str]) -> list[str]:
@@ -120,7 +122,8 @@ STEP_AXES = ("checkpoint", "seed")  # axes a parent run draws as MLflow steps
 def children_summary(client, parent_id: str) -> pd.DataFrame:
     """One row per child run (oldest first): run name, status, its grid axes and its headline metrics."""
     experiment = client.get_run(parent_id).info.experiment_id
-    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent_id}'", order_by=["attributes.start_time ASC"])
+    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent_id}'",
+                                  order_by=["attributes.start_time ASC"])
     rows = []
     for child in children:
         names = json.loads(child.data.tags.get(HEADLINE_TAG, "[]"))
@@ -201,9 +204,11 @@ def print_summary(summary: pd.DataFrame, parent_id: str, experiment_id: str, uri
     if len(summary):
         metrics = [c for c in summary.columns if c not in ("run", "status", *AXIS_TAGS)]
         shown = ["run", "status", *metrics[:SHOWN_METRICS]]
-        print_result(summary_frame_table("sweep jobs (all headline metrics: sweep_summary.json on the parent run)", summary[shown]))
+        print_result(summary_frame_table("sweep jobs (all headline metrics: sweep_summary.json on the parent run)",
+                                         summary[shown]))
     finished = int((summary["status"] == "FINISHED").sum()) if len(summary) else 0
-    console.print(f"sweep parent run [bold]{parent_id}[/bold]: {len(summary)} jobs, {finished} finished", highlight=False)
+    console.print(f"sweep parent run [bold]{parent_id}[/bold]: {len(summary)} jobs, {finished} finished",
+                  highlight=False)
     if finished:
         console.print(f"report: fairaudit report select.parent={parent_id}", highlight=False, soft_wrap=True)
     for line in where_lines(uri, experiment_id, parent_id):

@@ -28,7 +28,7 @@ KEY_TAG = "fairaudit.key"                  # hash of a job's resolved config and
 SUPERSEDED_TAG = "fairaudit.superseded_by"  # a later run of the same job that replaces this one
 RESUMES_TAG = "fairaudit.resumes"          # runs of the same job this run closed as KILLED
 ERROR_TAG = "fairaudit.error"
-STUDY_TAG = "fairaudit.study"              # a sweep's overrides but the probe's: sweeps of one grid under several probes
+STUDY_TAG = "fairaudit.study"              # a sweep's overrides but the probe's: one grid's sweeps under several probes
 PROBE_TAG = "fairaudit.probe"              # the probe(s) a sweep runs, e.g. "cdpg" or "counterfactual,btm"
 FAILED_JOBS_TAG = "fairaudit.failed_jobs"
 UNBOUNDED_TAG = "fairaudit.unbounded_metrics"  # infinite metrics (an interval unbounded above): MLflow skips them
@@ -135,7 +135,8 @@ def owner_is_dead(tags: dict[str, str]) -> bool:
 
 def close_stale_runs(client, experiment: str, key: str, successor: str) -> list[str]:
     """Runs of the same job (or sweep) left RUNNING by a dead process: closed KILLED, linked to `successor`."""
-    stale = [run for run in client.search_runs([experiment], f"tags.`{KEY_TAG}` = '{key}' AND attributes.status = 'RUNNING'")
+    stale = [run for run in client.search_runs([experiment],
+                                               f"tags.`{KEY_TAG}` = '{key}' AND attributes.status = 'RUNNING'")
              if run.info.run_id != successor and owner_is_dead(run.data.tags)]
     for run in stale:
         client.set_tag(run.info.run_id, SUPERSEDED_TAG, successor)
@@ -181,11 +182,12 @@ class Tracker:
         self.run = None
         self.key: str | None = None
 
-    def start(self, run_name: str, tags: dict[str, str], params: dict[str, str], parent_run_id: str | None = None) -> str:
+    def start(self, run_name: str, tags: dict[str, str], params: dict[str, str],
+              parent_run_id: str | None = None) -> str:
         """Open the job's run (as a child of `parent_run_id` in a sweep) and log tags and params."""
         self.key = tags.get(KEY_TAG)
-        self.run = self.mlflow.start_run(run_name=run_name, experiment_id=self.experiment_id, parent_run_id=parent_run_id,
-                                         tags={**tags, **process_tags()})
+        self.run = self.mlflow.start_run(run_name=run_name, experiment_id=self.experiment_id,
+                                         parent_run_id=parent_run_id, tags={**tags, **process_tags()})
         run_id = self.run.info.run_id
         if self.key:
             killed = close_stale_runs(self.client, self.experiment_id, self.key, run_id)
@@ -215,7 +217,8 @@ class Tracker:
                 path = Path(tmp) / f"{name}.parquet"
                 table.to_parquet(path)
                 self.mlflow.log_artifact(str(path), "tables")
-                self.mlflow.log_table(data=table.reset_index() if _has_named_index(table) else table, artifact_file=f"tables/{name}.json")
+                self.mlflow.log_table(data=table.reset_index() if _has_named_index(table) else table,
+                                      artifact_file=f"tables/{name}.json")
             for name, frame in records.items():
                 path = Path(tmp) / f"{name}.parquet"
                 frame.to_parquet(path)
@@ -305,7 +308,8 @@ class SweepCallback(Callback):
         except AuditError as error:
             print_error(str(error))
             sys.exit(2)
-        problems = sweeps.grid_data_problems(config)  # before any run opens: a grid that cannot read its data starts nothing
+        # before any run opens: a grid that cannot read its data starts nothing
+        problems = sweeps.grid_data_problems(config)
         for line in problems:
             print_error(line)
         if problems:
@@ -324,9 +328,11 @@ class SweepCallback(Callback):
         probe = sweeps.swept_of(config.hydra).get("probe") or config.hydra.runtime.choices.get("probe", "")
         run = client.create_run(experiment, run_name=sweeps.sweep_run_name(
             sweeps.swept_of(config.hydra), probe=config.hydra.runtime.choices.get("probe")), tags={
-            "fairaudit.kind": "sweep", "fairaudit.sweep_dir": str(sweep_dir), "fairaudit.overrides": json.dumps(overrides),
+            "fairaudit.kind": "sweep", "fairaudit.sweep_dir": str(sweep_dir),
+            "fairaudit.overrides": json.dumps(overrides),
             "mlflow.source.git.commit": sweeps.git_commit(config.hydra.runtime.cwd), KEY_TAG: key, PROBE_TAG: probe,
-            STUDY_TAG: config_key("study", sweeps.without_probe(overrides), config.tracking.experiment), **process_tags()})
+            STUDY_TAG: config_key("study", sweeps.without_probe(overrides), config.tracking.experiment),
+            **process_tags()})
         killed = close_stale_runs(client, experiment, key, run.info.run_id)
         if killed:
             client.set_tag(run.info.run_id, RESUMES_TAG, ",".join(killed))

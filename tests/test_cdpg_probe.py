@@ -34,8 +34,10 @@ TRACES = [
 def context(tmp_path_factory, data_root):
     store = Store(tmp_path_factory.mktemp("cdpg") / "store.sqlite")
     backend = CachingClient(HFBackend(tiny_qwen3_dir(), batch_size=4), store)
-    dataset = CounterfactualTabular("adult", 3, 0, "sex", "Male", "Female", "Does this person earn more than $50K per year?",
-                                    "{description}\nQuestion: {question} Answer with a single word: Yes or No.", str(data_root))
+    dataset = CounterfactualTabular("adult", 3, 0, "sex", "Male", "Female",
+                                    "Does this person earn more than $50K per year?",
+                                    "{description}\nQuestion: {question} Answer with a single word: Yes or No.",
+                                    str(data_root))
     spec = ModelSpec("tiny_qwen3", Thinking(style="native"), {"enable_thinking": True}, answer_source="forced")
     ctx = AuditContext(backend, backend.tokenizer, spec, dataset, THINK)
     prefill_think_traces(ctx)
@@ -64,7 +66,8 @@ def test_depth_records_cut_each_trace_into_equal_token_segments(context):
         n_tokens = think.loc[(pair_id, side), "trace_tokens"]
         assert rows.sort_values("k")["cut"].tolist() == segment_cuts(n_tokens, K)
         # the full-depth read is the think arm's own P(Yes), through the packed pass
-        assert rows.loc[rows["k"] == K, "p_yes_k"].item() == pytest.approx(think.loc[(pair_id, side), "p_yes"], abs=1e-4)
+        assert rows.loc[rows["k"] == K, "p_yes_k"].item() == pytest.approx(think.loc[(pair_id, side), "p_yes"],
+                                                                            abs=1e-4)
     # coarser K reuse the finest K's reads at the shared cuts
     fine = depth[depth["K"] == 8].set_index(["pair_id", "side", "cut"])["p_yes_k"]
     coarse = depth[depth["K"] == 2].set_index(["pair_id", "side", "cut"])["p_yes_k"]

@@ -93,7 +93,8 @@ def test_a_dry_run_sweep_opens_no_parent_run(tmp_path):
 
 
 def test_dry_run_of_an_mcq_probe_prints_each_permutation(tmp_path):
-    result = run_app(tmp_path, "dry_run=true", "model=tiny_qwen3", "probe=position", "dataset=mmlu", "arm=direct", "dataset.n=1")
+    result = run_app(tmp_path, "dry_run=true", "model=tiny_qwen3", "probe=position", "dataset=mmlu", "arm=direct",
+                     "dataset.n=1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("=== question") == 4 and result.stdout.count("--- arm direct") == 4
     assert all(f"permutation {s}" in result.stdout for s in range(4))
@@ -103,7 +104,8 @@ def test_dry_run_of_the_influence_probe_prints_each_items_first_request_per_grap
     result = run_app(tmp_path, "dry_run=true", "model=tiny_qwen3", "probe=influence", "dataset=mmlu", "dataset.n=2")
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    assert out.count("=== question") == 2 and out.count("--- graph masked") == 2 and out.count("--- graph unmasked") == 2
+    assert (out.count("=== question") == 2 and out.count("--- graph masked") == 2
+            and out.count("--- graph unmasked") == 2)
     assert out.count("The proposer A thinks privately") == 4 and out.count("<|im_start|>assistant\n<A_private>\n") == 4
     assert "dry run: 4 prompts, no model loaded, nothing logged" in result.stderr
 
@@ -120,8 +122,8 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
     target = next((env_dir / "lib").glob("python*/site-packages"))
-    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                               capture_output=True, text=True, timeout=600)
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+                                str(wheel)], capture_output=True, text=True, timeout=600)
     assert installed.returncode == 0, installed.stderr[-3000:]
     script = target / "bin" / "fairaudit"
     deps = next(Path(p) for p in sys.path if p.endswith("site-packages"))  # this venv's dependencies, after the wheel
@@ -132,7 +134,8 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     found = subprocess.run([python, "-c", "import fairaudit; print(fairaudit.__file__)"], cwd=where,
                            env={**ENV, **env}, capture_output=True, text=True)
     assert found.stdout.startswith(str(target)), found.stdout + found.stderr
-    listed = subprocess.run([python, str(script), "list"], cwd=where, env={**ENV, **env}, capture_output=True, text=True)
+    listed = subprocess.run([python, str(script), "list"], cwd=where, env={**ENV, **env}, capture_output=True,
+                            text=True)
     assert listed.returncode == 0 and "thinking_fairness" in listed.stdout, listed.stderr[-2000:]
     dry = subprocess.run([python, str(script), "dry_run=true", "model=tiny_qwen3", "dataset.n=1",
                           f"store.url={tmp_path}/store.sqlite"],

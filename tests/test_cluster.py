@@ -62,7 +62,8 @@ def slurm_up() -> bool:
 
 
 def job_metrics(client: MlflowClient, experiment: str) -> tuple[list, dict]:
-    """A sweep's runs, and each job's metrics (but model_calls, which depends on job order) by (model, dataset, probe)."""
+    """A sweep's runs, and each job's metrics (but model_calls, which depends on job order) by (model, dataset,
+    probe)."""
     found = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], max_results=1000)
     jobs = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
     return found, {(r.data.tags["model"], r.data.tags["dataset"], r.data.tags["probe"]):
@@ -78,8 +79,9 @@ def test_four_processes_on_overlapping_keys_lose_nothing_and_recompute_nothing_c
     Store(pg_url)  # the table exists before the race (its creation is itself serialised)
     go = tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, str(REPO / "tests" / "store_worker.py"), pg_url, str(go), str(tmp_path / f"log{p}.json"),
-                               *map(str, ids)], env=env) for p, ids in enumerate(id_sets)]
+    procs = [subprocess.Popen([sys.executable, str(REPO / "tests" / "store_worker.py"), pg_url, str(go),
+                               str(tmp_path / f"log{p}.json"), *map(str, ids)], env=env)
+             for p, ids in enumerate(id_sets)]
     time.sleep(3)  # every worker imported and waiting
     go.touch()
     assert [proc.wait(timeout=300) for proc in procs] == [0, 0, 0, 0]
@@ -90,7 +92,8 @@ def test_four_processes_on_overlapping_keys_lose_nothing_and_recompute_nothing_c
     for log in logs:
         for k, t in log["committed"].items():
             committed[k] = min(t, committed.get(k, t))
-    recomputed = [(i, p) for p, log in enumerate(logs) for i, read_started in log["computed"] if committed[key[i]] < read_started]
+    recomputed = [(i, p) for p, log in enumerate(logs) for i, read_started in log["computed"]
+                  if committed[key[i]] < read_started]
     assert recomputed == []
     for ids, log in zip(id_sets, logs):
         assert log["texts"] == [f"echo {i}" for i in ids]
@@ -105,8 +108,8 @@ def test_four_processes_on_overlapping_keys_lose_nothing_and_recompute_nothing_c
     assert 35 <= total < 80
 
     rerun = CachingClient(ScriptedBackend("slow-echo"), Store(pg_url))
-    assert [c.text for c in rerun.generate([GenerationRequest(prompt_ids=(i,), max_new_tokens=1) for i in range(35)])] == [
-        f"echo {i}" for i in range(35)]
+    again = rerun.generate([GenerationRequest(prompt_ids=(i,), max_new_tokens=1) for i in range(35)])
+    assert [c.text for c in again] == [f"echo {i}" for i in range(35)]
     assert rerun.model_calls == 0
 
 
@@ -133,7 +136,8 @@ def test_export_import_between_postgres_and_a_laptop_sqlite(tmp_path, pg_url, ca
     np.testing.assert_array_equal(laptop.choice_probs([(1, 2), (3, 4)], [[1], [2]]), probs)
     assert laptop.model_calls == 0
 
-    CachingClient(ScriptedBackend(), Store(tmp_path / "cluster-run.sqlite")).generate(requests(9))  # 3 more on the laptop
+    # 3 more on the laptop
+    CachingClient(ScriptedBackend(), Store(tmp_path / "cluster-run.sqlite")).generate(requests(9))
     assert store_cli.main(["import", str(tmp_path / "cluster-run.sqlite"), "--store", pg_url]) == 0
     assert "3 copied, 8 already present" in capsys.readouterr().out
     assert Store(pg_url).count() == 11
@@ -147,13 +151,15 @@ def test_audit_rerun_against_postgres_makes_zero_model_calls(tmp_path, pg_url):
         result = run_app(tmp_path, *TINY, f"store.url={pg_url}", in_tmp=True)
         assert result.returncode == 0, result.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    runs = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id], order_by=["attributes.start_time"])
+    runs = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id],
+                              order_by=["attributes.start_time"])
     assert [r.data.metrics["model_calls"] for r in runs] == [2 * 2 * 2 * 2, 0]
 
 
 def test_joblib_sweep_reports_to_the_mlflow_server(tmp_path, mlflow_server):
-    result = run_app(tmp_path, *TINY, "tracking=server", f"tracking.uri={mlflow_server.uri}", "tracking.experiment=joblib",
-                     "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "-m", "dataset=adult,compas", in_tmp=True)
+    result = run_app(tmp_path, *TINY, "tracking=server", f"tracking.uri={mlflow_server.uri}",
+                     "tracking.experiment=joblib", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "-m",
+                     "dataset=adult,compas", in_tmp=True)
     assert result.returncode == 0, result.stderr[-3000:]
     client = MlflowClient(mlflow_server.uri)
     found = client.search_runs([client.get_experiment_by_name("joblib").experiment_id])
@@ -164,7 +170,8 @@ def test_joblib_sweep_reports_to_the_mlflow_server(tmp_path, mlflow_server):
     keys = set(sqlite3.connect(tmp_path / ".fairaudit" / "store.sqlite").execute("SELECT key FROM results").fetchall())
     for child in children:
         assert child.info.artifact_uri.startswith("mlflow-artifacts:")
-        records = pd.read_parquet(client.download_artifacts(child.info.run_id, "records/records.parquet", str(tmp_path / child.info.run_id)))
+        records = pd.read_parquet(client.download_artifacts(child.info.run_id, "records/records.parquet",
+                                                            str(tmp_path / child.info.run_id)))
         assert len(records) > 0 and {(h,) for h in records["prompt_hash"]} <= keys
 
 
@@ -176,9 +183,10 @@ def test_smoke_study_on_slurm_matches_a_local_run(tmp_path, mlflow_server):
     (tmp_path / "slurm").mkdir()
     local = run_app(tmp_path / "local", "+experiment=thinking_fairness_smoke", "-m", in_tmp=True, timeout=1800)
     assert local.returncode == 0, local.stderr[-3000:]
-    slurm = run_app(tmp_path / "slurm", "+experiment=thinking_fairness_smoke", "tracking=server", f"tracking.uri={mlflow_server.uri}",
-                    "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.cpus_per_task=1",
-                    "hydra.launcher.mem_gb=3", "hydra.launcher.timeout_min=30", "hydra.launcher.array_parallelism=2",
+    slurm = run_app(tmp_path / "slurm", "+experiment=thinking_fairness_smoke", "tracking=server",
+                    f"tracking.uri={mlflow_server.uri}", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null",
+                    "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=3", "hydra.launcher.timeout_min=30",
+                    "hydra.launcher.array_parallelism=2",
                     'hydra.launcher.setup=["export OMP_NUM_THREADS=1"]', "-m", in_tmp=True, timeout=1800,
                     env={"OMP_NUM_THREADS": "1"})
     assert slurm.returncode == 0, slurm.stderr[-3000:]
@@ -202,8 +210,10 @@ def test_server_down_mid_run_fails_cleanly_and_keeps_the_results(tmp_path, mlflo
     store = tmp_path / "store.sqlite"
     env = {**os.environ, "FAIRAUDIT_DATA": os.environ.get("FAIRAUDIT_DATA", str(REPO.parent / "shared" / "data")),
            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5", "OMP_NUM_THREADS": "1"}
-    overrides = ["model=tiny_qwen3", "dataset.n=8", "model.batch_size=2", "model.max_think_tokens=32", "tracking=server",
-                 f"tracking.uri={mlflow_server.uri}", "tracking.experiment=mid_run", f"store.url={store}", f"hydra.run.dir={tmp_path}/outputs"]
+    overrides = ["model=tiny_qwen3", "dataset.n=8", "model.batch_size=2", "model.max_think_tokens=32",
+                 "tracking=server",
+                 f"tracking.uri={mlflow_server.uri}", "tracking.experiment=mid_run", f"store.url={store}",
+                 f"hydra.run.dir={tmp_path}/outputs"]
     proc = subprocess.Popen([sys.executable, "-m", "fairaudit", *overrides], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
@@ -218,7 +228,8 @@ def test_server_down_mid_run_fails_cleanly_and_keeps_the_results(tmp_path, mlflo
     assert model_results(store) == 8 * 2 * 2 * 2
 
     local = [o for o in overrides if not o.startswith("tracking")] + [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
-    again = subprocess.run([sys.executable, "-m", "fairaudit", *local], cwd=REPO, env=env, capture_output=True, text=True)
+    again = subprocess.run([sys.executable, "-m", "fairaudit", *local], cwd=REPO, env=env, capture_output=True,
+                           text=True)
     assert again.returncode == 0, again.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])

@@ -29,7 +29,8 @@ def imported(name: str, tree: ast.Module, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
             found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names}
     return {m for m in found if m in known and m != name}
 
@@ -74,6 +75,7 @@ def test_functions_and_files_stay_short():
         if lines > MAX_FILE_LINES:
             long_files.append(f"{path.name}: {lines}")
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+            if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES):
                 long_functions.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1})")
     assert not long_files and not long_functions, (long_files, long_functions)

@@ -155,8 +155,8 @@ def test_answer_accounting_counts_pairs_dropped_per_cause_and_arm():
                 truncated = (pair, arm, side) == (2, "think", "alpha")
                 noncompliant = (pair, arm, side) == (3, "nothink", "alpha_prime")
                 rows.append({"pair_id": pair, "side": side, "arm": arm, "parsed_answer": None if truncated else "Yes",
-                             "answer": None if truncated or noncompliant else "Yes", "p_yes": 0.5, "truncated": truncated,
-                             "compliant": None if arm == "think" else not noncompliant})
+                             "answer": None if truncated or noncompliant else "Yes", "p_yes": 0.5,
+                             "truncated": truncated, "compliant": None if arm == "think" else not noncompliant})
     records = pd.DataFrame(rows).astype({"compliant": "boolean"})
     m = answer_accounting(records, "think", "nothink")
     assert m["n_dropped_truncated_think"] == 1 and m["n_dropped_truncated_nothink"] == 0

@@ -57,7 +57,8 @@ def mirror(tmp_path_factory, data_root):
     shutil.copy(data_root / "compas" / "compas-scores-two-years.csv", site / "propublica")
     hub = site / "hf" / "datasets"
     hub_parquet(data_root / "openbookqa" / "test.jsonl",
-                hub / "allenai" / "openbookqa" / "resolve" / "main" / "main" / "test-00000-of-00001.parquet", "labelled")
+                hub / "allenai" / "openbookqa" / "resolve" / "main" / "main" / "test-00000-of-00001.parquet",
+                "labelled")
     hub_parquet(data_root / "mmlu" / "test.jsonl",
                 hub / "cais" / "mmlu" / "resolve" / "main" / "all" / "test-00000-of-00001.parquet", "choice list")
     handler = functools.partial(QuietHandler, directory=str(site))
@@ -65,7 +66,8 @@ def mirror(tmp_path_factory, data_root):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
-    yield site, {"FAIRAUDIT_UCI_URL": f"{base}/uci", "FAIRAUDIT_PROPUBLICA_URL": f"{base}/propublica", "HF_ENDPOINT": f"{base}/hf"}
+    yield site, {"FAIRAUDIT_UCI_URL": f"{base}/uci", "FAIRAUDIT_PROPUBLICA_URL": f"{base}/propublica",
+                 "HF_ENDPOINT": f"{base}/hf"}
     server.shutdown()
     server.server_close()
 
@@ -86,10 +88,12 @@ def test_fetch_writes_verified_files_and_refuses_a_corrupt_one(fetched, capsys):
     assert cli.main(["data", "fetch", "adult", "compas", "--root", str(fetched)]) == 1
     err = capsys.readouterr().err
     assert sha256_of(fetched / "adult" / "adult.data") == CHECKSUMS["adult/adult.data"]
-    assert sha256_of(fetched / "compas" / "compas-scores-two-years.csv") == CHECKSUMS["compas/compas-scores-two-years.csv"]
+    assert (sha256_of(fetched / "compas" / "compas-scores-two-years.csv")
+            == CHECKSUMS["compas/compas-scores-two-years.csv"])
     assert not (fetched / "adult" / "adult.test").exists()  # the corrupt download was not written
     (line,) = [line for line in err.splitlines() if line.startswith("error:")]
-    assert "adult/adult.test would have sha256" in line and CHECKSUMS["adult/adult.test"] in line and "not written" in line
+    assert ("adult/adult.test would have sha256" in line and CHECKSUMS["adult/adult.test"] in line
+            and "not written" in line)
 
 
 def test_hub_parquet_converts_to_the_published_openbookqa_file(fetched):
@@ -107,7 +111,8 @@ def test_mmlu_without_a_published_checksum_is_recorded_and_then_enforced(fetched
     assert len(dataset.variants()) == 12
     tampered = fetched.parent / "tampered"
     shutil.copytree(fetched, tampered)
-    (tampered / "mmlu" / "test.jsonl").write_text('{"question": "q", "options": "A. a\\nB. b\\nC. c\\nD. d", "answer": "A. a"}')
+    (tampered / "mmlu" / "test.jsonl").write_text('{"question": "q", "options": "A. a\\nB. b\\nC. c\\nD. d", '
+                                                  '"answer": "A. a"}')
     with pytest.raises(AuditError, match="is corrupt: .*fairaudit data fetch mmlu"):
         MCQDataset(name="mmlu", n=1, seed=0, path="mmlu/test.jsonl", root=str(tampered)).check()
 

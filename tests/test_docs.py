@@ -120,7 +120,8 @@ def shim(folder: Path) -> dict[str, str]:
     folder.mkdir()
     script = folder / "fairaudit"
     script.write_text(f"#!{sys.executable}\nimport sys\nfrom fairaudit.cli import COMMANDS, main\n"
-                      f"args = sys.argv[1:]\nif not args or (args[0] not in COMMANDS and not args[0].startswith('-')):\n"
+                      "args = sys.argv[1:]\n"
+                      "if not args or (args[0] not in COMMANDS and not args[0].startswith('-')):\n"
                       f"    args += {TINY!r}\nsys.argv[0] = 'fairaudit'\nsys.exit(main(args))\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO),
@@ -137,7 +138,8 @@ RUNNABLE = [(page.name, i, body) for page in PAGES for i, (lang, info, body) in 
 def test_blocks_marked_runnable_run_on_the_tiny_model(tmp_path, page, index, body):
     env = shim(tmp_path / "bin")
     for line in commands(body):
-        line = re.sub(r"^(\S*python\S*) -m fairaudit(\.report)?", lambda m: "fairaudit" + (" report" if m.group(2) else ""), line)
+        line = re.sub(r"^(\S*python\S*) -m fairaudit(\.report)?",
+                      lambda m: "fairaudit" + (" report" if m.group(2) else ""), line)
         done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, f"{page}: {line}\n{done.stderr[-3000:]}"
 
@@ -148,7 +150,8 @@ def test_runnable_blocks_exist():
 
 def readme_output() -> list[str]:
     """The lines of the README's block that shows what `make run` prints."""
-    body = next(body for lang, info, body in blocks(REPO / "README.md") if lang == "text" and "make-run" in info.split())
+    body = next(body for lang, info, body in blocks(REPO / "README.md")
+                if lang == "text" and "make-run" in info.split())
     return body.splitlines()
 
 
@@ -157,7 +160,8 @@ def readme_output() -> list[str]:
 def test_make_run_prints_the_verdict_the_gap_and_the_url_as_the_readme_shows(tmp_path):
     """`make run`'s own recipe (read with make -n), run in a fresh folder: what the README's worked result shows."""
     recipe = make_n(f"PY={sys.executable}")
-    assert [line.split(" -m ", 1)[1].strip() for line in recipe] == ["fairaudit data fetch --missing adult", "fairaudit"]
+    assert [line.split(" -m ", 1)[1].strip() for line in recipe] == ["fairaudit data fetch --missing adult",
+                                                                     "fairaudit"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "FAIRAUDIT_DATA": str(DATA_ROOT)}
     out = ""
     for line in recipe:
@@ -165,11 +169,13 @@ def test_make_run_prints_the_verdict_the_gap_and_the_url_as_the_readme_shows(tmp
         assert done.returncode == 0, done.stderr[-3000:]
         out, err = done.stdout, done.stderr
     shown = readme_output()
-    verdict = [line for line in out.splitlines() if line and not line.startswith(("┏", "┃", "┡", "│", "└", " "))]
+    verdict = [line for line in out.splitlines()
+               if line and not line.startswith(("┏", "┃", "┡", "│", "└", " "))]
     assert verdict[0] == shown[0]  # counts: the same on every machine
     assert [v for v in verdict if v.startswith("warning:")] == [s for s in shown if s.startswith("warning:")]
     assert verdict[1].startswith("P(Yes) gap") and "[" in verdict[1]
-    assert re.search(r"then open: http://127\.0\.0\.1:5000/#/experiments/\d+/runs/\w+\?workflowType=machine_learning", err)
+    assert re.search(r"then open: http://127\.0\.0\.1:5000/#/experiments/\d+/runs/\w+"
+                     r"\?workflowType=machine_learning", err)
     assert "start the MLflow UI with: " in err and f"ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db" in err
 
 
@@ -182,7 +188,8 @@ def make_n(*args: str) -> list[str]:
 
 def test_make_run_fetches_the_data_sets_its_args_name_before_it_runs():
     assert make_n("PY=py") == ["py -m fairaudit data fetch --missing adult", "py -m fairaudit "]
-    assert make_n("PY=py", "ARGS=probe=cdpg -m dataset=adult,compas")[0] == "py -m fairaudit data fetch --missing adult compas"
+    assert (make_n("PY=py", "ARGS=probe=cdpg -m dataset=adult,compas")[0]
+            == "py -m fairaudit data fetch --missing adult compas")
 
 
 def test_ci_runs_the_readmes_test_command_on_a_clean_checkout():

@@ -36,13 +36,16 @@ def test_default_job_logs_metrics_tables_figure_and_records(tmp_path):
     (run,) = found
     assert run.info.status == "FINISHED"
     metrics = run.data.metrics
-    for name in ["cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "d_cf_think", "d_cf_nothink", "parse_rate_think"]:
+    for name in ["cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "d_cf_think", "d_cf_nothink",
+                 "parse_rate_think"]:
         assert name in metrics, name
     assert sum(metrics[f"cell_{c}"] for c in "abcd") == metrics["n_pairs"] == 2
     tags = run.data.tags
-    assert (tags["model"], tags["dataset"], tags["probe"], tags["arm"], tags["seed"]) == ("smollm2", "adult", "counterfactual", "think", "0")
+    assert (tags["model"], tags["dataset"], tags["probe"], tags["arm"], tags["seed"]) == (
+        "smollm2", "adult", "counterfactual", "think", "0")
     assert run.data.params["dataset.n"] == "2" and run.data.params["model.thinking.style"] == "prompted"
-    assert {"tables/contingency.parquet", "tables/cell_disparity.parquet", "tables/contingency.json"} <= artifact_paths(client, run.info.run_id, "tables")
+    assert ({"tables/contingency.parquet", "tables/cell_disparity.parquet", "tables/contingency.json"}
+            <= artifact_paths(client, run.info.run_id, "tables"))
     assert artifact_paths(client, run.info.run_id, "figures") == {"figures/disparity_shift.png"}
     assert {"config/config.yaml", "config/overrides.txt"} <= artifact_paths(client, run.info.run_id, "config")
     records = pd.read_parquet(client.download_artifacts(run.info.run_id, "records/records.parquet", str(tmp_path)))
@@ -62,7 +65,8 @@ def test_artifacts_go_beside_the_tracking_database_whatever_the_working_folder(t
     client = MlflowClient(f"sqlite:///{db}")
     (run,) = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
     assert run.info.artifact_uri.startswith((db.parent / "mlartifacts").as_uri())
-    assert (db.parent / "mlartifacts" / run.info.experiment_id / run.info.run_id / "artifacts" / "samples.html").exists()
+    assert (db.parent / "mlartifacts" / run.info.experiment_id / run.info.run_id / "artifacts"
+            / "samples.html").exists()
     assert list(elsewhere.iterdir()) == []  # no mlruns/ (or anything else) where the command was started
 
 
@@ -84,7 +88,8 @@ def test_btm_after_counterfactual_reuses_every_generation(tmp_path):
     (run,) = found
     assert run.data.metrics["model_calls"] == 0
     assert "tables/tpair_split.parquet" in artifact_paths(client, run.info.run_id, "tables")
-    assert artifact_paths(client, run.info.run_id, "figures") == {"figures/tpair_split.png", "figures/t_alpha_vs_alpha_prime.png"}
+    assert artifact_paths(client, run.info.run_id, "figures") == {"figures/tpair_split.png",
+                                                                  "figures/t_alpha_vs_alpha_prime.png"}
 
 
 @pytest.mark.long  # kept out of make test's 10 minutes; CI runs it in make test-long
@@ -141,8 +146,9 @@ def test_killed_run_resumes_where_it_stopped(tmp_path):
     overrides = ["model=tiny_qwen3", "dataset.n=8", "model.batch_size=2", "model.max_think_tokens=32"]
     env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT)}
     store = tmp_path / "store.sqlite"
-    proc = subprocess.Popen([sys.executable, "-m", "fairaudit", f"store.url={store}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-                             f"hydra.run.dir={tmp_path}/outputs", *overrides], cwd=REPO, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "fairaudit", f"store.url={store}",
+                             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
+                             *overrides], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stored = 0
     deadline = time.time() + 300
@@ -183,7 +189,8 @@ def test_bad_input_is_one_error_line_before_any_model_loads(tmp_path, overrides,
     assert not [r for r in found if r.info.status == "FINISHED"]
 
 
-@pytest.mark.parametrize("override, choice", [("model=nope", "smollm2"), ("arm=sideways", "nothink"), ("dataset=iris", "compas")])
+@pytest.mark.parametrize("override, choice", [("model=nope", "smollm2"), ("arm=sideways", "nothink"),
+                                              ("dataset=iris", "compas")])
 def test_unknown_group_option_lists_the_choices(tmp_path, override, choice):
     result = run_app(tmp_path, override)
     assert result.returncode == 2

@@ -17,10 +17,12 @@ from fairaudit.overrides import check
 
 
 @pytest.mark.parametrize("argv, line", [
-    (["model=smolm2"], "model=smolm2: there is no model named 'smolm2'; did you mean smollm2? (`fairaudit list` shows them all)"),
+    (["model=smolm2"], "model=smolm2: there is no model named 'smolm2'; did you mean smollm2? "
+                       "(`fairaudit list` shows them all)"),
     (["dataset=adlt"], "dataset=adlt: there is no dataset named 'adlt'; did you mean adult?"),
     (["-m", "dataset=adult,compus"], "dataset=adult,compus: there is no dataset named 'compus'; did you mean compas?"),
-    (["modle=qwen3"], "modle: the config has no key 'modle'; did you mean model? (to add a new key on purpose, write +modle=...)"),
+    (["modle=qwen3"], "modle: the config has no key 'modle'; did you mean model? "
+                      "(to add a new key on purpose, write +modle=...)"),
     (["dataset.nn=3"], "dataset.nn: the config has no key 'dataset.nn'; did you mean dataset.n or dataset.name?"),
     (["model.thinking.styl=none"], "did you mean model.thinking.style"),
     (["arm=sideways"], "there is no arm named 'sideways'; choices: cot, direct, nothink, reason, think"),
@@ -46,7 +48,8 @@ def test_a_misspelt_model_is_one_line_and_exit_2_before_anything_loads(tmp_path)
     result = run_app(tmp_path, "model=smolm2")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: model=smolm2: there is no model named 'smolm2'; did you mean smollm2? (`fairaudit list` shows them all)"]
+        "error: model=smolm2: there is no model named 'smolm2'; did you mean smollm2? "
+        "(`fairaudit list` shows them all)"]
     assert not (tmp_path / "mlflow.db").exists()
 
 
@@ -80,8 +83,9 @@ def _interrupted(tmp_path, overrides: list[str], after: int):
     """A real `python -m fairaudit` run, sent SIGINT once `after` results are in its store."""
     store = tmp_path / "store.sqlite"
     env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "fairaudit", f"store.url={store}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-                             f"hydra.run.dir={tmp_path}/outputs", f"hydra.sweep.dir={tmp_path}/multirun", *overrides],
+    proc = subprocess.Popen([sys.executable, "-m", "fairaudit", f"store.url={store}",
+                             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
+                             f"hydra.sweep.dir={tmp_path}/multirun", *overrides],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:

@@ -29,7 +29,8 @@ def table9() -> pd.DataFrame:
     """Equal changes side by side (the labels that collided) and a pooled row, as the report draws them."""
     return pd.DataFrame({"model": ["qwen3", "qwen3", "qwq", "r1_distill_qwen", "Pooled (4 cells)"],
                          "dataset": ["adult", "compas", "credit", "adult", ""],
-                         "delta_d_cf": [0.25, 0.05, -0.1, 0.25, 0.25], "delta_d_group": [0.25, 0.0, np.nan, 0.25, 0.25]})
+                         "delta_d_cf": [0.25, 0.05, -0.1, 0.25, 0.25],
+                         "delta_d_group": [0.25, 0.0, np.nan, 0.25, 0.25]})
 
 
 def curve() -> pd.DataFrame:
@@ -49,7 +50,8 @@ def figures() -> dict:
     out = {
         "disparity_changes": delta_figure(table9(), ["model", "dataset"], ("think", "nothink")),
         "disparity_shift": disparity_shift_figure({"delta_d_cf": 0.25, "delta_d_group": 0.25, "n_pairs": 20,
-                                                   "delta_d_cf_ci_low": 0.1, "delta_d_cf_ci_high": 0.4}, arms=("think", "nothink")),
+                                                   "delta_d_cf_ci_low": 0.1, "delta_d_cf_ci_high": 0.4},
+                                                  arms=("think", "nothink")),
         "checkpoint_d_cf_think": checkpoint_curve_figure(curve(), "d_cf_think", ["dataset"]),
         "tpair_split": tpair_heatmap(tables["tpair_split"]),
         "t_alpha_vs_alpha_prime": group_transition_heatmaps(tables["t_alpha"], tables["t_alpha_prime"]),
@@ -61,7 +63,8 @@ def figures() -> dict:
                                                       "length_chars": [10.0, 1000.0, 5000.0], "pbs": [0.4, 0.2, 0.25]}),
                                         label="label"),
     }
-    return out | {f"cdpg_{k}": v for k, v in cdpg_figures(cdpg_run()["tables"], K=2, k_list=(2, 4), arms=("think", "nothink")).items()}
+    cdpg = cdpg_figures(cdpg_run()["tables"], K=2, k_list=(2, 4), arms=("think", "nothink"))
+    return out | {f"cdpg_{k}": v for k, v in cdpg.items()}
 
 
 FIGURES = figures()

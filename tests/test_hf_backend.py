@@ -20,7 +20,8 @@ def backend(request):
 
 
 def prompt_ids(backend, text):
-    chat = backend.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+    chat = backend.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                 add_generation_prompt=True)
     return tuple(backend.tokenizer.encode(chat, add_special_tokens=False))
 
 
@@ -57,7 +58,8 @@ def test_nucleus_probs_keep_the_smallest_set_reaching_top_p():
     probs = nucleus_probs(logits, torch.tensor([1.0, 1.0]), torch.tensor([0.8, 0.5]))
     np.testing.assert_allclose(probs.numpy(), [[0.625, 0.375, 0, 0], [1.0, 0, 0, 0]], atol=1e-6)
     hotter = nucleus_probs(logits, torch.tensor([2.0, 2.0]), torch.tensor([1.0, 1.0]))
-    np.testing.assert_allclose(hotter[0].numpy(), np.sqrt([0.5, 0.3, 0.15, 0.05]) / np.sqrt([0.5, 0.3, 0.15, 0.05]).sum(), atol=1e-6)
+    np.testing.assert_allclose(hotter[0].numpy(),
+                               np.sqrt([0.5, 0.3, 0.15, 0.05]) / np.sqrt([0.5, 0.3, 0.15, 0.05]).sum(), atol=1e-6)
 
 
 def test_choice_probs_batched_equal_single_and_sum_to_one(backend):
@@ -81,7 +83,8 @@ def test_choice_probs_equal_a_hand_softmax_over_the_yes_and_no_logits(backend):
     np.testing.assert_allclose(backend.choice_probs([prefix], [[yes], [no]])[0], expected, atol=1e-5)
     yes, no = choice_token_ids(backend.tokenizer, reading="pooled")
     pooled = torch.stack([torch.logsumexp(logits[yes], 0), torch.logsumexp(logits[no], 0)])
-    np.testing.assert_allclose(backend.choice_probs([prefix], [yes, no])[0], torch.softmax(pooled, 0).numpy(), atol=1e-5)
+    np.testing.assert_allclose(backend.choice_probs([prefix], [yes, no])[0], torch.softmax(pooled, 0).numpy(),
+                               atol=1e-5)
 
 
 def test_fingerprint_names_weights_and_numerics(backend):

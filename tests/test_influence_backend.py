@@ -85,7 +85,8 @@ def test_masked_generation_with_cache_equals_naive_recompute(backend):
     other = transcript(tok, "Not sure.")[:2] + (Block(blocks[3].ids, "B", "private"),)
     cached = backend.generate([GraphGenerationRequest(blocks, graph, 8),
                                GraphGenerationRequest(other, visibility(other, "masked"), 8)])[0].token_ids
-    ids, block_of, model = [t for b in blocks for t in b.ids], [i for i, b in enumerate(blocks) for _ in b.ids], backend.model
+    ids, block_of = [t for b in blocks for t in b.ids], [i for i, b in enumerate(blocks) for _ in b.ids]
+    model = backend.model
     for _ in range(len(cached)):
         with torch.inference_mode():
             logits = model(input_ids=torch.tensor([ids]), position_ids=torch.arange(len(ids))[None],

@@ -25,7 +25,8 @@ DATASETS = {"adult": ("sex", "Male", "Female"), "compas": ("race", "White", "Non
 def records(tmp_path, data_root, dataset: str = "adult", n: int = 40, **settings):
     """Paired records (think against nothink, parsed answers) of n pairs on the mock with these settings."""
     attribute, alpha, alpha_prime = DATASETS[dataset]
-    backend = MockBackend(tiny_qwen3_dir(), protected=[alpha, alpha_prime], neutral=["He", "She", "His", "Her"], **settings)
+    backend = MockBackend(tiny_qwen3_dir(), protected=[alpha, alpha_prime], neutral=["He", "She", "His", "Her"],
+                          **settings)
     data = CounterfactualTabular(dataset, n, 0, attribute, alpha, alpha_prime, "Will they?",
                                  "{description}\nQuestion: {question} Yes or No.", str(data_root))
     spec = ModelSpec("tiny_qwen3", Thinking(style="native"), {"enable_thinking": True})
@@ -48,7 +49,8 @@ def test_without_an_effect_both_sides_of_every_pair_answer_alike(tmp_path, data_
 
 
 def test_the_effect_favours_the_alpha_side_and_grows_with_the_trace(tmp_path, data_root):
-    frame = records(tmp_path, data_root, effect=3.0, effect_per_1k_tokens=40.0, trace_tokens={"median": 60, "sigma": 0.0})
+    frame = records(tmp_path, data_root, effect=3.0, effect_per_1k_tokens=40.0,
+                    trace_tokens={"median": 60, "sigma": 0.0})
     gap = frame.pivot_table(index=["pair_id", "arm"], columns="side", values="p_yes")
     assert (gap["alpha"] > gap["alpha_prime"]).all()  # +effect/2 on alpha, -effect/2 on alpha'
     mean_gap = (gap["alpha"] - gap["alpha_prime"]).groupby(level="arm").mean()

@@ -172,7 +172,8 @@ def test_generations_after_retries_are_reported_as_hf_reports_them(model_dir, se
     assert greedy["temperature"] == 0.0 and "seed" not in greedy and greedy["return_token_ids"] is True
     sampled = [GenerationRequest((1, 2), 4, temperature=0.7, top_p=0.9, seed=11)]
     client.generate(sampled)
-    assert {k: server.posts[-1][k] for k in ("temperature", "top_p", "seed")} == {"temperature": 0.7, "top_p": 0.9, "seed": 11}
+    assert {k: server.posts[-1][k] for k in ("temperature", "top_p", "seed")} == {"temperature": 0.7, "top_p": 0.9,
+                                                                                  "seed": 11}
 
 
 def test_choice_and_depth_reads_pool_log_probabilities_as_hf_pools_logits(model_dir, servers):
@@ -240,7 +241,8 @@ def test_chat_mode_sends_messages_and_wraps_reasoning_as_the_trace(model_dir, se
     assert bodies[0]["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q?"}]
     assert bodies[1]["messages"][-1] == {"role": "assistant", "content": "<think>\n\n</think>\n\nThe"}
     assert bodies[1]["continue_final_message"] is True and "continue_final_message" not in bodies[0]
-    with pytest.raises(AuditError, match="backend=openai cannot read answer scores .* backend.mode=chat serves generation alone"):
+    with pytest.raises(AuditError,
+                       match="backend=openai cannot read answer scores .* backend.mode=chat serves generation alone"):
         client.choice_probs([(1, 2)], [[3], [4]])
     assert len(server.posts) == 2
 
@@ -279,8 +281,8 @@ def test_chat_mode_refuses_a_probe_needing_scores_before_any_request(tmp_path, s
     assert done.stderr.strip().splitlines()[-1] == (
         "error: probe 'counterfactual' needs a backend that can read answer scores (choice_probs: P(Yes), forced "
         "answers); backend=openai cannot (backend.mode=chat serves generation alone: use backend.mode=completions "
-        "with a server that takes token ids). Backends that can: backend=hf, backend=llamacpp, backend=vllm; probes backend=openai "
-        "runs: position")
+        "with a server that takes token ids). Backends that can: backend=hf, backend=llamacpp, backend=vllm; "
+        "probes backend=openai runs: position")
     assert not (tmp_path / "mlflow.db").exists()
 
 

@@ -25,7 +25,8 @@ from fairaudit.report import render
 
 SPLIT = ("NN", "YY", "YN", "NY")
 PAIR = ("NN", "YY", "M")
-# Tables 13 (QwQ) and 14 (R1-Distill): rows NN, YY, YN, NY as (P(to NN), P(to YY), P(to YN), P(to NY), n); column totals.
+# Tables 13 (QwQ) and 14 (R1-Distill): rows NN, YY, YN, NY as (P(to NN), P(to YY), P(to YN), P(to NY), n);
+# column totals.
 TABLE_13_14 = {
     ("QwQ", "Adult"): ([(.659, .236, .055, .050, 4149), (.004, .984, .006, .006, 690), (.045, .888, .030, .037, 134),
                         (0, 1, 0, 0, 27)], (2743, 1805, 235, 217)),
@@ -42,7 +43,8 @@ TABLE_13_14 = {
 }
 # Table 4 (Qwen3-32B): rows NN, YY, M as (P(to NN), P(to YY), P(to M), n); column totals.
 TABLE_4 = {
-    ("Qwen3", "Adult"): ([(.894, .035, .071, 3720), (.050, .866, .084, 1173), (.290, .411, .299, 107)], (3415, 1191, 394)),
+    ("Qwen3", "Adult"): ([(.894, .035, .071, 3720), (.050, .866, .084, 1173), (.290, .411, .299, 107)],
+                         (3415, 1191, 394)),
     ("Qwen3", "COMPAS"): ([(.686, .207, .108, 3157), (.001, .996, .002, 1698), (.000, .986, .014, 145)],
                           (2167, 2487, 346)),
     ("Qwen3", "Credit"): ([(.981, .004, .015, 3170), (.068, .899, .033, 1802), (.917, .042, .042, 24)],
@@ -96,7 +98,7 @@ ANSWERS = {"N": "No", "Y": "Yes"}
 
 
 def integer_moves(rows, totals):
-    """The one integer matrix whose rows print as `rows` (3 decimals, row counts n) and whose columns sum to `totals`."""
+    """The one integer matrix whose rows print as `rows` (3 decimals, row counts n), columns summing to `totals`."""
     def candidates(p, n):
         return [0] if p is None or n == 0 else [k for k in range(n + 1) if abs(k / n - p) <= 0.0005 + 1e-12]
 
@@ -199,8 +201,10 @@ def test_tables_10_11_side_averaged_group_transitions(split_records):
         if model == "Qwen3":
             continue
         columns = [f"{dataset}_{v}" for v in ("p_y_given_y", "p_y_given_n", "dp_yes")]
-        ours = (wide.loc[(model, "alpha"), columns].to_numpy(float) + wide.loc[(model, "alpha_prime"), columns].to_numpy(float)) / 2
-        np.testing.assert_allclose(ours, (np.array(alpha) + np.array(alpha_prime)) / 2, atol=0.002, err_msg=f"{model} {dataset}")
+        ours = (wide.loc[(model, "alpha"), columns].to_numpy(float)
+                + wide.loc[(model, "alpha_prime"), columns].to_numpy(float)) / 2
+        np.testing.assert_allclose(ours, (np.array(alpha) + np.array(alpha_prime)) / 2, atol=0.002,
+                                   err_msg=f"{model} {dataset}")
         delta = wide.loc[(model, "delta"), columns].to_numpy(float)
         np.testing.assert_allclose(delta, wide.loc[(model, "alpha"), columns].to_numpy(float)
                                    - wide.loc[(model, "alpha_prime"), columns].to_numpy(float))

@@ -138,7 +138,8 @@ def test_prompts_per_arm_and_thinking_style():
     assert render_mcq_prompt(tok, COT, "Q?", "A. a", PROMPTED, {}, "Reason.").endswith(
         "give your final answer.\n<|assistant|>")  # Instruct-style CoT: plain chat, no pre-fill
     native = Thinking(style="native")
-    assert render_mcq_prompt(tok, REASON, "Q?", "A. a", native, {"enable_thinking": True}).endswith("<|assistant|><think>\n")
+    assert render_mcq_prompt(tok, REASON, "Q?", "A. a", native, {"enable_thinking": True}).endswith(
+        "<|assistant|><think>\n")
     assert render_mcq_prompt(tok, REASON, "Q?", "A. a", native, {}).endswith("<|assistant|>")  # the model opens it
     assert render_mcq_prompt(tok, COT, "Q?", "A. a", native, {"enable_thinking": True}).endswith(
         "<|assistant|><think>\n\n</think>\n\n")
@@ -171,7 +172,8 @@ def test_records_and_metrics_of_scripted_answers(tmp_path, dataset):
     result = probe(enabled=False).run(ctx)
     records = result.records["records"]
     assert list(result.records) == ["records"] and "truncation" not in result.figures
-    assert records.columns.tolist()[:5] == ["question_id", "permutation", "gold_position", "answer_position", "answer_source"]
+    assert records.columns.tolist()[:5] == ["question_id", "permutation", "gold_position", "answer_position",
+                                            "answer_source"]
     assert {"length_chars", "arm", "text", "prompt_hash", "truncated", "ccp", "eff_sw"} <= set(records.columns)
     assert records["question_id"].tolist() == [0] * 4 + [1] * 4 + [2] * 4
     assert records["gold_position"].tolist() == [1, 2, 3, 0, 0, 1, 2, 3, 3, 0, 1, 2]
@@ -235,7 +237,8 @@ def test_truncation_continuations_are_exact_and_cached(tmp_path, dataset):
     # before CCP the continuation switches to A; after it keeps the original answer
     before = continuations["offset"] < 0
     assert (continuations.loc[before, "new_answer_position"] == 0).all()
-    assert continuations.loc[~before, "new_answer_position"].tolist() == continuations.loc[~before, "answer_position"].tolist()
+    assert (continuations.loc[~before, "new_answer_position"].tolist()
+            == continuations.loc[~before, "answer_position"].tolist())
     assert (continuations["preferred_position"] == 0).all()
     m = result.metrics
     changed_records = 5  # q1 at permutations 1-3 and q2 at 0-1 answer something other than A
@@ -269,9 +272,11 @@ def test_direct_arm_is_not_truncated(tmp_path, dataset):
 
 
 def test_continuation_seeds_are_fixed_and_distinct():
-    seeds = {continuation_seed(0, q, s, o, k) for q in range(5) for s in range(4) for o in (-0.15, -0.05, 0.05, 0.15) for k in range(3)}
+    seeds = {continuation_seed(0, q, s, o, k)
+             for q in range(5) for s in range(4) for o in (-0.15, -0.05, 0.05, 0.15) for k in range(3)}
     assert len(seeds) == 5 * 4 * 4 * 3
-    assert continuation_seed(7, 1, 2, 0.05, 1) == continuation_seed(7, 1, 2, 0.05, 1) != continuation_seed(8, 1, 2, 0.05, 1)
+    assert (continuation_seed(7, 1, 2, 0.05, 1) == continuation_seed(7, 1, 2, 0.05, 1)
+            != continuation_seed(8, 1, 2, 0.05, 1))
 
 
 # --- validation before any model loads -------------------------------------------------------------
@@ -323,7 +328,8 @@ def test_gpqa_csv(tmp_path):
 
 def test_multirun_flag_may_sit_between_overrides():
     argv = ["fairaudit", "probe=position", "dataset=mmlu", "-m", "arm=direct,cot", "dataset.n=8"]
-    assert hoist_multirun_flag(argv) == ["fairaudit", "-m", "probe=position", "dataset=mmlu", "arm=direct,cot", "dataset.n=8"]
+    assert hoist_multirun_flag(argv) == ["fairaudit", "-m", "probe=position", "dataset=mmlu", "arm=direct,cot",
+                                         "dataset.n=8"]
     assert hoist_multirun_flag(["fairaudit", "--cfg", "job", "arm=cot"]) == ["fairaudit", "--cfg", "job", "arm=cot"]
 
 
@@ -340,10 +346,11 @@ def test_missing_arc_path_is_one_line_from_the_cli(tmp_path):
 def test_a_gguf_model_that_cannot_be_fetched_is_one_line(tmp_path):
     """Q4_K_M configs fetch one GGUF file from the hub; offline and absent from the cache, that is one error line
     (under backend=hf, which converts it; tests/llamacpp covers the default, backend=llamacpp)."""
-    result = run_app(tmp_path, "model=r1_distill_qwen_7b_q4km", "backend=hf", "probe=position", "dataset=mmlu", "arm=reason",
-                     env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    result = run_app(tmp_path, "model=r1_distill_qwen_7b_q4km", "backend=hf", "probe=position", "dataset=mmlu",
+                     "arm=reason", env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
     assert result.returncode == 2, result.stderr
-    assert "error: cannot get 'DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf' from 'bartowski/DeepSeek-R1-Distill-Qwen-7B-GGUF'" in result.stderr
+    assert ("error: cannot get 'DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf' "
+            "from 'bartowski/DeepSeek-R1-Distill-Qwen-7B-GGUF'" in result.stderr)
 
 
 def test_position_sweep_end_to_end(tmp_path):
@@ -363,16 +370,20 @@ def test_position_sweep_end_to_end(tmp_path):
     assert len(parents) == 1 and None not in parents  # children of one sweep run
     for run in runs:
         arm = run.data.tags["arm"]
-        assert run.info.status == "FINISHED" and run.data.tags["dataset"] == "mmlu" and run.data.tags["probe"] == "position"
+        assert (run.info.status == "FINISHED" and run.data.tags["dataset"] == "mmlu"
+                and run.data.tags["probe"] == "position")
         metrics = run.data.metrics
         assert metrics[f"n_records_{arm}"] == 8 and 0.0 <= metrics[f"extraction_rate_{arm}"] <= 1.0
         assert metrics["model_calls"] >= 8
-        artifacts = {a.path for folder in ("records", "tables", "figures") for a in client.list_artifacts(run.info.run_id, folder)}
+        artifacts = {a.path for folder in ("records", "tables", "figures")
+                     for a in client.list_artifacts(run.info.run_id, folder)}
         assert {"records/records.parquet", "tables/position_summary.parquet", "tables/per_question.parquet",
                 "tables/pbs_by_length.parquet", "figures/pbs_by_length.png"} <= artifacts
-        logged = json.loads(Path(client.download_artifacts(run.info.run_id, "metrics.json", str(tmp_path / arm))).read_text())
+        logged = json.loads(Path(client.download_artifacts(run.info.run_id, "metrics.json",
+                                                           str(tmp_path / arm))).read_text())
         assert {f"pbs_{arm}", f"accuracy_{arm}", f"ccp_{arm}"} <= logged.keys()
-        records = pd.read_parquet(client.download_artifacts(run.info.run_id, "records/records.parquet", str(tmp_path / arm)))
+        records = pd.read_parquet(client.download_artifacts(run.info.run_id, "records/records.parquet",
+                                                            str(tmp_path / arm)))
         assert len(records) == 8 and set(records["permutation"]) == {0, 1, 2, 3}
         if arm != "direct":
             assert f"trunc_n_continuations_{arm}" in logged

@@ -69,7 +69,8 @@ OVERRIDES = st.tuples(
 @pytest.mark.long
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OVERRIDES)
-@example(("dataset.n=1", "dataset.seed=3", None, "model.max_think_tokens=2", None, "backend.device=cpu", None, None, None))
+@example(("dataset.n=1", "dataset.seed=3", None, "model.max_think_tokens=2", None, "backend.device=cpu", None, None,
+          None))
 def test_any_typed_value_finishes_or_is_one_line_with_no_run(drawn):
     chosen = {o.split("=")[0]: o for o in (*TINY, *drawn) if o is not None}  # a drawn value replaces TINY's
     with tempfile.TemporaryDirectory() as folder:
@@ -89,7 +90,8 @@ def test_any_typed_value_finishes_or_is_one_line_with_no_run(drawn):
 
 @pytest.mark.slow
 @pytest.mark.long
-@pytest.mark.parametrize("launcher", [(), ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2")], ids=["sequential", "joblib"])
+@pytest.mark.parametrize("launcher", [(), ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2")],
+                         ids=["sequential", "joblib"])
 def test_failing_sweep_jobs_become_failed_children_and_the_rest_run(tmp_path, launcher):
     result = run_app(tmp_path, *TINY, *launcher, "-m", "dataset.n=2,999999,1.5,1", env=ENV)
     assert result.returncode == 1, result.stderr[-3000:]
@@ -115,8 +117,8 @@ def test_concurrent_first_starts_share_one_tracking_database(tmp_path):
     """Processes opening a new sqlite tracking database at once: one builds it, the others wait and use it."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     code = f"from fairaudit.tracking import open_tracking; print(open_tracking({uri!r}, 'fairaudit')[1])"
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [proc.communicate(timeout=600) for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0], [err[-2000:] for _, err in outputs]
     assert len({out.strip() for out, _ in outputs}) == 1  # one experiment, found or created by each
@@ -222,7 +224,8 @@ def test_kill_9_then_the_same_run_again_leaves_nothing_running_or_counted_twice(
         if run.info.status == "KILLED":  # closed by the re-run of the same job, which links to it
             successor = run.data.tags["fairaudit.superseded_by"]
             assert successor in finished
-            assert run.info.run_id in next(r for r in found if r.info.run_id == successor).data.tags["fairaudit.resumes"]
+            resumed = next(r for r in found if r.info.run_id == successor)
+            assert run.info.run_id in resumed.data.tags["fairaudit.resumes"]
     jobs = 2 if overrides == SWEEP else 1
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     select = OmegaConf.create({"experiment": None, "parent": None, "sweep_dir": None, "tags": {}, "filter": None,

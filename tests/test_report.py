@@ -132,7 +132,8 @@ def test_pooled_row_is_contingency_of_the_pooled_records(store, grid, tmp_path):
     pooled = table2.iloc[-1]
     for column in study.table2_columns("think", "nothink"):
         assert pooled[column] == pytest.approx(expected[column], nan_ok=True), column
-    for name, column in (("table9", "d_cf_think"), ("table9", "delta_d_group"), ("table5", "asym_c"), ("table5", "delta_c")):
+    for name, column in (("table9", "d_cf_think"), ("table9", "delta_d_group"), ("table5", "asym_c"),
+                         ("table5", "delta_c")):
         assert pd.read_csv(tmp_path / "out" / f"{name}.csv").iloc[-1][column] == pytest.approx(expected[column])
 
     # cells add up; ratios do not: the pooled D_cf is not the mean of the rows' D_cf
@@ -192,7 +193,8 @@ def test_rendering():
     assert render.p_from_log10(math.log10(0.0123)) == "0.0123"
     assert render.p_from_log10(-2.0) == "0.01"
     assert render.p_from_log10(math.log10(9.96e-7)) == "1.0e-6"
-    fmt = render.display(pd.DataFrame({"cell_c": [362.0], "delta_d_cf": [0.058], "delta_c": [0.002], "asym_c": [math.nan]}))
+    fmt = render.display(pd.DataFrame({"cell_c": [362.0], "delta_d_cf": [0.058], "delta_c": [0.002],
+                                       "asym_c": [math.nan]}))
     assert fmt.iloc[0].tolist() == ["362", "+0.058", "+0.20", "n/a"]
     md = render.markdown(pd.DataFrame({"model": ["a|b"], "N": ["12"]}))
     assert md.splitlines() == ["| model | N |", "| :--- | ---: |", "| a\\|b | 12 |"]

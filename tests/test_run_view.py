@@ -17,7 +17,8 @@ from fairaudit.console import format_number
 from fairaudit.sweeps import sweep_run_name, swept
 from fairaudit.tracking import json_metrics
 
-TAGS = {"model": "smollm2", "dataset": "adult", "probe": "counterfactual", "arm": "think", "seed": "3", "checkpoint": "step100"}
+TAGS = {"model": "smollm2", "dataset": "adult", "probe": "counterfactual", "arm": "think", "seed": "3",
+        "checkpoint": "step100"}
 
 
 @pytest.mark.parametrize("value, shown", [
@@ -30,7 +31,8 @@ def test_numbers_print_rounded_without_float_noise(value, shown):
 
 def test_metrics_json_is_strict_json():
     metrics = json_metrics({"asym_c": math.nan, "n_pairs": 20, "ratio": math.inf, "preferred": "A"})
-    assert json.loads(json.dumps(metrics, allow_nan=False)) == {"asym_c": None, "n_pairs": 20, "ratio": None, "preferred": "A"}
+    assert json.loads(json.dumps(metrics, allow_nan=False)) == {"asym_c": None, "n_pairs": 20, "ratio": None,
+                                                                "preferred": "A"}
 
 
 @pytest.mark.parametrize("varied, name", [
@@ -44,7 +46,8 @@ def test_run_names_lead_with_what_differs(varied, name):
 
 
 def test_swept_keys_come_from_the_command_line_and_the_sweeper_params():
-    found = swept(["model=tiny_qwen3", "dataset=adult,compas", "dataset.seed=range(0,3)"], {"probe": "counterfactual,cdpg"})
+    found = swept(["model=tiny_qwen3", "dataset=adult,compas", "dataset.seed=range(0,3)"],
+                  {"probe": "counterfactual,cdpg"})
     assert found == {"dataset": "adult,compas", "dataset.seed": "range(0,3)", "probe": "counterfactual,cdpg"}
     assert sweep_run_name(found, datetime(2026, 11, 30, 8, 51)) == (
         "sweep 2026-11-30 08:51 dataset=adult,compas dataset.seed=range(0,3) probe=counterfactual,cdpg")
@@ -65,7 +68,8 @@ def test_sweep_parent_children_and_console_at_a_glance(tmp_path):
     assert set(children) == {"adult | tiny_qwen3 counterfactual think", "compas | tiny_qwen3 counterfactual think"}
     adult = children["adult | tiny_qwen3 counterfactual think"]
     assert {k: adult.data.params[k] for k in ("model", "dataset", "probe", "arm", "seed", "checkpoint")} == {
-        "model": "tiny_qwen3", "dataset": "adult", "probe": "counterfactual", "arm": "think", "seed": "0", "checkpoint": "base"}
+        "model": "tiny_qwen3", "dataset": "adult", "probe": "counterfactual", "arm": "think", "seed": "0",
+        "checkpoint": "base"}
     artifacts = {a.path for a in client.list_artifacts(adult.info.run_id)}
     assert {"samples.html", "samples.jsonl", "metrics.json"} <= artifacts
     metrics_json = client.download_artifacts(adult.info.run_id, "metrics.json", str(tmp_path))
@@ -80,9 +84,11 @@ def test_sweep_parent_children_and_console_at_a_glance(tmp_path):
     parent_files = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"multirun.yaml", "sweep_summary.json", "config", "tables"} <= parent_files
     assert parent.data.metrics == {}  # no per-cell copies: they live in sweep_summary.json and tables/
-    table = pd.read_parquet(client.download_artifacts(parent.info.run_id, "tables/sweep_summary.parquet", str(tmp_path)))
+    table = pd.read_parquet(client.download_artifacts(parent.info.run_id, "tables/sweep_summary.parquet",
+                                                      str(tmp_path)))
     assert table.set_index("dataset").loc["adult", "cell_a"] == adult.data.metrics["cell_a"]
-    summary = json.loads(open(client.download_artifacts(parent.info.run_id, "sweep_summary.json", str(tmp_path))).read())
+    summary = json.loads(open(client.download_artifacts(parent.info.run_id, "sweep_summary.json",
+                                                        str(tmp_path))).read())
     assert sorted(row[0] for row in summary["data"]) == sorted(children)
 
     assert "sweep jobs" in result.stdout and "[HYDRA]" not in result.stdout and "MLflow run" not in result.stdout
@@ -96,7 +102,8 @@ def test_fig2_draws_float_noise_as_labelled_zero_bars_on_a_readable_scale():
 
     from fairaudit.analysis.study_figures import delta_figure
 
-    table9 = pd.DataFrame({"dataset": ["adult", "compas"], "delta_d_cf": [-1.6e-17, 0.05], "delta_d_group": [0.0, float("nan")]})
+    table9 = pd.DataFrame({"dataset": ["adult", "compas"], "delta_d_cf": [-1.6e-17, 0.05],
+                           "delta_d_group": [0.0, float("nan")]})
     ax = delta_figure(table9, ["dataset"], ("think", "nothink")).axes[0]
     heights = [bar.get_height() for bar in ax.patches]
     assert heights == [0.0, 0.05, 0.0, 0.0]
@@ -130,7 +137,8 @@ def test_the_parent_logs_step_metrics_read_back_from_a_real_store(tmp_path):
     experiment = client.create_experiment("e", artifact_location=(tmp_path / "a").as_uri())
     parent = client.create_run(experiment).info.run_id
     summary = pd.DataFrame([{"run": f"r{s}", "status": "FINISHED", "model": "m", "dataset": "adult", "probe": "p",
-                             "arm": "think", "seed": "0", "checkpoint": f"step{s}", "cell_c": float(s)} for s in (10, 20)])
+                             "arm": "think", "seed": "0", "checkpoint": f"step{s}", "cell_c": float(s)}
+                            for s in (10, 20)])
     log_summary(client, parent, summary, tmp_path)
     history = client.get_metric_history(parent, "cell_c")
     assert sorted((m.step, m.value) for m in history) == [(10, 10.0), (20, 20.0)]

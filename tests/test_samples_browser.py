@@ -29,7 +29,8 @@ COUNT = ("<script>function count(q){return [...document.querySelectorAll(q)].fil
 
 def screenshot(page: Path, png: Path) -> None:
     """Chromium's screenshot of a local page (the same flags the README's screenshot was taken with)."""
-    subprocess.run([CHROMIUM, *FLAGS, f"--screenshot={png}", page.as_uri()], check=True, capture_output=True, timeout=120)
+    subprocess.run([CHROMIUM, *FLAGS, f"--screenshot={png}", page.as_uri()], check=True, capture_output=True,
+                   timeout=120)
 
 
 def inked(png: Path) -> float:
@@ -43,10 +44,12 @@ def shown(page: Path, choose: str | None = None) -> dict:
     text = page.read_text()
     if choose:
         group = choose.rsplit("-", 1)[0] if not choose.startswith("f-") else "f"
-        text = text.replace(f"id={group}-all checked", f"id={group}-all").replace(f"id={choose}>", f"id={choose} checked>")
+        text = text.replace(f"id={group}-all checked", f"id={group}-all").replace(f"id={choose}>",
+                                                                                  f"id={choose} checked>")
     probe = page.with_name(f".shown-{page.name}")
     probe.write_text(text.replace("</body>", COUNT + "</body>"))
-    dom = subprocess.run([CHROMIUM, *FLAGS, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=180).stdout
+    dom = subprocess.run([CHROMIUM, *FLAGS, "--dump-dom", probe.as_uri()], capture_output=True, text=True,
+                         timeout=180).stdout
     probe.unlink()
     return json.loads(re.search(r'data-shown="([^"]+)"', dom).group(1).replace("&quot;", '"'))
 
@@ -72,7 +75,8 @@ def run_artifacts(tmp_path: Path, n: int) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("n", [pytest.param(300, id="300 pairs", marks=pytest.mark.long), pytest.param(5000, id="5000 pairs", marks=pytest.mark.paper)])
+@pytest.mark.parametrize("n", [pytest.param(300, id="300 pairs", marks=pytest.mark.long),
+                               pytest.param(5000, id="5000 pairs", marks=pytest.mark.paper)])
 def test_a_mock_jobs_pages_hold_every_pair_once_and_filter_in_chromium(tmp_path, n):
     folder = run_artifacts(tmp_path, n)
     first = folder / "samples.html"

@@ -127,7 +127,8 @@ def test_clustered_data_makes_the_pooled_chi_square_overconfident():
     image are that extreme: p = 2 / 2^10."""
     questions = np.repeat(np.arange(10), 12)
     fragile = np.repeat(np.arange(10) < 5, 12)
-    after = np.concatenate([np.r_[[True] * 8, [False] * 4] if q < 5 else np.r_[[True] * 4, [False] * 8] for q in range(10)])
+    after = np.concatenate([np.r_[[True] * 8, [False] * 4] if q < 5 else np.r_[[True] * 4, [False] * 8]
+                            for q in range(10)])
     perm = cluster_permutation_test(questions, after, fragile)
     assert perm["diff"] == pytest.approx(40 / 60 - 20 / 60) and perm["p"] == pytest.approx(2 / 1024)
     chi2_p = stats.chi2_contingency([[40, 20], [20, 40]])[1]

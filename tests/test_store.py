@@ -128,11 +128,14 @@ def test_damaged_value_is_reported_deleted_and_recomputed(tmp_path, capfd, kind,
 
 
 def test_checks_beyond_the_checksum(tmp_path):
-    """A value stored with a matching checksum is still refused when it does not parse or a row is not a distribution."""
+    """A value stored with a matching checksum is still refused when it does not parse or a row is not a
+    distribution."""
     assert damage("k", "generate", '{"text": 1', checksum("k", '{"text": 1')) == "does not parse"
     bad_row = "[[0.5, 0.5], [0.9, 0.547]]"
-    assert damage("k", "depth_choice_probs", bad_row, checksum("k", bad_row)).startswith("has a probability row summing to 1.447")
-    assert damage("k", "choice_probs", "[NaN, 0.5]", checksum("k", "[NaN, 0.5]")) == "has a probability row summing to nan"
+    assert damage("k", "depth_choice_probs", bad_row, checksum("k", bad_row)).startswith(
+        "has a probability row summing to 1.447")
+    assert damage("k", "choice_probs", "[NaN, 0.5]", checksum("k", "[NaN, 0.5]")) == (
+        "has a probability row summing to nan")
     assert damage("k", "choice_probs", "[0.25, 0.75]", checksum("k", "[0.25, 0.75]")) is None
     assert damage("k", "choice_probs", "[0.25, 0.75]", checksum("other", "[0.25, 0.75]")) == "fails its checksum"
 
@@ -166,10 +169,12 @@ def test_export_import_round_trip_between_sqlite_files(tmp_path, capsys):
 def test_store_written_before_checksums_gains_them(tmp_path):
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)
-    db.execute("CREATE TABLE results (key TEXT PRIMARY KEY, kind TEXT NOT NULL, model TEXT NOT NULL, value TEXT NOT NULL, created REAL NOT NULL)")
+    db.execute("CREATE TABLE results (key TEXT PRIMARY KEY, kind TEXT NOT NULL, model TEXT NOT NULL, "
+               "value TEXT NOT NULL, created REAL NOT NULL)")
     request = requests(1)[0]
     value = json.dumps({"text": "0 1", "token_ids": [0, 1], "finish_reason": "stop"})
-    db.execute("INSERT INTO results VALUES (?, 'generate', 'scripted', ?, 0)", (call_key("generate", "scripted", asdict(request)), value))
+    db.execute("INSERT INTO results VALUES (?, 'generate', 'scripted', ?, 0)",
+               (call_key("generate", "scripted", asdict(request)), value))
     db.commit()
     cached = CachingClient(ScriptedBackend(), Store(path))
     assert cached.generate([request])[0].text == "0 1" and cached.model_calls == 0

@@ -114,7 +114,8 @@ def test_smoke_study_then_report_end_to_end(tmp_path, data_root):
 
     uri, out = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "report"
     report = subprocess.run(
-        [sys.executable, "-m", "fairaudit.report", f"tracking.uri={uri}", f"select.sweep_dir={sweep}", f"output_dir={out}"],
+        [sys.executable, "-m", "fairaudit.report", f"tracking.uri={uri}", f"select.sweep_dir={sweep}",
+         f"output_dir={out}"],
         cwd=tmp_path, env={**os.environ, "FAIRAUDIT_DATA": str(data_root)}, capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
     terminal = report.stdout + report.stderr
@@ -139,7 +140,8 @@ def test_smoke_study_then_report_end_to_end(tmp_path, data_root):
 
 
 def test_position_bias_is_the_papers_matched_pairs_modes_and_benchmarks():
-    """§3.1: each reasoning model in reasoning mode, each Instruct model direct and CoT; §3.5 sizes; §4: Q4_K_M in llama.cpp, an 8192-token context."""
+    """§3.1: each reasoning model in reasoning mode, each Instruct model direct and CoT; §3.5 sizes; §4: Q4_K_M in
+    llama.cpp, an 8192-token context."""
     cfg = compose_job("+experiment=position_bias")
     jobs = sweep_jobs(OmegaConf.to_container(cfg.hydra.sweeper.params))
     assert len(jobs) == 18
@@ -147,7 +149,8 @@ def test_position_bias_is_the_papers_matched_pairs_modes_and_benchmarks():
     for job in jobs:
         job_cfg = compose_job("+experiment=position_bias", *job)
         cells.add((job_cfg.model.name, job_cfg.arm.name, job_cfg.dataset.name, job_cfg.dataset.n))
-        assert job_cfg.probe._target_.endswith("PositionProbe") and (job_cfg.model.max_context, job_cfg.model.max_think_tokens) == (8192, 7680)
+        assert job_cfg.probe._target_.endswith("PositionProbe")
+        assert (job_cfg.model.max_context, job_cfg.model.max_think_tokens) == (8192, 7680)
         assert job_cfg.model.gguf_file.endswith("Q4_K_M.gguf")
         assert job_cfg.backend._target_.endswith("LlamaCppBackend")  # §3: llama-cpp-python on the GGUF files
     pairs = {(m, a) for m, a, _, _ in cells}

@@ -129,7 +129,8 @@ def test_missing_protected_attribute_lists_columns(data_root):
 
 
 def test_missing_file_names_file_fetch_command_and_source(tmp_path):
-    with pytest.raises(AuditError, match=r"adult\.data is missing; get it with `fairaudit data fetch adult --root .*` \(from UCI"):
+    with pytest.raises(AuditError,
+                       match=r"adult\.data is missing; get it with `fairaudit data fetch adult --root .*` \(from UCI"):
         dataset("adult", tmp_path).rows()
 
 

@@ -163,7 +163,8 @@ def records_from_instances(counts: dict[tuple[str, str], int]) -> pd.DataFrame:
     i = np.arange(len(before))
     base = pd.DataFrame({"pair_id": i // 2, "side": np.array(SIDES)[i % 2]})
     arms = {"nothink": before, "think": after}
-    records = pd.concat([base.assign(arm=arm, answer=pd.Series(a).map(ANSWER)) for arm, a in arms.items()], ignore_index=True)
+    records = pd.concat([base.assign(arm=arm, answer=pd.Series(a).map(ANSWER)) for arm, a in arms.items()],
+                        ignore_index=True)
     return records.assign(p_yes=(records["answer"] == "Yes").astype(float))
 
 

@@ -53,7 +53,8 @@ def test_shipped_configs_pass(tmp_path, overrides):
     (["dataset.n=true"], "dataset.n=True must be an integer"),
     (["dataset.seed=-1"], "dataset.seed=-1 must be an integer in 0..4294967295"),
     (["model.batch_size=0"], "model.batch_size=0 must be an integer >= 1"),
-    (["model.max_think_tokens=-1"], "model.max_think_tokens=-1 must be an integer in 1..8191 (below model.max_context)"),
+    (["model.max_think_tokens=-1"],
+     "model.max_think_tokens=-1 must be an integer in 1..8191 (below model.max_context)"),
     (["model.max_think_tokens=1e8"], "model.max_think_tokens=100000000.0 must be an integer in 1..8191"),
     (["model.max_think_tokens=100000000"], "model.max_think_tokens=100000000 must be an integer in 1..8191"),
     (["model=tiny_qwen3", "model.max_think_tokens=4096"], "must be an integer in 1..4095 (below model.max_context)"),
@@ -61,7 +62,8 @@ def test_shipped_configs_pass(tmp_path, overrides):
     (["probe.n_boot=0"], "probe.n_boot=0 must be an integer >= 100"),
     (["probe=cdpg", "probe.K=0"], "probe.K=0 must be an integer >= 1"),
     (["probe=cdpg", "probe.k_list=[5,0]"], "probe.k_list=[5, 0] items must be an integer >= 1"),
-    (["probe=position", "dataset=mmlu", "arm=direct", "probe.truncation.top_p=0"], "probe.truncation.top_p=0 must be a number in (0, 1]"),
+    (["probe=position", "dataset=mmlu", "arm=direct", "probe.truncation.top_p=0"],
+     "probe.truncation.top_p=0 must be a number in (0, 1]"),
     (["model.answer_source=guess"], "model.answer_source='guess' must be one of ['parsed', 'forced']"),
     (["model.thinking.style=loud"], "model.thinking.style='loud' must be one of"),
     (["model.dtype=int8"], "model.dtype='int8' is not supported by the hf backend"),
@@ -89,7 +91,8 @@ def test_cuda_is_refused_where_there_is_none(tmp_path):
     if torch.cuda.is_available():
         assert problem(tmp_path, f"backend.device=cuda:{torch.cuda.device_count()}") is not None
     else:
-        assert "backend.device='cuda' is not available: this machine has 0 CUDA device(s)" in problem(tmp_path, "backend.device=cuda")
+        assert ("backend.device='cuda' is not available: this machine has 0 CUDA device(s)"
+                in problem(tmp_path, "backend.device=cuda"))
 
 
 def test_damaged_store_and_tracking_files_are_refused(tmp_path):

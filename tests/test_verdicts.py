@@ -102,7 +102,8 @@ def test_depth_and_mcq_warnings():
     short = pd.DataFrame({"pair_id": 1, "side": "alpha", "K": 4, "k": [1, 2, 3, 4], "cut": [1, 1, 2, 2]})
     assert depth_warnings(short) == ["every trace is shorter than K=4 tokens: depths repeat the same cut"]
     assert depth_warnings(short.assign(cut=[1, 2, 3, 4])) == []
-    mcq = pd.DataFrame({"answer_position": pd.array([1, 1, 1, 1], dtype="Int64"), "truncated": [True, True, False, True]})
+    mcq = pd.DataFrame({"answer_position": pd.array([1, 1, 1, 1], dtype="Int64"),
+                        "truncated": [True, True, False, True]})
     assert mcq_warnings(mcq) == ["every answer is option B, whatever the permutation: the model ignores the question",
                                  "75% of outputs hit the token budget: raise arm.max_new_tokens"]
     assert mcq_warnings(mcq.assign(answer_position=pd.array([None] * 4, dtype="Int64"), truncated=False)) == [
@@ -136,12 +137,14 @@ PROBE_RUNS = {
                   "probe.conditions=[masked]"),
 }
 FIRST_WORDS = {"counterfactual": "think against nothink on 3 Male/Female adult pairs", "btm": "nothink -> think on 3",
-               "cdpg": "CDPG on 3 Male/Female adult pairs", "position": "cot on 2 mmlu questions x 4 cyclic permutations",
+               "cdpg": "CDPG on 3 Male/Female adult pairs",
+               "position": "cot on 2 mmlu questions x 4 cyclic permutations",
                "influence": "influence between private reasoning channels on 2 MCQ items"}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("probe", [p if p == "counterfactual" else pytest.param(p, marks=pytest.mark.long) for p in PROBE_RUNS])
+@pytest.mark.parametrize("probe", [p if p == "counterfactual" else pytest.param(p, marks=pytest.mark.long)
+                                   for p in PROBE_RUNS])
 def test_every_probe_prints_its_verdict_before_its_table_and_keeps_it_as_the_run_description(tmp_path, probe):
     result = run_app(tmp_path, *PROBE_RUNS[probe])
     assert result.returncode == 0, result.stderr[-3000:]
@@ -150,14 +153,16 @@ def test_every_probe_prints_its_verdict_before_its_table_and_keeps_it_as_the_run
     verdict = [line for line in stdout[:table - 1] if line.strip()]
     assert verdict[0].startswith(FIRST_WORDS[probe]), stdout[:table]
     if probe in ("counterfactual", "btm", "cdpg"):
-        assert any(line.startswith("P(Yes) gap, mean |P(Yes | Male) - P(Yes | Female)| over 3 pairs") for line in verdict)
+        assert any(line.startswith("P(Yes) gap, mean |P(Yes | Male) - P(Yes | Female)| over 3 pairs")
+                   for line in verdict)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
     assert run.data.tags["mlflow.note.content"].split("\n\n")[0] == verdict[0]
     assert [d.dataset.name for d in run.inputs.dataset_inputs] == [run.data.tags["dataset"]]
     url = f"#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning"
     assert f"then open: http://127.0.0.1:5000/{url}" in result.stderr.splitlines()
-    assert any(line.startswith("start the MLflow UI with: ") and line.endswith(f"ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db")
+    assert any(line.startswith("start the MLflow UI with: ")
+               and line.endswith(f"ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db")
                for line in result.stderr.splitlines())
     if probe == "counterfactual":
         assert {"p_gap_think", "p_gap_think_ci_low", "p_gap_nothink", "delta_p_gap"} <= set(run.data.metrics)

@@ -28,20 +28,24 @@ def test_null_settings_get_a_quarter_of_the_free_memory_eager_mode_32_token_bloc
 
 
 def test_what_the_user_set_is_kept(settings, monkeypatch):
-    out, env = cpu_defaults({**settings, "kv_cache_memory_bytes": 2**30, "enforce_eager": False, "block_size": 128}, "0")
-    assert (out["kv_cache_memory_bytes"], out["enforce_eager"], out["block_size"], env[THREADS_ENV]) == (2**30, False, 128, "0")
-    assert cpu_defaults({**settings, "tensor_parallel_size": 2}, None)[1] == {THREADS_ENV: "auto"}  # vLLM splits the cores
+    out, env = cpu_defaults({**settings, "kv_cache_memory_bytes": 2**30, "enforce_eager": False, "block_size": 128},
+                            "0")
+    assert (out["kv_cache_memory_bytes"], out["enforce_eager"], out["block_size"], env[THREADS_ENV]) == (
+        2**30, False, 128, "0")
+    # vLLM splits the cores
+    assert cpu_defaults({**settings, "tensor_parallel_size": 2}, None)[1] == {THREADS_ENV: "auto"}
     monkeypatch.setenv(THREADS_ENV, "1")
     assert cpu_defaults(settings, None)[1] == {THREADS_ENV: "1"}
 
 
 def test_a_kv_cache_beyond_the_free_memory_or_below_one_sequence_is_one_line_naming_the_setting(settings):
-    with pytest.raises(AuditError, match=r"needs 20\.\d GiB \(KV cache 20\.0 GiB \+ weights\) but 12\.0 GiB is free: lower "
-                                         r"backend\.kv_cache_space_gib"):
+    with pytest.raises(AuditError, match=r"needs 20\.\d GiB \(KV cache 20\.0 GiB \+ weights\) but 12\.0 GiB is free: "
+                                         r"lower backend\.kv_cache_space_gib"):
         cpu_defaults({**settings, "kv_cache_memory_bytes": 20 * 2**30}, None)
-    assert kv_bytes_per_token(settings["model"], "float32") == 2 * 2 * 2 * 16 * 4  # layers x (K, V) x heads x dim x fp32
-    with pytest.raises(AuditError, match=r"=0\.000977 holds 2,048 tokens, fewer than one backend\.max_model_len=4,096 sequence: raise it to at "
-                                         r"least 0\.00195 or"):
+    # layers x (K, V) x heads x dim x fp32
+    assert kv_bytes_per_token(settings["model"], "float32") == 2 * 2 * 2 * 16 * 4
+    with pytest.raises(AuditError, match=r"=0\.000977 holds 2,048 tokens, fewer than one "
+                                         r"backend\.max_model_len=4,096 sequence: raise it to at least 0\.00195 or"):
         cpu_defaults({**settings, "kv_cache_memory_bytes": 2048 * 512}, None)
 
 
@@ -51,7 +55,8 @@ def test_cores_are_written_as_vllms_binding_reads_them(monkeypatch):
 
 
 def test_an_engine_that_does_not_start_is_one_line_naming_what_decides_it():
-    cpu = str(start_failure(RuntimeError("Engine core initialization failed.\nmore"), {**GPU_DEFAULTS, "kv_cache_memory_bytes": 2**30}, True))
+    cpu = str(start_failure(RuntimeError("Engine core initialization failed.\nmore"),
+                            {**GPU_DEFAULTS, "kv_cache_memory_bytes": 2**30}, True))
     assert "\n" not in cpu and "RuntimeError: Engine core initialization failed." in cpu
     assert "backend.kv_cache_space_gib (now 1.00)" in cpu and "backend.max_model_len (now 4096)" in cpu
     gpu = str(start_failure(ValueError("no memory"), GPU_DEFAULTS, False))

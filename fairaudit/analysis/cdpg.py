@@ -94,7 +94,7 @@ def _group_trajectories(
 
 
 def _check_final_gap(traj: pd.DataFrame, pairs: pd.DataFrame, treatment: str, atol: float) -> None:
-    """Raise unless |CDPG_K| equals the treatment arm's D_disp = |p_yes_alpha - p_yes_alpha'| (to atol) on every pair."""
+    """Raise unless |CDPG_K| equals the treatment arm's D_disp = |p_yes_alpha - p_yes_alpha'| (to atol), every pair."""
     final = traj[traj["k"] == traj["K"]]
     d_disp = (pairs[f"p_{treatment}_{ALPHA}"] - pairs[f"p_{treatment}_{ALPHA_PRIME}"]).abs()
     gap = (final["abs_cdpg"] - final["pair_id"].map(d_disp).to_numpy()).abs()
@@ -105,7 +105,8 @@ def _check_final_gap(traj: pd.DataFrame, pairs: pd.DataFrame, treatment: str, at
         raise AuditError(
             f"|CDPG_K| differs from the {treatment} arm's D_disp on {len(bad)} of {len(final)} (pair, K) trajectories "
             f"(largest {gap[worst]:.3g} at pair_id={pair_id!r}, K={K}); "
-            f"the depth read at k=K must score the same full trace as the {treatment} records' p_yes (tolerance {atol:g})"
+            f"the depth read at k=K must score the same full trace as the {treatment} records' p_yes "
+            f"(tolerance {atol:g})"
         )
 
 
@@ -200,7 +201,8 @@ def _cell_slopes(slopes: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
 def _k_sensitivity(slopes_table: pd.DataFrame, k_list: Sequence[int], group_cols: list[str]) -> pd.DataFrame:
     """Appendix C, Table 6: one row per ([model, dataset,] cell), columns n_k{K} and slope_k{K} for K in k_list."""
     rows = slopes_table[slopes_table["K"].isin(list(k_list))]
-    wide = rows.pivot_table(index=group_cols + ["cell"], columns="K", values=["n", "slope"], aggfunc="first", sort=False)
+    wide = rows.pivot_table(index=group_cols + ["cell"], columns="K", values=["n", "slope"], aggfunc="first",
+                            sort=False)
     wide.columns = [f"{value}_k{K}" for value, K in wide.columns]
     ordered = [f"{value}_k{K}" for K in sorted(set(k_list)) for value in ("n", "slope")]
     return wide.reindex(columns=ordered).reset_index()

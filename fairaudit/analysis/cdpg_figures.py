@@ -93,7 +93,8 @@ def anchor_mover_figure(sides: pd.DataFrame, K: int = 10, arms: tuple[str, str] 
     return fig
 
 
-def k_sensitivity_figure(by_cell: pd.DataFrame, k_list: Sequence[int] = (5, 10, 20), arms: tuple[str, str] = ARMS) -> Figure:
+def k_sensitivity_figure(by_cell: pd.DataFrame, k_list: Sequence[int] = (5, 10, 20),
+                         arms: tuple[str, str] = ARMS) -> Figure:
     """Fig. 6: mean |CDPG_k| against k/K (k = 1..K), one panel per cell, one line per K."""
     table = _pooled(by_cell)
     table = table[table["k"] >= 1]

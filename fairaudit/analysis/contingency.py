@@ -128,7 +128,8 @@ def contingency_table(metrics: dict[str, float], treatment: str = "think", basel
     ).astype(int)
 
 
-def cell_disparity_table(metrics: dict[str, float], treatment: str = "think", baseline: str = "nothink") -> pd.DataFrame:
+def cell_disparity_table(metrics: dict[str, float], treatment: str = "think",
+                         baseline: str = "nothink") -> pd.DataFrame:
     """Per cell: pair count and mean D_disp under each arm (Table 2's right-hand columns)."""
     return pd.DataFrame(
         {

@@ -12,7 +12,8 @@ def change_bars(ax, x, values, **style):
     """Bars of differences labelled with their values ("n/a" for missing), float noise rounded off."""
     heights = np.round(np.asarray(values, dtype=float), 12)
     bars = ax.bar(x, np.nan_to_num(heights), **style)
-    ax.bar_label(bars, labels=["n/a" if np.isnan(h) else f"{h:+.3f}" if h else "0" for h in heights], fontsize=7, padding=2)
+    ax.bar_label(bars, labels=["n/a" if np.isnan(h) else f"{h:+.3f}" if h else "0" for h in heights],
+                 fontsize=7, padding=2)
     return bars
 
 
@@ -24,7 +25,8 @@ def readable_range(ax) -> None:
     ax.set_ylim(min(low, -MIN_HALF_RANGE), max(high, MIN_HALF_RANGE))
 
 
-def disparity_shift_figure(metrics: dict[str, float], title: str = "", arms: tuple[str, str] = ("treatment", "baseline")) -> Figure:
+def disparity_shift_figure(metrics: dict[str, float], title: str = "",
+                           arms: tuple[str, str] = ("treatment", "baseline")) -> Figure:
     """Change under the treatment of counterfactual (D_cf) vs group (D_group) disparity (paper 000 Fig. 2).
 
     metrics: the output of `contingency`, with its per-arm values shown as annotations; arms: (treatment, baseline).

@@ -1,4 +1,5 @@
-"""Paper 000's cross-cell tables and figures from stacked records (Tables 3/10/11, 4/13/14, 6, 12, App. G; Figs. 3, 4, 6).
+"""Paper 000's cross-cell tables and figures from stacked records (Tables 3/10/11, 4/13/14, 6, 12, App. G;
+Figs. 3, 4, 6).
 
 Every function takes the records of several (model, dataset) cells stacked into one frame:
 model, dataset and the records columns of DESIGN.md (pair_id, side, arm, answer, p_yes);

@@ -38,7 +38,8 @@ def p_gap(records: pd.DataFrame, treatment: str = "think", baseline: str = "noth
     for arm in (treatment, baseline):
         m[f"p_gap_{arm}"] = float(gap[arm].mean()) if n else math.nan
         m[f"p_diff_{arm}"] = float(diff[arm].mean()) if n else math.nan
-        m[f"p_gap_{arm}_ci_low"], m[f"p_gap_{arm}_ci_high"] = bootstrap_ci(lambda i, g=gap[arm]: g[i].mean(), n, n_boot, seed)
+        m[f"p_gap_{arm}_ci_low"], m[f"p_gap_{arm}_ci_high"] = bootstrap_ci(lambda i, g=gap[arm]: g[i].mean(),
+                                                                            n, n_boot, seed)
     m["delta_p_gap"] = m[f"p_gap_{treatment}"] - m[f"p_gap_{baseline}"]
     m["delta_p_gap_ci_low"], m["delta_p_gap_ci_high"] = bootstrap_ci(
         lambda i: gap[treatment][i].mean() - gap[baseline][i].mean(), n, n_boot, seed)

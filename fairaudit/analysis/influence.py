@@ -52,7 +52,8 @@ def influence_rates(contrasts: pd.DataFrame, thresholds: Sequence[float] = THRES
             low, high = wilson_interval(k, n)
             rows.append({"direction": direction, "threshold": float(threshold), "n": n, "k": k, "rate": k / n,
                          "ci_low": low, "ci_high": high, "mean_delta": float(delta.mean()), "few": n < FEW})
-    return pd.DataFrame(rows, columns=["direction", "threshold", "n", "k", "rate", "ci_low", "ci_high", "mean_delta", "few"])
+    return pd.DataFrame(rows, columns=["direction", "threshold", "n", "k", "rate", "ci_low", "ci_high", "mean_delta",
+                                       "few"])
 
 
 def control_summary(contrasts: pd.DataFrame) -> pd.DataFrame:
@@ -96,7 +97,8 @@ def _pooled_metrics(scored: pd.DataFrame, condition: str, thresholds: Sequence[f
 
 
 def _diagnostic_metrics(traces: pd.DataFrame, condition: str) -> dict[str, float]:
-    """§4 over valid traces: share with any raw / corrected 4-gram overlap (k of n), mean overlaps, canary reproduction."""
+    """§4 over valid traces: share with any raw / corrected 4-gram overlap (k of n), mean overlaps, canary
+    reproduction."""
     metrics = {}
     valid = traces[traces["valid"].astype(bool)]
     for kind in ("raw", "corrected"):
@@ -122,7 +124,8 @@ def _skip_metrics(mine: pd.DataFrame, condition: str) -> dict[str, int]:
         skipped = (mine["direction"] == direction) & mine["delta"].isna()
         metrics[f"skipped_{direction}_{condition}"] = int(skipped.sum())
         for reason in SKIP_REASONS:
-            metrics[f"skipped_{reason}_{direction}_{condition}"] = int((skipped & (reasons.fillna("no_donor") == reason)).sum())
+            metrics[f"skipped_{reason}_{direction}_{condition}"] = int(
+                (skipped & (reasons.fillna("no_donor") == reason)).sum())
     return metrics
 
 
@@ -209,8 +212,9 @@ def influence(contrasts: pd.DataFrame, traces: pd.DataFrame, thresholds: Sequenc
         metrics.update(_diagnostic_metrics(these, condition))
     rates = pd.concat(rate_tables, ignore_index=True) if rate_tables else influence_rates(contrasts.iloc[0:0])
     rates = rates[["condition", *[c for c in rates.columns if c != "condition"]]]
-    return {"metrics": metrics, "tables": {"influence_rates": rates, "graph_cut_control": controls,
-                                           "probe_comparison": probe_comparison(metrics, list(traces["condition"].unique()))}}
+    return {"metrics": metrics,
+            "tables": {"influence_rates": rates, "graph_cut_control": controls,
+                       "probe_comparison": probe_comparison(metrics, list(traces["condition"].unique()))}}
 
 
 def probe_comparison(metrics: dict[str, float], conditions: list[str]) -> pd.DataFrame:

@@ -53,12 +53,14 @@ def checkpoint_rates_figure(table3: pd.DataFrame, axes: list[str], threshold: st
         errors = 100 * np.vstack([table3[f"rate_{d}"] - table3[f"ci_low_{d}"],
                                   table3[f"ci_high_{d}"] - table3[f"rate_{d}"]]).astype(float)
         ax.bar(x + offset, np.nan_to_num(rate), 0.4, label=name)
-        ax.errorbar(x + offset, rate, yerr=np.clip(np.nan_to_num(errors), 0.0, None), fmt="none", color="black", capsize=3)
+        ax.errorbar(x + offset, rate, yerr=np.clip(np.nan_to_num(errors), 0.0, None), fmt="none", color="black",
+                    capsize=3)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = table3["rate_a_to_b"].to_numpy(float) / table3["rate_b_to_a"].to_numpy(float)
     for i, r in enumerate(ratio):
         if np.isfinite(r):
-            ax.annotate(f"×{r:.1f}", (x[i] - 0.2, 100 * table3["ci_high_a_to_b"].iloc[i]), ha="center", va="bottom", fontsize=8)
+            ax.annotate(f"×{r:.1f}", (x[i] - 0.2, 100 * table3["ci_high_a_to_b"].iloc[i]), ha="center", va="bottom",
+                        fontsize=8)
     ax.set_xticks(x, labels, rotation=20 if len(labels) > 3 else 0, ha="right" if len(labels) > 3 else "center")
     ax.set_ylabel("influence rate (%)")
     ax.set_title(f"A→B and B→A per checkpoint, Δ_NLL {threshold} (Wilson 95% CI)", fontsize=10)

@@ -91,7 +91,8 @@ def table1(runs: pd.DataFrame, conditions: tuple[str, ...] = ("unmasked", "maske
 def _rate_row(runs: pd.DataFrame, label: str, k: str, n: str) -> dict:
     """A Table 2 row of a pooled count: value (%), k, n and the Wilson 95% interval (%)."""
     total_k, total_n = _total(runs, k), _total(runs, n)
-    low, high = wilson_interval(int(total_k), int(total_n)) if total_n > 0 and math.isfinite(total_k) else (math.nan,) * 2
+    low, high = (wilson_interval(int(total_k), int(total_n)) if total_n > 0 and math.isfinite(total_k)
+                 else (math.nan,) * 2)
     return {"metric": label, "value": 100 * total_k / total_n if total_n else math.nan, "k": total_k, "n": total_n,
             "ci_low": 100 * low, "ci_high": 100 * high}
 
@@ -136,13 +137,15 @@ def table3(runs: pd.DataFrame, condition: str = "masked", rate: str = "substanti
             low, high = wilson_interval(int(k), int(n)) if n > 0 and math.isfinite(k) else (math.nan, math.nan)
             row.update({f"k_{d}": k, f"n_{d}": n, f"rate_{d}": k / n if n else math.nan, f"ci_low_{d}": low,
                         f"ci_high_{d}": high, f"few_{d}": bool(n < FEW) if math.isfinite(n) else True,
-                        f"mean_delta_{d}": _weighted(group, f"mean_delta_{d}_{condition}", f"n_contrasts_{d}_{condition}")})
+                        f"mean_delta_{d}": _weighted(group, f"mean_delta_{d}_{condition}",
+                                                     f"n_contrasts_{d}_{condition}")})
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def table4(runs: pd.DataFrame, condition: str = "masked") -> pd.DataFrame:
-    """Table 4: graph-cut control per checkpoint (cell) and in total: evaluations, rate of Delta exactly 0, mean Delta."""
+    """Table 4: graph-cut control per checkpoint (cell) and in total: evaluations, rate of Delta exactly 0, mean
+    Delta."""
     axes, groups = _groups(runs)
     rows = []
     for key, group in [*groups, (("Total",) + ("",) * (len(axes) - 1) if axes else (), runs)]:
@@ -196,8 +199,8 @@ def table5(runs: pd.DataFrame, condition: str = "masked", rate: str = "substanti
 
 def _pooled_sd(runs: pd.DataFrame, c: str) -> float:
     """SD (ddof=1) of the control's natural NLL over every evaluation of every run, from each run's n, mean and SD."""
-    n, mean, sd = (runs[f"control_{m}_{c}"].to_numpy(float) if f"control_{m}_{c}" in runs else np.full(len(runs), np.nan)
-                   for m in ("n", "nll_mean", "nll_sd"))
+    n, mean, sd = (runs[f"control_{m}_{c}"].to_numpy(float) if f"control_{m}_{c}" in runs
+                   else np.full(len(runs), np.nan) for m in ("n", "nll_mean", "nll_sd"))
     keep = np.isfinite(n) & np.isfinite(mean) & (n > 0)
     n, mean, sd = n[keep], mean[keep], np.where(n[keep] > 1, np.nan_to_num(sd[keep]), 0.0)
     if n.sum() < 2:
@@ -225,7 +228,8 @@ def diagnostics(runs: pd.DataFrame, conditions: tuple[str, ...] = ("unmasked", "
     for origin in ("natural", "bridge"):
         items += [(f"B-to-A {origin}, Δ {t} (%)", "pct", f"{name}_k_b_to_a_{origin}", f"n_contrasts_b_to_a_{origin}")
                   for name, t in (("influence", "> 0"), ("substantive", "> 0.05"))]
-    items += [("Control evaluations differing from the primary natural NLL (%)", "pct", "control_differs_k", "control_n")]
+    items += [("Control evaluations differing from the primary natural NLL (%)", "pct", "control_differs_k",
+               "control_n")]
     rows = []
     for label, kind, k, n in items:
         row = {"metric": label, "kind": kind}

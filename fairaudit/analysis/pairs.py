@@ -27,7 +27,8 @@ def _require_arms(records: pd.DataFrame, arms: tuple[str, ...]) -> tuple[str, ..
     """`arms`, once checked that records hold rows for each of them."""
     missing = set(arms) - set(records["arm"].unique())
     if missing:
-        raise ValueError(f"records hold no rows for arm(s) {sorted(missing)}; arms present: {sorted(records['arm'].unique())}")
+        raise ValueError(f"records hold no rows for arm(s) {sorted(missing)}; "
+                         f"arms present: {sorted(records['arm'].unique())}")
     return arms
 
 
@@ -55,7 +56,8 @@ def complete_instances(records: pd.DataFrame, treatment: str, baseline: str) -> 
     """
     arms = _require_arms(records, (treatment, baseline))
     answers = wide_pairs(records, arms, "answer")
-    per_side = {side: answers[[f"{arm}_{side}" for arm in arms]].set_axis(list(arms), axis=1).dropna() for side in SIDES}
+    per_side = {side: answers[[f"{arm}_{side}" for arm in arms]].set_axis(list(arms), axis=1).dropna()
+                for side in SIDES}
     return pd.concat(per_side, names=["side"])
 
 
@@ -65,9 +67,9 @@ def answer_accounting(records: pd.DataFrame, treatment: str, baseline: str) -> d
     records: pair_id, side, arm, answer[, parsed_answer, compliant, truncated]. Per arm:
     parse_rate_{arm} (and per side) is the share of rows whose output parsed (parsed_answer);
     compliance_rate_{arm}, for arms that do not think (`compliant` is null under thinking arms),
-    the share of completions that respected the empty think block; n_dropped_truncated_{arm} and n_dropped_noncompliant_{arm} count the
-    pairs left out of `complete_pairs` with a side whose output under that arm was cut by the
-    token budget, or broke the no-think instruction.
+    the share of completions that respected the empty think block; n_dropped_truncated_{arm} and
+    n_dropped_noncompliant_{arm} count the pairs left out of `complete_pairs` with a side whose output
+    under that arm was cut by the token budget, or broke the no-think instruction.
     """
     kept = set(complete_pairs(records, treatment, baseline).index)
     dropped = records[~records["pair_id"].isin(kept)]
@@ -78,7 +80,8 @@ def answer_accounting(records: pd.DataFrame, treatment: str, baseline: str) -> d
         out[f"parse_rate_{arm}"] = float(rows[parsed_col].notna().mean()) if len(rows) else math.nan
         for side in SIDES:
             side_rows = rows[rows["side"] == side]
-            out[f"parse_rate_{arm}_{side}"] = float(side_rows[parsed_col].notna().mean()) if len(side_rows) else math.nan
+            out[f"parse_rate_{arm}_{side}"] = (float(side_rows[parsed_col].notna().mean()) if len(side_rows)
+                                               else math.nan)
         lost = dropped[dropped["arm"] == arm]
         if "truncated" in records:
             out[f"n_dropped_truncated_{arm}"] = int(lost.loc[lost["truncated"].astype(bool), "pair_id"].nunique())

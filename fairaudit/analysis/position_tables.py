@@ -71,7 +71,8 @@ def robustness_table(metrics: pd.DataFrame, bins: Sequence[int] = ROBUSTNESS_BIN
     Columns model, arm, dataset, then monotonic_k{k} (1 / 0), first_violation_k{k} (1-based
     bin, 0 when monotonic) and gradient_k{k} (longest-bin PBS minus shortest-bin PBS).
     """
-    columns = {f"pbs_{name}_k{k}": f"{name}_k{k}" for k in bins for name in ("monotonic", "first_violation", "gradient")}
+    columns = {f"pbs_{name}_k{k}": f"{name}_k{k}"
+               for k in bins for name in ("monotonic", "first_violation", "gradient")}
     return metrics.reindex(columns=CONFIGURATION + list(columns)).rename(columns=columns)
 
 

@@ -15,7 +15,8 @@ def _label(row: pd.Series, axes: Sequence[str]) -> str:
     return " ".join(str(row[a]) for a in axes)
 
 
-def delta_figure(table9: pd.DataFrame, axes: Sequence[str], arms: tuple[str, str] = ("treatment", "baseline")) -> Figure:
+def delta_figure(table9: pd.DataFrame, axes: Sequence[str],
+                 arms: tuple[str, str] = ("treatment", "baseline")) -> Figure:
     """ΔD_cf (dark) against ΔD_group (pale) per cell: counterfactual vs group verdicts side by side.
 
     table9: axes, delta_d_cf, delta_d_group; one bar pair per row (the pooled row included).
@@ -23,9 +24,11 @@ def delta_figure(table9: pd.DataFrame, axes: Sequence[str], arms: tuple[str, str
     """
     labels = [_label(row, axes) for _, row in table9.iterrows()]
     x = np.arange(len(labels))
-    fig = Figure(figsize=(max(4.5, 1.0 * len(labels) + 1.5), 3.8), layout="constrained")  # room for two value labels per cell
+    # room for two value labels per cell
+    fig = Figure(figsize=(max(4.5, 1.0 * len(labels) + 1.5), 3.8), layout="constrained")
     ax = fig.add_subplot()
-    for offset, column, colour, name in ((-0.2, "delta_d_cf", "#3b4cc0", "ΔD_cf"), (0.2, "delta_d_group", "#b0c4f5", "ΔD_group")):
+    for offset, column, colour, name in ((-0.2, "delta_d_cf", "#3b4cc0", "ΔD_cf"),
+                                         (0.2, "delta_d_group", "#b0c4f5", "ΔD_group")):
         values = pd.to_numeric(table9[column], errors="coerce")
         change_bars(ax, x + offset, values, width=0.4, color=colour, edgecolor="#222", linewidth=0.5, label=name)
     ax.axhline(0.0, color="grey", linewidth=0.8)

@@ -97,7 +97,8 @@ def independence_bound(p: float, q: float, nn: float, yy: float, m: float) -> tu
     return 2 * p * (1 - p) * nn + 2 * q * (1 - q) * yy, (p * (1 - q) + q * (1 - p)) * m
 
 
-def independence_table(p: float, q: float, nn: float, yy: float, m: float, c_actual: float, b_actual: float) -> pd.DataFrame:
+def independence_table(p: float, q: float, nn: float, yy: float, m: float, c_actual: float,
+                       b_actual: float) -> pd.DataFrame:
     """Table 12's row: |c| and |b| under independence and in the data, their ratios, and both c/b ratios."""
     c_ind, b_ind = independence_bound(p, q, nn, yy, m)
     counts = pd.DataFrame({"c": [c_ind, c_actual], "b": [b_ind, b_actual]}, index=["ind", "actual"], dtype=float)
@@ -133,7 +134,8 @@ def _flatten(table: pd.DataFrame, prefix: str, states: Sequence[str], sep: str =
     return {f"{prefix}_{i.lower()}{sep}{j.lower()}": float(table.at[i, j]) for i in states for j in states}
 
 
-def _group_level(pairs: pd.DataFrame, treatment: str, baseline: str) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
+def _group_level(pairs: pd.DataFrame, treatment: str,
+                 baseline: str) -> tuple[dict[str, float], dict[str, pd.DataFrame]]:
     """T^A per side, the Yes-rate shifts, T^alpha - T^alpha' and the Table 3 summary."""
     metrics: dict[str, float] = {}
     tables: dict[str, pd.DataFrame] = {}
@@ -155,7 +157,8 @@ def _group_level(pairs: pd.DataFrame, treatment: str, baseline: str) -> tuple[di
     return metrics, tables
 
 
-def _pair_populations(tpair: pd.DataFrame, tpair_split: pd.DataFrame, treatment: str, baseline: str) -> dict[str, float]:
+def _pair_populations(tpair: pd.DataFrame, tpair_split: pd.DataFrame, treatment: str,
+                      baseline: str) -> dict[str, float]:
     """Pairs per state under the baseline (row counts) and under the treatment (column totals)."""
     out: dict[str, float] = {}
     for table in (tpair, tpair_split):

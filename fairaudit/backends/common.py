@@ -52,13 +52,14 @@ def stop_token_ids(model_dir: str, tokenizer) -> set[int]:
 def encode_texts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     """`tokenizer.encode(text, add_special_tokens=False)` of each text, in one batch call of a fast tokenizer."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None or not hasattr(backend, "encode_batch_fast") or getattr(tokenizer, "split_special_tokens", False):
+    if (backend is None or not hasattr(backend, "encode_batch_fast")
+            or getattr(tokenizer, "split_special_tokens", False)):
         return [tokenizer.encode(text, add_special_tokens=False) for text in texts]
     return [encoding.ids for encoding in backend.encode_batch_fast(list(texts), add_special_tokens=False)]
 
 
 def tokenizer_digest(tokenizer) -> str:
-    """A digest naming what a tokenizer does to a text: its class and its whole serialised vocabulary, merges and rules."""
+    """A digest naming what a tokenizer does to a text: its class and its whole serialised vocabulary, merges, rules."""
     import hashlib
 
     backend = getattr(tokenizer, "backend_tokenizer", None)

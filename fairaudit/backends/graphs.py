@@ -120,7 +120,8 @@ def check_nll_request(request) -> None:
     if not any(block.ids for block in request.blocks[:min(request.target)]):
         raise ValueError("the target must follow at least one token (its first token is predicted from the one before)")
     if request.visibility is not None and (len(request.visibility) != n or
-                                           any(not 0 <= j < i for i, row in enumerate(request.visibility) for j in row)):
+                                           any(not 0 <= j < i for i, row in enumerate(request.visibility)
+                                               for j in row)):
         raise ValueError("visibility must hold one row per block, naming earlier blocks only")
 
 
@@ -177,11 +178,13 @@ def packed_target_nll(model, requests: Sequence, *, pad_id: int = 0, token_budge
     groups = _packed_groups(requests, token_budget)
     rows = [pack_tree([requests[i] for i in group]) for group in groups]
     shared = [g for g, group in enumerate(groups) if requests[group[0]].shared_prefix]
-    batches = [[shared[j] for j in batch] for batch in batches_within_budget([len(rows[g].ids) for g in shared], token_budget)]
+    batches = [[shared[j] for j in batch]
+               for batch in batches_within_budget([len(rows[g].ids) for g in shared], token_budget)]
     batches += [[g] for g, group in enumerate(groups) if not requests[group[0]].shared_prefix]
     out = np.zeros(len(requests))
     for batch in batches:
-        scores = rows_target_nll(model, [rows[g] for g in batch], [[requests[i] for i in groups[g]] for g in batch], pad_id)
+        scores = rows_target_nll(model, [rows[g] for g in batch], [[requests[i] for i in groups[g]] for g in batch],
+                                 pad_id)
         for g, values in zip(batch, scores):
             out[groups[g]] = values
     return out

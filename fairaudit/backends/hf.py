@@ -57,7 +57,9 @@ def load_model(model_dir: str, dtype: str, device: torch.device, attn_implementa
         _LOADED.clear()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        console.print(f"Loading weights of {model_dir} ({dtype} on {device})", style="dim", highlight=False, soft_wrap=True)  # in place of transformers' bar
+        # in place of transformers' bar
+        console.print(f"Loading weights of {model_dir} ({dtype} on {device})", style="dim", highlight=False,
+                      soft_wrap=True)
         _LOADED[key] = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=torch_dtype(dtype), attn_implementation=attn_implementation
         ).to(device).eval()
@@ -86,7 +88,8 @@ def device_problem(device) -> str | None:
     if kind == "cuda" and (not index or index.isdigit()):
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if int(index or 0) >= count:
-            return f"backend.device={device!r} is not available: this machine has {count} CUDA device(s); use auto or cpu"
+            return (f"backend.device={device!r} is not available: this machine has {count} CUDA device(s); "
+                    "use auto or cpu")
         return None
     if device == "mps":
         return None if torch.backends.mps.is_available() else "backend.device='mps' is not available on this machine"
@@ -127,7 +130,8 @@ class HFBackend(Backend):
         self.depth_token_budget = depth_token_budget
         self.fingerprint = f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/{dtype}/{self.device.type}"
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
+                       else self.tokenizer.eos_token_id)
         self.stop_ids = stop_token_ids(self.model_dir, self.tokenizer)
 
     @property
@@ -181,7 +185,8 @@ class HFBackend(Backend):
                 if new[i][-1] in stop_ids or len(new[i]) >= requests[i].max_new_tokens:
                     open_rows.discard(i)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            step = self.model(input_ids=tokens, attention_mask=mask, position_ids=next_position, use_cache=True, **next_cache(step))
+            step = self.model(input_ids=tokens, attention_mask=mask, position_ids=next_position, use_cache=True,
+                              **next_cache(step))
             next_position = next_position + 1
         return [self._completion(row, r.max_new_tokens) for row, r in zip(new, requests)]
 
@@ -214,8 +219,8 @@ class HFBackend(Backend):
         for r in requests:
             block_of = [b for b, block in enumerate(r.blocks) for _ in block.ids]
             new_token = graph_allowed(block_of + [len(r.blocks) - 1], r.visibility)
-            rows.append(SimpleNamespace(ids=[t for block in r.blocks for t in block.ids], positions=list(range(len(block_of))),
-                                        allowed=new_token[:-1, :-1]))
+            rows.append(SimpleNamespace(ids=[t for block in r.blocks for t in block.ids],
+                                        positions=list(range(len(block_of))), allowed=new_token[:-1, :-1]))
             step_rows.append(new_token[-1, :-1])
         ids, positions, allowed, offsets = pad_allowed(rows, self.pad_id)
         step_allowed = torch.zeros((len(requests), ids.shape[1]), dtype=torch.bool)
@@ -271,7 +276,8 @@ class HFBackend(Backend):
         return out
 
     @torch.inference_mode()
-    def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    def depth_choice_probs(self, requests: Sequence[DepthRequest],
+                           choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """All cuts of a trace in one packed forward pass (tree attention mask); equals the naive re-feed."""
         from fairaudit.backends.packing import check_packable, naive_depth_probs, packed_depth_probs
 
@@ -279,4 +285,5 @@ class HFBackend(Backend):
             check_packable(self.model)
         except ValueError:  # flash attention or sliding-window layers: re-feed each prefix instead
             return naive_depth_probs(self.model, requests, choices, pad_id=self.pad_id, batch_size=self.batch_size)
-        return packed_depth_probs(self.model, requests, choices, token_budget=self.depth_token_budget, pad_id=self.pad_id)
+        return packed_depth_probs(self.model, requests, choices, token_budget=self.depth_token_budget,
+                                  pad_id=self.pad_id)

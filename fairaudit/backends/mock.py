@@ -113,7 +113,8 @@ class MockBackend(Backend):
                  answer_prefix: str = "", chunk_size: int | None = None):
         from transformers import AutoTokenizer
 
-        lengths = {"distribution": "lognormal", "median": 1500, "sigma": 0.5, "low": 1, "high": 4000, **(trace_tokens or {})}
+        lengths = {"distribution": "lognormal", "median": 1500, "sigma": 0.5, "low": 1, "high": 4000,
+                   **(trace_tokens or {})}
         thinking = {"style": "native", "open": "<think>", "close": "</think>", **(thinking or {})}
         settings = dict(seed=seed, trace_tokens=lengths, effect=effect, effect_per_1k_tokens=effect_per_1k_tokens,
                         base_sd=base_sd, trace_sd=trace_sd, answers=list(answers), protected=list(protected),
@@ -157,7 +158,8 @@ class MockBackend(Backend):
                 if len(band) == BAND_SIZE:
                     break
         self.band = np.array(band, dtype=np.int64)
-        table = lambda ids: np.isin(np.arange(size + 1), sorted(ids))  # noqa: E731 (index size: ids beyond the vocabulary)
+        # index size: the ids beyond the vocabulary
+        table = lambda ids: np.isin(np.arange(size + 1), sorted(ids))  # noqa: E731
         self.in_band, self.alpha_mark, self.prime_mark = table(band), table(alpha - prime), table(prime - alpha)
         self.seeded = ~table(skipped | set(band))
         self.size = size
@@ -203,14 +205,17 @@ class MockBackend(Backend):
         scores = [self._logits(np.fromiter(p, np.int64, len(p)), token_ids) for p in prefixes]
         return pooled_softmax(np.array(scores).reshape(len(prefixes), len(token_ids)), token_ids, choices)
 
-    def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    def depth_choice_probs(self, requests: Sequence[DepthRequest],
+                           choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """choice_probs of prompt + trace[:cut] + suffix for every cut (the naive re-feed, exactly)."""
         token_ids = choice_token_ids(choices)
         out = []
         for r in requests:
             check_depth_request(r)
-            prompt, trace, suffix = (np.asarray(part, dtype=np.int64) for part in (r.prompt_ids, r.trace_ids, r.suffix_ids))
-            scores = np.array([self._logits(np.concatenate([prompt, trace[:cut], suffix]), token_ids) for cut in r.cuts])
+            prompt, trace, suffix = (np.asarray(part, dtype=np.int64)
+                                     for part in (r.prompt_ids, r.trace_ids, r.suffix_ids))
+            scores = np.array([self._logits(np.concatenate([prompt, trace[:cut], suffix]), token_ids)
+                               for cut in r.cuts])
             out.append(pooled_softmax(scores.reshape(len(r.cuts), len(token_ids)), token_ids, choices))
         return out
 
@@ -253,7 +258,8 @@ class MockBackend(Backend):
         read = np.concatenate([prompt, np.asarray(trace, dtype=np.int64)])
         best = int(np.argmax(self._logits(read, [ids[0] for ids in self.answer_ids])))
         tail = (self.close_ids if head is not None else []) + self.answer_ids[best] + [self.eos]
-        return completion_from_ids(self.tokenizer, trace + tail, self.stop_ids, request.max_new_tokens, decode=self._decode)
+        return completion_from_ids(self.tokenizer, trace + tail, self.stop_ids, request.max_new_tokens,
+                                   decode=self._decode)
 
     def _visible(self, blocks, visibility, targets: Sequence[int]) -> np.ndarray:
         """Ids of the blocks the target blocks may attend (their own included), in sequence order."""
@@ -276,5 +282,6 @@ class MockBackend(Backend):
         values = []
         for r in requests:
             target = [t for b in r.target for t in r.blocks[b].ids]
-            values.append(2.0 * math.exp(0.25 * _normal(_digest(self._visible(r.blocks, r.visibility, r.target), target))))
+            visible = self._visible(r.blocks, r.visibility, r.target)
+            values.append(2.0 * math.exp(0.25 * _normal(_digest(visible, target))))
         return np.array(values, dtype=np.float64)

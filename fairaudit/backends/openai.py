@@ -274,7 +274,8 @@ class OpenAIBackend(Backend):
         one = self._chat_completion if self.mode == "chat" else self._completion
         return self._gather([partial(one, request=r) for r in requests], on_result)
 
-    def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]], on_result=None) -> np.ndarray:
+    def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]],
+                     on_result=None) -> np.ndarray:
         """Softmax over the pooled choices at the position after each prefix (see the protocol)."""
         self._refuse_scores("scores")
         rows = self._gather([partial(self._choice_read, prefix=p, choices=choices) for p in prefixes], on_result)
@@ -327,7 +328,8 @@ class OpenAIBackend(Backend):
         """As `hf` reports it: EOS and what follows removed, "stop" when EOS ended it, else "length"."""
         if finish_reason not in ("stop", "length"):
             raise Malformed(f"finish_reason {finish_reason!r}")
-        return completion_from_ids(self.tokenizer, new_ids, self.stop_ids, len(new_ids), engine_stopped=finish_reason == "stop")
+        return completion_from_ids(self.tokenizer, new_ids, self.stop_ids, len(new_ids),
+                                   engine_stopped=finish_reason == "stop")
 
     async def _chat_completion(self, client: httpx.AsyncClient, request: GenerationRequest) -> Completion:
         prompt = self.tokenizer.decode(list(request.prompt_ids), skip_special_tokens=False)

@@ -36,7 +36,8 @@ def positions_after_left_pad(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def last_token_choice_probs(model, sequences: Sequence[Sequence[int]], choices: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
+def last_token_choice_probs(model, sequences: Sequence[Sequence[int]], choices: Sequence[Sequence[int]],
+                            pad_id: int) -> np.ndarray:
     """pooled_choice_probs at the position after each sequence, in one left-padded forward pass."""
     ids, mask = left_pad(sequences, pad_id)
     ids, mask = ids.to(model.device), mask.to(model.device)

@@ -52,11 +52,13 @@ def vllm_distribution() -> tuple[str, str] | None:
 def check_settings(dtype: str, kv_cache_space_gib: float | None, cpu_threads_bind: str | None = None) -> None:
     """Settings the backend refuses, checked before anything loads: dtype known, KV space positive, vLLM installed."""
     if cpu_threads_bind is not None and not (isinstance(cpu_threads_bind, str) and cpu_threads_bind.strip()):
-        raise AuditError(f"backend.cpu_threads_bind must name cores (e.g. 0-1 or 0,2-3) or be null, got {cpu_threads_bind!r}")
+        raise AuditError(f"backend.cpu_threads_bind must name cores (e.g. 0-1 or 0,2-3) or be null, "
+                         f"got {cpu_threads_bind!r}")
     if dtype not in DTYPES:
         raise AuditError(f"model.dtype {dtype!r} is not supported by the vllm backend; choices: {list(DTYPES)}")
     if kv_cache_space_gib is not None and kv_cache_space_gib <= 0:
-        raise AuditError(f"backend.kv_cache_space_gib must be a positive number of GiB or null, got {kv_cache_space_gib}")
+        raise AuditError(f"backend.kv_cache_space_gib must be a positive number of GiB or null, "
+                         f"got {kv_cache_space_gib}")
     if vllm_distribution() is None:
         raise AuditError(f"backend=vllm needs vLLM, which is not installed: {INSTALL_HINT}")
 
@@ -147,7 +149,8 @@ class VLLMBackend(Backend):
 
     @property
     def engine(self):
-        """The engine; on a CPU with the settings left null filled in for it once, at its start (`backends.vllm_cpu`)."""
+        """The engine; on a CPU with the settings left null filled in for it once, at its start
+        (`backends.vllm_cpu`)."""
         if not self.on_cpu:
             return load_engine(self.settings)
         if self._cpu_settings is None:
@@ -182,10 +185,12 @@ class VLLMBackend(Backend):
         token_ids = choice_token_ids(choices)
         params = SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=token_ids, detokenize=False)
         outputs = self._run(prefixes, [params] * len(prefixes))
-        logprobs = np.array([[out.outputs[0].logprobs[0][t].logprob for t in token_ids] for out in outputs], dtype=np.float64)
+        logprobs = np.array([[out.outputs[0].logprobs[0][t].logprob for t in token_ids] for out in outputs],
+                            dtype=np.float64)
         return pooled_softmax(logprobs.reshape(len(prefixes), len(token_ids)), token_ids, choices)
 
-    def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    def depth_choice_probs(self, requests: Sequence[DepthRequest],
+                           choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Every cut of every trace as its own prompt in one engine call; the prefix cache serves shared prefixes."""
         return split_by_request(self.choice_probs(depth_sequences(requests), choices), requests)
 

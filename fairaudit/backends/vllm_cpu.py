@@ -75,7 +75,8 @@ def check_memory(settings: Mapping, free: float) -> None:
                          "memory) or free memory")
     per_token, length = kv_bytes_per_token(settings["model"], settings["dtype"]), settings.get("max_model_len")
     if per_token and length and per_token * length > settings["kv_cache_memory_bytes"]:
-        raise AuditError(f"backend.kv_cache_space_gib={kv:.3g} holds {settings['kv_cache_memory_bytes'] // per_token:,} "
+        raise AuditError(f"backend.kv_cache_space_gib={kv:.3g} holds "
+                         f"{settings['kv_cache_memory_bytes'] // per_token:,} "
                          f"tokens, fewer than one backend.max_model_len={length:,} sequence: raise it to at least "
                          f"{per_token * length / 2**30:.3g} or lower backend.max_model_len")
 

@@ -4,8 +4,9 @@ Each data set lists the files its loader reads, where each comes from and how it
 (credit's .xls to CSV; hub MCQ parquet to the loader's lettered JSONL). Source hosts can be
 redirected, e.g. to a mirror: FAIRAUDIT_UCI_URL, FAIRAUDIT_PROPUBLICA_URL and HF_ENDPOINT.
 A file with a published checksum (files.CHECKSUMS) must match it. Where there is none, or it
-is of a different rendering of the source (MMLU: a subset; credit: a spreadsheet export), fetch records the file's sha256 and source in the data root's
-FETCHED.json manifest, which the loaders and `data check` then hold the file to.
+is of a different rendering of the source (MMLU: a subset; credit: a spreadsheet export), fetch
+records the file's sha256 and source in the data root's FETCHED.json manifest, which the loaders
+and `data check` then hold the file to.
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def download(item: Download) -> bytes:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.read()
     except urllib.error.HTTPError as err:
-        hint = " (a gated data set: accept its terms on the hub and set HF_TOKEN)" if item.token and err.code in (401, 403) else ""
+        hint = (" (a gated data set: accept its terms on the hub and set HF_TOKEN)"
+                if item.token and err.code in (401, 403) else "")
         raise FetchError(f"{item.url()}: HTTP {err.code} {err.reason}{hint}") from None
     except (urllib.error.URLError, OSError) as err:
         raise FetchError(f"{item.url()}: {getattr(err, 'reason', err)}", offline=True) from None
@@ -224,7 +226,8 @@ def check_command(names: list[str], root: Path, named: bool = True) -> int:
 
 def parser() -> argparse.ArgumentParser:
     """The command line of `fairaudit data` (also read by tab completion)."""
-    parser = argparse.ArgumentParser(prog="fairaudit data", description="Get and verify the data sets the loaders read.")
+    parser = argparse.ArgumentParser(prog="fairaudit data",
+                                     description="Get and verify the data sets the loaders read.")
     parser.add_argument("action", choices=["fetch", "check"])
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"data sets (default: all): {', '.join(DATASETS)}")
     parser.add_argument("--root", help="data root (default: $FAIRAUDIT_DATA, else ~/.cache/fairaudit/data)")

@@ -22,7 +22,8 @@ CHECKSUMS = {
 SOURCES = {
     "adult": "UCI ML Repository, Adult (doi:10.24432/C5XW20)",
     "compas": "ProPublica compas-analysis repository (compas-scores-two-years.csv)",
-    "credit": "UCI ML Repository, Default of Credit Card Clients (doi:10.24432/C55S3H), header renamed to the UCI variable names",
+    "credit": "UCI ML Repository, Default of Credit Card Clients (doi:10.24432/C55S3H), "
+              "header renamed to the UCI variable names",
     "mmlu": "Hendrycks et al. 2021 MMLU test split, JSONL with question/options/answer",
     "openbookqa": "Mihaylov et al. 2018 OpenBookQA test split, JSONL with question/options/answer",
     "arc": "Clark et al. 2018 ARC-Challenge test split (hub allenai/ai2_arc), JSONL with question/options/answer",
@@ -61,13 +62,15 @@ def accepted_checksums(root: Path, relative: str) -> set[str]:
 
 
 def verified_file(root: Path, relative: str) -> Path:
-    """Path of a raw data file after checking it exists and matches its published (or, fetched, its recorded) checksum."""
+    """Path of a raw data file after checking it exists and matches its published (or, fetched, its recorded)
+    checksum."""
     path = root / relative
     name = relative.split("/")[0]
     accepted = accepted_checksums(root, relative)
     where = SOURCES.get(name, "its canonical source")
     if not path.is_file():
-        get = f"get it with `fairaudit data fetch {name} --root {root}` (from {where}), or" if name in SOURCES else "relative paths are read under data.root:"
+        get = (f"get it with `fairaudit data fetch {name} --root {root}` (from {where}), or" if name in SOURCES
+               else "relative paths are read under data.root:")
         raise AuditError(f"data file {path} is missing; {get} point data.root or FAIRAUDIT_DATA at a copy")
     if accepted and path not in _verified:
         actual = sha256_of(path)

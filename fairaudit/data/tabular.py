@@ -165,7 +165,8 @@ class CounterfactualTabular:
         values = set(rows[self.attribute].unique())
         missing = {self.alpha, self.alpha_prime} - values
         if missing:
-            raise AuditError(f"dataset {self.name!r}: {self.attribute} has no value(s) {sorted(missing)}; values: {sorted(values)}")
+            raise AuditError(f"dataset {self.name!r}: {self.attribute} has no value(s) {sorted(missing)}; "
+                             f"values: {sorted(values)}")
 
     def sample(self) -> pd.DataFrame:
         """The `n` source rows drawn with `seed`, keeping their row index as the record id."""

@@ -54,7 +54,8 @@ class BiasTransitionProbe(PairedProbe):
         m, records = result.metrics, result.records["records"]
         t, b = arm_names(records)
         alpha, alpha_prime = sides(records)
-        found = (f"{b} -> {t} on {pairs_phrase(records, m['n_pairs'])}: the Yes rate moved {_signed(m['dp_yes_alpha'])} "
+        found = (f"{b} -> {t} on {pairs_phrase(records, m['n_pairs'])}: "
+                 f"the Yes rate moved {_signed(m['dp_yes_alpha'])} "
                  f"for {alpha} and {_signed(m['dp_yes_alpha_prime'])} for {alpha_prime}; the two sides' transition "
                  f"probabilities differ by at most {num(m['delta_t_max_abs'])}; {t} created {num(m['c_actual'])} flips "
                  f"(independent sides would give {num(m['c_ind'])}) and resolved {num(m['b_actual'])} "

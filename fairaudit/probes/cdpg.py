@@ -55,7 +55,8 @@ class CDPGProbe(PairedProbe):
                  seed: int = 0, identity_atol: float = 1e-4, k_sensitivity_subsample: int | None = None):
         super().__init__(baseline_arm)
         check_fields("probe", {"K": K, "k_list": list(k_list), "n_boot": n_boot, "seed": seed,
-                               "identity_atol": identity_atol, "k_sensitivity_subsample": k_sensitivity_subsample}, SETTINGS)
+                               "identity_atol": identity_atol, "k_sensitivity_subsample": k_sensitivity_subsample},
+                     SETTINGS)
         self.K, self.k_list = K, tuple(k_list)
         self.n_boot, self.seed, self.identity_atol = n_boot, seed, identity_atol
         self.k_sensitivity_subsample = k_sensitivity_subsample
@@ -95,17 +96,20 @@ class CDPGProbe(PairedProbe):
         found = (f"CDPG on {pairs_phrase(records, m['cdpg_n_pairs'])}: |P(Yes | {alpha}) - P(Yes | {alpha_prime})| "
                  f"re-read after each of K={self.K} equal segments of the {t} trace; the slope of its mean against "
                  f"depth (0 to 1, 95% bootstrap), by cell: {'; '.join(slopes) or 'no pair counts'}"
-                 + (f"; cell{'s' if len(empty) > 1 else ''} {', '.join(empty)} empty" if empty and slopes else "") + ".")
+                 + (f"; cell{'s' if len(empty) > 1 else ''} {', '.join(empty)} empty" if empty and slopes else "")
+                 + ".")
         depth = [WARNING + line for line in depth_warnings(result.records["depth_records"])]
         return [found, gap_sentence(m, records, t, b) + ".", *warnings_of(records, t, b), *depth]
 
     def depth_records(self, ctx: AuditContext, records: pd.DataFrame) -> pd.DataFrame:
-        """P(Yes) after every cut of every treatment trace. # -> pair_id, side, arm, K, k, cut, p_yes_k, model, dataset"""
+        """P(Yes) after every cut of every treatment trace."""
+        # -> pair_id, side, arm, K, k, cut, p_yes_k, model, dataset
         rows = records[records["arm"] == ctx.arm.name].reset_index(drop=True)
         parts = answer_parts_all(ctx, list(rows["prompt"]), list(rows["trace"]), ctx.arm)
         Ks = sorted({self.K, *self.k_list})
         cuts = [{K: segment_cuts(len(part.trace_ids), K) for K in Ks} for part in parts]
-        requests = [replace(part, cuts=tuple(sorted({c for K in Ks for c in by_k[K]}))) for part, by_k in zip(parts, cuts)]
+        requests = [replace(part, cuts=tuple(sorted({c for K in Ks for c in by_k[K]})))
+                    for part, by_k in zip(parts, cuts)]
         probs = ctx.client.depth_choice_probs(requests, answer_choices(ctx), label=f"depth {ctx.arm.name}")
         out = []
         for record, request, by_k, p in zip(rows.itertuples(), requests, cuts, probs):

@@ -1,4 +1,5 @@
-"""Probe `counterfactual`: contingency cells and McNemar of a thinking arm against its baseline (paper 000 §3.1-3.2)."""
+"""Probe `counterfactual`: contingency cells and McNemar of a thinking arm against its baseline (paper 000
+§3.1-3.2)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from fairaudit.probes.decisions import (
 )
 
 HEADLINE = ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "d_cf_{t}", "d_cf_{b}",
-            "delta_d_cf", "p_gap_{t}", "p_gap_{b}", "delta_p_gap", "delta_d_group", "d_disp_c_{t}", "asym_c", "parse_rate_{t}", "parse_rate_{b}",
-            "compliance_rate_{b}", "n_dropped_truncated_{t}", "n_dropped_truncated_{b}", "n_dropped_noncompliant_{b}"]
+            "delta_d_cf", "p_gap_{t}", "p_gap_{b}", "delta_p_gap", "delta_d_group", "d_disp_c_{t}", "asym_c",
+            "parse_rate_{t}", "parse_rate_{b}", "compliance_rate_{b}", "n_dropped_truncated_{t}",
+            "n_dropped_truncated_{b}", "n_dropped_noncompliant_{b}"]
 TRUNCATION = ["n_pairs_truncated", "cell_c_truncated", "n_pairs_complete", "mcnemar_log10_p_complete",
               "delta_d_cf_complete"]  # the headline again over the pairs whose every trace completed
 
@@ -46,8 +48,10 @@ class CounterfactualProbe(PairedProbe):
         metrics["truncated_rate_" + t] = float(records.loc[records["arm"] == t, "truncated"].mean())
         return ProbeResult(
             metrics=metrics,
-            tables={"contingency": contingency_table(metrics, t, b), "cell_disparity": cell_disparity_table(metrics, t, b)},
-            figures={"disparity_shift": disparity_shift_figure(metrics, arms=(t, b))},  # app titles it with model, dataset, arms
+            tables={"contingency": contingency_table(metrics, t, b),
+                    "cell_disparity": cell_disparity_table(metrics, t, b)},
+            # the app titles it with model, dataset and arms
+            figures={"disparity_shift": disparity_shift_figure(metrics, arms=(t, b))},
             records={"records": records},
             headline=headline(t, b),
         )

@@ -37,11 +37,12 @@ from fairaudit.prompts.yesno import Arm
 from fairaudit.stats import PARTIAL_METHODS
 from fairaudit.validate import boolean, check_fields, integer, list_of, number, one_of, optional, text
 
-HEADLINE = ["n_questions_complete", "extraction_rate", "fallback_rate", "answered_rate", "accuracy", "pbs", "pbs_q1", "pbs_q2",
-            "pbs_q3", "pbs_q4", "partial_rho_length_pbs", "partial_rho_length_pbs_p", "partial_rho_length_pbs_pearson",
-            "partial_rho_length_pbs_spearman", "ccp", "eff_sw", "length_chars", "preferred_position",
-            "truncated_rate", "trunc_n_questions", "trunc_n", "trunc_change_rate", "trunc_directional_shift", "trunc_change_rate_before_ccp",
-            "trunc_change_rate_after_ccp", "trunc_ccp_chi2_p", "trunc_ccp_perm_p", "trunc_ccp_perm_n_questions"]
+HEADLINE = ["n_questions_complete", "extraction_rate", "fallback_rate", "answered_rate", "accuracy", "pbs", "pbs_q1",
+            "pbs_q2", "pbs_q3", "pbs_q4", "partial_rho_length_pbs", "partial_rho_length_pbs_p",
+            "partial_rho_length_pbs_pearson", "partial_rho_length_pbs_spearman", "ccp", "eff_sw", "length_chars",
+            "preferred_position", "truncated_rate", "trunc_n_questions", "trunc_n", "trunc_change_rate",
+            "trunc_directional_shift", "trunc_change_rate_before_ccp", "trunc_change_rate_after_ccp",
+            "trunc_ccp_chi2_p", "trunc_ccp_perm_p", "trunc_ccp_perm_n_questions"]
 
 
 SETTINGS = {  # probe.* keys this probe checks; the budget's upper bound (model.max_context) is the arm's check
@@ -125,7 +126,8 @@ class PositionProbe(Probe):
     def render(self, ctx: AuditContext, variants: pd.DataFrame) -> list[str]:
         """The full prompt text of every variant under the grid's arm. variants: question, options_text"""
         return [render_mcq_prompt(ctx.tokenizer, ctx.arm, q, o, ctx.model.thinking, ctx.model.template_kwargs,
-                                  self.think_instruction) for q, o in zip(variants["question"], variants["options_text"])]
+                                  self.think_instruction)
+                for q, o in zip(variants["question"], variants["options_text"])]
 
     def run(self, ctx: AuditContext) -> ProbeResult:
         arm = ctx.arm.name
@@ -157,15 +159,17 @@ class PositionProbe(Probe):
         preferred = m.get("preferred_position", math.nan)
         found = (f"{arm} on {records['question_id'].nunique()} {records['dataset'].iloc[0]} questions x 4 cyclic "
                  f"permutations: position bias PBS = {num(m['pbs'])} over {num(m['n_questions_complete'])} questions "
-                 f"answered in every permutation (0: the answer follows the content; {num(math.sqrt(0.75))}: always the "
-                 f"same position); answers found in {num(m['answered_rate'])} of outputs, accuracy {num(m['accuracy'])}"
+                 f"answered in every permutation (0: the answer follows the content; {num(math.sqrt(0.75))}: "
+                 f"always the same position); answers found in {num(m['answered_rate'])} of outputs, "
+                 f"accuracy {num(m['accuracy'])}"
                  + (f", most often at position {LETTERS[int(preferred)]}" if preferred == preferred else "") + ".")
         lines = [found, f"PBS by output length quartile (short to long): "
                         f"{', '.join(num(m[f'pbs_q{q}']) for q in range(1, 5))}."]
         if "trunc_change_rate" in m:
-            lines.append(f"truncation: {num(m['trunc_n'])} continuations resampled from CCP + offset changed the answer "
-                         f"in {num(m['trunc_change_rate'])} of cases ({num(m['trunc_change_rate_before_ccp'])} before "
-                         f"the CCP, {num(m['trunc_change_rate_after_ccp'])} after).")
+            lines.append(f"truncation: {num(m['trunc_n'])} continuations resampled from CCP + offset changed the "
+                         f"answer in {num(m['trunc_change_rate'])} of cases "
+                         f"({num(m['trunc_change_rate_before_ccp'])} before the CCP, "
+                         f"{num(m['trunc_change_rate_after_ccp'])} after).")
         return lines + [WARNING + line for line in mcq_warnings(records)]
 
     def answer(self, ctx: AuditContext, variants: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, ...]]]:

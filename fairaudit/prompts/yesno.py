@@ -72,7 +72,8 @@ class Output:
     closed: bool  # the think block was closed (always True for arms that do not think)
 
 
-def render_prompt(tokenizer, user_message: str, arm: Arm, thinking: Thinking, template_kwargs: dict | None = None) -> str:
+def render_prompt(tokenizer, user_message: str, arm: Arm, thinking: Thinking,
+                  template_kwargs: dict | None = None) -> str:
     """The full prompt text the model continues, pre-fill included."""
     content = user_message
     if arm.think and thinking.style == "prompted" and thinking.instruction:

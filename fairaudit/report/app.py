@@ -70,7 +70,8 @@ def log(client, report: Report, selection: Selection, out_dir: Path, files: list
 def run_note(report: Report) -> str:
     """The main table as the report run's description in the MLflow UI (report.md holds everything)."""
     main = report.section(report.main)
-    note = f"**{main.title}**\n\n{main.note}\n\n{render.markdown(main.shown)}\n\nAll tables: report.md in the artifacts."
+    note = (f"**{main.title}**\n\n{main.note}\n\n{render.markdown(main.shown)}\n\n"
+            "All tables: report.md in the artifacts.")
     if len(note) > MAX_TAG:
         return f"**{main.title}**: too large for a description; see report.md in the artifacts."
     return note

@@ -28,7 +28,7 @@ class Selection:
     experiment_ids: list[str]
     parent: str | None = None
     left_out: pd.DataFrame = field(default_factory=pd.DataFrame)  # matching runs dropped: status, KILLED, superseded
-    parents: list[str] = field(default_factory=list)  # every sweep selected (a study: one per probe); parent is the newest
+    parents: list[str] = field(default_factory=list)  # each sweep selected (a study: one per probe); parent: the newest
 
 
 def _quote(value: Any) -> str:
@@ -144,8 +144,9 @@ def select_runs(client, select) -> Selection:
     keep = frame["status"] == select.status if select.status else pd.Series(True, index=frame.index)
     keep &= (frame["status"] != "KILLED") & frame["superseded_by"].isna()  # a later run of the same job replaced them
     if not keep.any():
-        raise AuditError(f"{len(frame)} job runs match {filter_str!r} but none has status {select.status or 'other than KILLED'} "
-                         "without being superseded by a later run of the same job")
+        raise AuditError(f"{len(frame)} job runs match {filter_str!r} but none has status "
+                         f"{select.status or 'other than KILLED'} without being superseded by a later run of the "
+                         "same job")
     kept, dropped = frame[keep].reset_index(drop=True), frame[~keep].reset_index(drop=True)
     return Selection(kept, filter_str, exp_ids, parents[0] if parents else None, dropped, parents)
 

@@ -37,7 +37,8 @@ def llamacpp_backend():
 
 def audit_records(backend, audit, store_path):
     spec, dataset, arms = audit
-    ctx = AuditContext(CachingClient(backend, Store(store_path), chunk_size=8), backend.tokenizer, spec, dataset, arms[0])
+    ctx = AuditContext(CachingClient(backend, Store(store_path), chunk_size=8), backend.tokenizer, spec, dataset,
+                       arms[0])
     return ctx, {arm.name: decide(ctx, dataset.pairs(), arm) for arm in arms}
 
 
@@ -56,8 +57,8 @@ def first_split(hf_backend, request, a, b) -> tuple[int, str, str, float]:
     with torch.inference_mode():
         logits = hf_backend.model(torch.tensor([request.prompt_ids + a.token_ids[:j]])).logits[0, -1].double()
     logp = torch.log_softmax(logits, -1)
-    picks = [float(logp[c.token_ids[j]]) if j < len(c.token_ids) else float(torch.logsumexp(logp[sorted(hf_backend.stop_ids)], 0))
-             for c in (a, b)]
+    picks = [float(logp[c.token_ids[j]]) if j < len(c.token_ids)
+             else float(torch.logsumexp(logp[sorted(hf_backend.stop_ids)], 0)) for c in (a, b)]
     name = lambda c: repr(hf_backend.tokenizer.decode(c.token_ids[j:j + 1])) if j < len(c.token_ids) else "<stop>"  # noqa: E731
     return j, name(a), name(b), picks[0] - picks[1]
 
@@ -75,13 +76,16 @@ def test_the_default_audit_agrees_with_hf(both, default_audit):
             else:
                 splits.append((arm.name, *first_split(hf_ctx.client.backend, request, a, b)))
         differences += list(np.abs(lc["p_yes"].to_numpy() - hf["p_yes"].to_numpy()))
-        parts = [answer_parts(hf_ctx, p, t, arm) for p, t in zip(hf["prompt"], hf["trace"])]  # hf's exact answer prefixes
-        p_yes = lc_ctx.client.choice_probs([x.prompt_ids + x.trace_ids + x.suffix_ids for x in parts], answer_choices(lc_ctx))
+        # hf's exact answer prefixes
+        parts = [answer_parts(hf_ctx, p, t, arm) for p, t in zip(hf["prompt"], hf["trace"])]
+        p_yes = lc_ctx.client.choice_probs([x.prompt_ids + x.trace_ids + x.suffix_ids for x in parts],
+                                           answer_choices(lc_ctx))
         on_hf_prefixes += list(np.abs(p_yes[:, 0] - hf["p_yes"].to_numpy()))
-    print(f"\n{identical} of 80 greedy generations token-identical; near-ties that split them (arm, new-token position, "
-          f"hf's pick / llama.cpp's, hf's log-prob margin between them): "
+    print(f"\n{identical} of 80 greedy generations token-identical; near-ties that split them "
+          f"(arm, new-token position, hf's pick / llama.cpp's, hf's log-prob margin between them): "
           f"{[(arm, j, f'{x} / {y}', round(gap, 4)) for arm, j, x, y, gap in splits]}")
-    print(f"|P(Yes) llamacpp - hf| over the 80 records: mean {np.mean(differences):.4f}, max {np.max(differences):.4f}; "
+    print(f"|P(Yes) llamacpp - hf| over the 80 records: mean {np.mean(differences):.4f}, "
+          f"max {np.max(differences):.4f}; "
           f"on hf's exact answer prefixes: mean {np.mean(on_hf_prefixes):.4f}, max {np.max(on_hf_prefixes):.4f}")
     assert len(differences) == 80 and identical >= IDENTICAL_SHARE * 80
     assert np.mean(differences) <= MEAN_P_YES and np.mean(on_hf_prefixes) <= MEAN_P_YES
@@ -104,7 +108,8 @@ def test_depth_reads_from_the_reused_cache_equal_cold_re_feeds_and_feed_each_tra
         assert probs.shape == (DEPTH_K, 2)
         for cut, row in zip(request.cuts, probs):
             engine.clear()
-            cold = llamacpp_backend.choice_probs([request.prompt_ids + request.trace_ids[:cut] + request.suffix_ids], choices)[0]
+            cold = llamacpp_backend.choice_probs([request.prompt_ids + request.trace_ids[:cut] + request.suffix_ids],
+                                                 choices)[0]
             worst = max(worst, float(np.abs(row - cold).max()))
     print(f"\nlargest |depth read - cold re-feed| over {DEPTH_TRACES * DEPTH_K} reads: {worst:.2e}; tokens fed: {fed}")
     assert worst <= DEPTH_ATOL
@@ -129,16 +134,19 @@ def test_a_role_visibility_graph_cannot_keep_full_sequence_positions_in_llama_cp
 
 def test_reads_stay_exact_when_sequences_are_evicted_and_the_cache_fills():
     """A token landing in a freed cell ahead of its context moved a logit by up to 0.46 (flash attention sums cells in
-    cache order): an evicted sequence's cells stay (graveyard), and a call that would not fit empties the cache first."""
+    cache order): an evicted sequence's cells stay (graveyard), and a call that would not fit empties the cache
+    first."""
     backend = LlamaCppBackend(resolve_gguf_dir("embedded:smollm2"), n_ctx=512, n_seq_max=3, n_threads=1)
     engine, text = backend.engine, backend.tokenizer.encode
-    long, short = text("The quick brown fox jumps over the lazy dog. " * 30)[:300], text("Is the income above fifty thousand? " * 8)[:100]
+    long = text("The quick brown fox jumps over the lazy dog. " * 30)[:300]
+    short = text("Is the income above fifty thousand? " * 8)[:100]
     extended = short + text(" The answer is")
     engine.feed([long])
     engine.feed([short])
     _, (evicting,) = engine.feed([extended])  # the long sequence's id is freed; its 300 cells are not
     assert len(engine.residents) == 2 and engine.used == 300 + len(extended)
-    _, (filling,) = engine.feed([long + extended])  # 360 new tokens beside the 360 cells in use: more than 512, so emptied first
+    # 360 new tokens beside the 360 cells in use: more than 512, so emptied first
+    _, (filling,) = engine.feed([long + extended])
     assert engine.used == len(long + extended)
     engine.clear()
     _, (cold,) = engine.feed([extended])

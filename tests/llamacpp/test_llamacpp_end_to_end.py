@@ -18,7 +18,8 @@ ENV = {"OMP_NUM_THREADS": "1"}
 def job_runs(uri: str):
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("fairaudit")
-    return client.search_runs([experiment.experiment_id], "tags.`fairaudit.kind` = 'job'", order_by=["attributes.start_time"])
+    return client.search_runs([experiment.experiment_id], "tags.`fairaudit.kind` = 'job'",
+                              order_by=["attributes.start_time"])
 
 
 def metric_names(tmp_path, backend: str, *overrides: str) -> list[set[str]]:
@@ -62,8 +63,9 @@ def test_the_influence_probe_is_one_line_before_anything_loads(tmp_path):
     result = run_app(tmp_path, "backend=llamacpp", "probe=influence", "dataset=mmlu", env=ENV)
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: probe 'influence' needs a backend that can score a fixed "
-                                                   "target's likelihood (target_nll) and apply a role-visibility"), lines
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: probe 'influence' needs a backend that can score a fixed "
+        "target's likelihood (target_nll) and apply a role-visibility"), lines
     assert "backend=llamacpp cannot" in lines[0] and "Backends that can: backend=hf" in lines[0]
     assert LOADING not in result.stderr and not (tmp_path / "mlflow.db").exists()
 
@@ -73,5 +75,5 @@ def test_a_q4km_model_whose_gguf_cannot_be_fetched_is_one_line(tmp_path):
     result = run_app(tmp_path, "model=r1_distill_qwen_7b_q4km", "probe=position", "dataset=mmlu", "arm=reason",
                      env={**ENV, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
     assert result.returncode == 2, result.stderr
-    assert ("error: cannot get 'DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf' from 'bartowski/DeepSeek-R1-Distill-Qwen-7B-GGUF'"
-            in result.stderr)
+    assert ("error: cannot get 'DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf' "
+            "from 'bartowski/DeepSeek-R1-Distill-Qwen-7B-GGUF'" in result.stderr)

@@ -85,7 +85,8 @@ def test_choice_reads_equal_hf_on_the_same_prefixes(replicas):
     tok = local.tokenizer
     texts = ["Is the sky blue? Answer Yes or No.", "Is 7 even? Answer with one word."]
     prefixes = [tok.encode(tok.apply_chat_template([{"role": "user", "content": t}], tokenize=False,
-                                                   add_generation_prompt=True) + "The answer is", add_special_tokens=False)
+                                                   add_generation_prompt=True) + "The answer is",
+                           add_special_tokens=False)
                 for t in texts]
     choices = choice_token_ids(tok)
     np.testing.assert_allclose(served.choice_probs(prefixes, choices), local.choice_probs(prefixes, choices),

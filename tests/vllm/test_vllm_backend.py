@@ -29,8 +29,9 @@ DEPTH_TRACES, DEPTH_K = 6, 5
 def vllm_backend(default_audit):
     from fairaudit.models import embedded_model_dir
 
+    # 32-token blocks: the prefix cache shares more of each read
     backend = VLLMBackend(embedded_model_dir(), "float32", batch_size=40, max_model_len=2048, enforce_eager=True,
-                          kv_cache_space_gib=1, block_size=32)  # 32-token blocks: the prefix cache shares more of each read
+                          kv_cache_space_gib=1, block_size=32)
     yield backend
     free_engine()
 
@@ -45,7 +46,8 @@ def hf_backend():
 def audit_records(backend, audit, store_path):
     """Records of both arms of the default audit, and the store-wrapped context that made them."""
     spec, dataset, arms = audit
-    ctx = AuditContext(CachingClient(backend, Store(store_path), chunk_size=80), backend.tokenizer, spec, dataset, arms[0])
+    ctx = AuditContext(CachingClient(backend, Store(store_path), chunk_size=80), backend.tokenizer, spec, dataset,
+                       arms[0])
     pairs = dataset.pairs()
     return ctx, {arm.name: decide(ctx, pairs, arm) for arm in arms}
 
@@ -130,7 +132,8 @@ def test_depth_reads_from_the_prefix_cache_equal_cold_re_feeds(both, vllm_backen
         assert probs.shape == (DEPTH_K, 2)
         for cut, row in zip(request.cuts, probs):
             vllm_backend.engine.reset_prefix_cache()
-            cold = vllm_backend.choice_probs([request.prompt_ids + request.trace_ids[:cut] + request.suffix_ids], choices)[0]
+            cold = vllm_backend.choice_probs([request.prompt_ids + request.trace_ids[:cut] + request.suffix_ids],
+                                             choices)[0]
             np.testing.assert_allclose(row, cold, atol=DEPTH_ATOL)
             worst = max(worst, float(np.abs(row - cold).max()))
     for ours, theirs in zip(depth, hf_backend.depth_choice_probs(requests, choices)):

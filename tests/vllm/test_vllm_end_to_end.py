@@ -54,15 +54,18 @@ def test_default_audit_logs_the_hf_metric_names_and_the_prefix_cache_hit_rate(fi
 
 
 def test_cdpg_sweep_over_three_datasets_has_a_parent_and_three_children_on_one_engine(first, workdir):
-    result = run_app(workdir, *VLLM, *SMALL, "probe=cdpg", "-m", "dataset=adult,compas,credit", env=ENV, timeout=TIMEOUT)
+    result = run_app(workdir, *VLLM, *SMALL, "probe=cdpg", "-m", "dataset=adult,compas,credit", env=ENV,
+                     timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.count(ENGINE_START) + result.stdout.count(ENGINE_START) == 1  # reused by every job
     uri = f"sqlite:///{workdir}/mlflow.db"
     (parent,) = runs(uri, "tags.`fairaudit.kind` = 'sweep'")
     children = runs(uri, f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
     assert sorted(c.data.tags["dataset"] for c in children) == ["adult", "compas", "credit"]
-    # every metric is in metrics.json (null where not finite, e.g. a slope of a cell with no pairs); MLflow holds the finite ones
-    logged = [json.loads(Path(MlflowClient(uri).download_artifacts(c.info.run_id, "metrics.json", str(workdir / c.info.run_id))).read_text())
+    # every metric is in metrics.json (null where not finite, e.g. a slope of a cell with no pairs); MLflow holds
+    # the finite ones
+    logged = [json.loads(Path(MlflowClient(uri).download_artifacts(c.info.run_id, "metrics.json",
+                                                                   str(workdir / c.info.run_id))).read_text())
               for c in children]
     names = [set(metrics) for metrics in logged]
     assert names[0] == names[1] == names[2] and {"cdpg_slope_c", "prefix_cache_hit_rate", "model_calls"} <= names[0]
@@ -96,7 +99,8 @@ def test_the_cpu_build_runs_with_its_defaults_alone(tmp_path):
 def test_an_engine_that_cannot_start_is_one_error_line_and_a_failed_run(tmp_path):
     """A KV cache too small for one sequence never reaches vLLM; one the engine itself refuses (vLLM's error above)
     ends the same way: one error line naming the setting, the run FAILED, nothing left RUNNING."""
-    small = run_app(tmp_path, "backend=vllm", "dataset.n=2", "backend.kv_cache_space_gib=0.001", env=ENV, timeout=TIMEOUT)
+    small = run_app(tmp_path, "backend=vllm", "dataset.n=2", "backend.kv_cache_space_gib=0.001", env=ENV,
+                    timeout=TIMEOUT)
     assert small.returncode == 2
     assert small.stderr.strip().splitlines()[-1].startswith("error: backend.kv_cache_space_gib=0.001 holds ")
     assert ENGINE_START not in small.stderr + small.stdout
@@ -106,5 +110,6 @@ def test_an_engine_that_cannot_start_is_one_error_line_and_a_failed_run(tmp_path
     refused = run_app(tmp_path, "backend=vllm", "dataset.n=2", "backend.block_size=48", env=ENV, timeout=TIMEOUT)
     assert refused.returncode == 2 and ENGINE_START in refused.stderr + refused.stdout
     (line,) = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
-    assert line.startswith("error: backend=vllm: the engine did not start (RuntimeError: ") and "backend.block_size=32" in line
+    assert line.startswith("error: backend=vllm: the engine did not start (RuntimeError: ")
+    assert "backend.block_size=32" in line
     assert [r.info.status for r in runs(f"sqlite:///{tmp_path}/mlflow.db")] == ["FAILED", "FAILED"]
