@@ -28,9 +28,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fairaudit.backends import DepthRequest, GenerationRequest  # noqa: E402
-from fairaudit.backends.hf import HFBackend  # noqa: E402
-from fairaudit.backends.packing import naive_depth_probs  # noqa: E402
+from fairaudit.backends import DepthRequest, GenerationRequest
+from fairaudit.backends.hf import HFBackend
+from fairaudit.backends.packing import naive_depth_probs
 
 QWEN3_8B = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
                 num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
@@ -121,7 +121,10 @@ def depth_reads(backend: HFBackend, sizes: dict, vocab: int, device: str) -> dic
     backend.model.float()  # the same weights in fp32 for the reference
     with Phase(device) as fp32_phase:
         reference = naive_depth_probs(backend.model, requests, choices, pad_id=backend.pad_id, batch_size=8)
-    gap = lambda rows: max(float(abs(a[:, 0] - b[:, 0]).max()) for a, b in zip(rows, reference))  # noqa: E731
+
+    def gap(rows):
+        return max(float(abs(a[:, 0] - b[:, 0]).max()) for a, b in zip(rows, reference))
+
     return {"traces": len(requests), "trace_tokens": n, "K": K, "packed_s": packed_phase.seconds,
             "naive_s": naive_phase.seconds, "packed_over_naive": packed_phase.seconds / naive_phase.seconds,
             "max_dp_packed_bf16_vs_fp32": gap(packed), "max_dp_naive_bf16_vs_fp32": gap(naive),
@@ -151,7 +154,7 @@ def main() -> int:
             model_folder(Path(folder), shape, device)
         backend = HFBackend(folder, dtype="bfloat16", device=device, batch_size=max(sizes["batches"]))
         with Phase(device) as load:
-            backend.model  # noqa: B018  (loads the weights, as the first model call does)
+            backend.model  # loads the weights, as the first model call does
         print(f"built in {build.seconds:.0f} s, loaded in {load.seconds:.0f} s ({load.peak_gib:.1f} GiB)", flush=True)
         figures = {"device": device, "shape": shape,
                    "generation": generation(backend, sizes, shape["vocab_size"], device)}

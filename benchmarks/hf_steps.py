@@ -29,16 +29,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fairaudit.backends import GenerationRequest  # noqa: E402
-from fairaudit.backends.hf import HFBackend  # noqa: E402
-from fairaudit.backends.tensors import left_pad, next_cache, positions_after_left_pad  # noqa: E402
-from fairaudit.client import CachingClient  # noqa: E402
-from fairaudit.data.tabular import CounterfactualTabular  # noqa: E402
-from fairaudit.models import tiny_qwen3_dir  # noqa: E402
-from fairaudit.probes import AuditContext, ModelSpec  # noqa: E402
-from fairaudit.probes.decisions import decide, encode, render_prompts  # noqa: E402
-from fairaudit.prompts.yesno import Arm, Thinking  # noqa: E402
-from fairaudit.store import Store  # noqa: E402
+from fairaudit.backends import GenerationRequest
+from fairaudit.backends.hf import HFBackend
+from fairaudit.backends.tensors import left_pad, next_cache, positions_after_left_pad
+from fairaudit.client import CachingClient
+from fairaudit.data.tabular import CounterfactualTabular
+from fairaudit.models import tiny_qwen3_dir
+from fairaudit.probes import AuditContext, ModelSpec
+from fairaudit.probes.decisions import decide, encode, render_prompts
+from fairaudit.prompts.yesno import Arm, Thinking
+from fairaudit.store import Store
 
 
 def plain(backend: HFBackend, requests: list[GenerationRequest]) -> None:

@@ -223,7 +223,7 @@ def test_server_down_mid_run_fails_cleanly_and_keeps_the_results(tmp_path, mlflo
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 2, err[-3000:]
     assert "Traceback" not in err
-    (line,) = [l for l in err.splitlines() if l.startswith("error:")]
+    (line,) = [e for e in err.splitlines() if e.startswith("error:")]
     assert f"tracking.uri {mlflow_server.uri} failed mid-run" in line
     assert model_results(store) == 8 * 2 * 2 * 2
 

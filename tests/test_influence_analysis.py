@@ -110,14 +110,18 @@ def test_influence_metrics_per_condition():
     assert m["canary_rate_masked"] == 0.5 and m["canary_rate_unmasked"] == 0.0
 
 
+def seed_share(total: int, seed: int) -> int:
+    """Seed `seed`'s part of `total` split over five seeds (the first total % 5 seeds take one more)."""
+    return total // 5 + (1 if seed < total % 5 else 0)
+
+
 def paper_runs():
     """Fifteen seed-checkpoint cells whose pooled counts are Table 3's (masked, Δ > 0.05)."""
     counts = {"ckpt1": (546, 2311, 54, 2348), "ckpt2": (886, 2273, 160, 2279), "ckpt3": (881, 2244, 157, 2279)}
     rows = []
     for checkpoint, (ka, na, kb, nb) in counts.items():
         for seed in range(5):
-            share = lambda total: total // 5 + (1 if seed < total % 5 else 0)  # noqa: E731
-            a_k, a_n, b_k, b_n = share(ka), share(na), share(kb), share(nb)
+            a_k, a_n, b_k, b_n = (seed_share(total, seed) for total in (ka, na, kb, nb))
             rows.append({"run_id": f"{checkpoint}-{seed}", "model": "m", "dataset": "mmlu", "probe": "influence",
                          "arm": "think", "checkpoint": checkpoint, "seed": str(seed),
                          "substantive_k_a_to_b_masked": a_k, "n_contrasts_a_to_b_masked": a_n,

@@ -19,7 +19,9 @@ def backend(request):
 
 
 def transcript(tok, private="I think it is four because two and two make four."):
-    enc = lambda s: tuple(tok.encode(s, add_special_tokens=False))  # noqa: E731
+    def enc(s):
+        return tuple(tok.encode(s, add_special_tokens=False))
+
     return (Block(enc("Question: what is 2 + 2? A. 3 B. 4")),
             Block(enc("<A_private>" + private + "</A_private>"), "A", "private"),
             Block(enc("<A_public>The answer is B.</A_public>"), "A", "public"),

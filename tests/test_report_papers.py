@@ -12,13 +12,17 @@ import pandas as pd
 import pytest
 from mlflow.entities import Metric, Param
 
+import test_report
 from fairaudit.analysis.contingency import contingency
 from fairaudit.analysis.position import pbs_wilcoxon, position
 from fairaudit.report import app
 from fairaudit.tracking import finite_metrics
 from test_cdpg_analysis import build_depth, build_records
 from test_paper000_tables import SPLIT, TABLE_2, TABLE_13_14, integer_moves, pair_records
-from test_report import Store, mlflow_db, report_cfg, store  # noqa: F401  (fixtures)
+from test_report import Store, report_cfg
+
+# test_report's fixtures, bound here for pytest: an experiment per test, one sqlite MLflow file per module
+mlflow_db, store = test_report.mlflow_db, test_report.store
 
 
 def log_job(store: Store, parent: str, frames: dict[str, pd.DataFrame], metrics: dict, **tags) -> str:

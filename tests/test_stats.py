@@ -65,7 +65,10 @@ def test_ratio_bootstrap_keeps_the_resamples_without_a_b_pair():
 
 def test_bootstrap_with_finite_replicates_is_numpys_quantile_either_way():
     values = np.random.default_rng(3).normal(size=40)
-    stat = lambda i: values[i].mean()  # noqa: E731
+
+    def stat(i):
+        return values[i].mean()
+
     assert bootstrap_ci(stat, 40, 500, 1) == bootstrap_ci(stat, 40, 500, 1, keep_infinite=True)
     rng = np.random.default_rng(1)
     replicates = [stat(rng.integers(0, 40, size=40)) for _ in range(500)]

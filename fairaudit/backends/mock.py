@@ -158,8 +158,10 @@ class MockBackend(Backend):
                 if len(band) == BAND_SIZE:
                     break
         self.band = np.array(band, dtype=np.int64)
-        # index size: the ids beyond the vocabulary
-        table = lambda ids: np.isin(np.arange(size + 1), sorted(ids))  # noqa: E731
+
+        def table(ids):  # a mask over token ids 0..size (index size: the ids beyond the vocabulary)
+            return np.isin(np.arange(size + 1), sorted(ids))
+
         self.in_band, self.alpha_mark, self.prime_mark = table(band), table(alpha - prime), table(prime - alpha)
         self.seeded = ~table(skipped | set(band))
         self.size = size

@@ -17,7 +17,8 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from fairaudit.console import WARNING  # noqa: F401  (verdict lines that flag a degenerate result start with it)
+# Kept only for probes/influence.py, which imports it from here: probes import WARNING from fairaudit.console.
+from fairaudit.console import WARNING  # noqa: F401
 from fairaudit.prompts.yesno import Arm, Thinking
 
 

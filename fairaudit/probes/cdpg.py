@@ -11,9 +11,10 @@ from fairaudit.analysis.cdpg_figures import cdpg_figures
 from fairaudit.analysis.contingency import CELLS
 from fairaudit.analysis.degenerate import depth_warnings
 from fairaudit.analysis.pairs import answer_accounting
+from fairaudit.console import WARNING
 from fairaudit.console import format_number as num
 from fairaudit.errors import AuditError
-from fairaudit.probes import WARNING, AuditContext, Needs, ProbeResult
+from fairaudit.probes import AuditContext, Needs, ProbeResult
 from fairaudit.probes.decisions import (
     RESAMPLING,
     PairedProbe,

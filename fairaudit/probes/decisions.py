@@ -9,8 +9,9 @@ from fairaudit.analysis.gap import p_gap
 from fairaudit.analysis.pairs import TEXT_COLUMNS
 from fairaudit.analysis.truncation import truncated_by_cell, with_complete
 from fairaudit.backends import DepthRequest, GenerationRequest
+from fairaudit.console import WARNING
 from fairaudit.console import format_number as num
-from fairaudit.probes import WARNING, AuditContext, Needs, Probe, Prompt, SampleView
+from fairaudit.probes import AuditContext, Needs, Probe, Prompt, SampleView
 from fairaudit.prompts.yesno import (
     Arm,
     choice_token_ids,

@@ -28,9 +28,10 @@ from fairaudit.analysis.position import (
 )
 from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
 from fairaudit.backends import GenerationRequest
+from fairaudit.console import WARNING
 from fairaudit.console import format_number as num
 from fairaudit.errors import AuditError
-from fairaudit.probes import WARNING, AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
+from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import encode
 from fairaudit.prompts.mcq import MCQ_ARMS, MENTION_CASES, final_answer, render_mcq_prompt
 from fairaudit.prompts.yesno import Arm

@@ -59,7 +59,10 @@ def first_split(hf_backend, request, a, b) -> tuple[int, str, str, float]:
     logp = torch.log_softmax(logits, -1)
     picks = [float(logp[c.token_ids[j]]) if j < len(c.token_ids)
              else float(torch.logsumexp(logp[sorted(hf_backend.stop_ids)], 0)) for c in (a, b)]
-    name = lambda c: repr(hf_backend.tokenizer.decode(c.token_ids[j:j + 1])) if j < len(c.token_ids) else "<stop>"  # noqa: E731
+
+    def name(c):
+        return repr(hf_backend.tokenizer.decode(c.token_ids[j:j + 1])) if j < len(c.token_ids) else "<stop>"
+
     return j, name(a), name(b), picks[0] - picks[1]
 
 

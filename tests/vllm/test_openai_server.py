@@ -16,17 +16,17 @@ import pytest
 
 pytest.importorskip("vllm", reason="the vLLM tests run in the .venv-vllm environment (make test-vllm)")
 
-from mlflow.tracking import MlflowClient  # noqa: E402
+from mlflow.tracking import MlflowClient
 
-from conftest import run_app  # noqa: E402
-from fairaudit.backends import GenerationRequest  # noqa: E402
-from fairaudit.backends.hf import HFBackend  # noqa: E402
-from fairaudit.backends.openai import OpenAIBackend  # noqa: E402
-from fairaudit.backends.vllm_server import free_port, start_server, stop_server, wait_ready  # noqa: E402
-from fairaudit.client import CachingClient  # noqa: E402
-from fairaudit.models import embedded_model_dir  # noqa: E402
-from fairaudit.prompts.yesno import choice_token_ids  # noqa: E402
-from fairaudit.store import Store  # noqa: E402
+from conftest import run_app
+from fairaudit.backends import GenerationRequest
+from fairaudit.backends.hf import HFBackend
+from fairaudit.backends.openai import OpenAIBackend
+from fairaudit.backends.vllm_server import free_port, start_server, stop_server, wait_ready
+from fairaudit.client import CachingClient
+from fairaudit.models import embedded_model_dir
+from fairaudit.prompts.yesno import choice_token_ids
+from fairaudit.store import Store
 
 P_YES_TOLERANCE = 2e-3  # fp32 CPU kernels of vLLM and transformers differ in summation order
 P_YES_SAME_ENGINE = 1e-4  # the server and the offline engine run the same vLLM kernels
