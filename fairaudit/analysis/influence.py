@@ -97,8 +97,7 @@ def _pooled_metrics(scored: pd.DataFrame, condition: str, thresholds: Sequence[f
 
 
 def _diagnostic_metrics(traces: pd.DataFrame, condition: str) -> dict[str, float]:
-    """§4 over valid traces: share with any raw / corrected 4-gram overlap (k of n), mean overlaps, canary
-    reproduction."""
+    """§4 on valid traces: share with a raw / corrected 4-gram overlap (k of n), mean overlaps, canary reproduction."""
     metrics = {}
     valid = traces[traces["valid"].astype(bool)]
     for kind in ("raw", "corrected"):

@@ -144,8 +144,7 @@ def table3(runs: pd.DataFrame, condition: str = "masked", rate: str = "substanti
 
 
 def table4(runs: pd.DataFrame, condition: str = "masked") -> pd.DataFrame:
-    """Table 4: graph-cut control per checkpoint (cell) and in total: evaluations, rate of Delta exactly 0, mean
-    Delta."""
+    """Table 4: graph-cut control per checkpoint (cell) and in total: evaluations, rate of Delta == 0, mean Delta."""
     axes, groups = _groups(runs)
     rows = []
     for key, group in [*groups, (("Total",) + ("",) * (len(axes) - 1) if axes else (), runs)]:

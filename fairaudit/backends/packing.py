@@ -100,8 +100,7 @@ def tree_mask(row: PackedRow) -> torch.Tensor:
 
 
 def pad_allowed(rows: Sequence, pad_id: int):
-    """Left-pad rows (ids, positions, allowed) into input_ids, position_ids (B, T), allowed (B, T, T) and each row's
-    offset."""
+    """Left-pad rows (ids, positions, allowed) into input_ids, position_ids (B, T), allowed (B, T, T) and offsets."""
     width = max(len(r.ids) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     positions = torch.zeros((len(rows), width), dtype=torch.long)

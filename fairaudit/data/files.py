@@ -62,8 +62,7 @@ def accepted_checksums(root: Path, relative: str) -> set[str]:
 
 
 def verified_file(root: Path, relative: str) -> Path:
-    """Path of a raw data file after checking it exists and matches its published (or, fetched, its recorded)
-    checksum."""
+    """Path of a raw data file, checked to exist and match its published (or, fetched, its recorded) checksum."""
     path = root / relative
     name = relative.split("/")[0]
     accepted = accepted_checksums(root, relative)
