@@ -19,7 +19,7 @@ from fairaudit import __version__, dry_run, interrupt
 from fairaudit.backends import WHAT, Backend, Capabilities, backends_with
 from fairaudit.client import CachingClient
 from fairaudit.console import console, print_error, print_result, print_verdict, summary_table
-from fairaudit.errors import AuditError, failure_line, input_error_line
+from fairaudit.errors import AuditError, audit_cause, failure_line, input_error_line
 from fairaudit.interrupt import Interrupted
 from fairaudit.mlflow_ui import where_lines
 from fairaudit.models import resolve_model_dir
@@ -40,12 +40,14 @@ PROBE_META = ("report",)  # keys of conf/probe/*.yaml that fairaudit reads itsel
 
 
 def build(node, **kwargs):
-    """hydra's instantiate, with an AuditError raised inside a constructor surfacing as itself (one line)."""
+    """hydra's instantiate, with an AuditError raised inside a constructor, or by the target's module as it
+    is imported (a probe class that lacks `needs`), surfacing as itself (one line)."""
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as error:
-        if isinstance(error.__cause__, AuditError):
-            raise error.__cause__ from None
+        cause = audit_cause(error)
+        if cause is not None:
+            raise cause from None
         raise
 
 

@@ -11,6 +11,7 @@ from fairaudit.analysis.truncation import truncated_by_cell, with_complete
 from fairaudit.backends import DepthRequest, GenerationRequest
 from fairaudit.console import format_number as num
 from fairaudit.probes import WARNING, AuditContext, Needs, Probe, Prompt, SampleView
+from fairaudit.probes.paired_samples import PAIRS
 from fairaudit.prompts.yesno import (Arm, choice_token_ids, complies_with_nothink, force_answer_suffix, parse_yes_no,
                                      render_prompt, split_output, think_prompt_prefix)
 from fairaudit.validate import MIN_BOOT, check_fields, integer
@@ -126,7 +127,7 @@ class PairedProbe(Probe):
     """Base of probes comparing the grid's arm (treatment) with the probe's `baseline_arm` on pairs."""
 
     needs = Needs("decision", ("scores",))  # every record carries P(Yes)
-    samples = SampleView("records", "pairs")
+    samples = SampleView("records", PAIRS)
 
     def __init__(self, baseline_arm: dict):
         self.baseline = Arm(**baseline_arm)

@@ -27,6 +27,7 @@ from fairaudit.console import format_number as num
 from fairaudit.data.mcq import format_options
 from fairaudit.probes import WARNING, AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import encode
+from fairaudit.probes.influence_samples import TRANSCRIPTS
 from fairaudit.prompts.yesno import Arm
 from fairaudit.validate import boolean, check_fields, integer, list_of, number, one_of, template_fields, text
 
@@ -110,7 +111,7 @@ class InfluenceProbe(Probe):
     """Counterfactual influence A->B and B->A per visibility graph, with graph-cut controls and diagnostics."""
 
     needs = Needs("mcq", ("target_nll", "attention_graphs"))  # transcripts are written and scored under 4D masks
-    samples = SampleView("traces", "transcripts")
+    samples = SampleView("traces", TRANSCRIPTS)
 
     def __init__(self, conditions=GRAPHS, system_prompt: str = "", tags: dict | None = None,
                  max_block_tokens: int = 24, length_match="exact", bridge: str = "", donor_seed: int = 0,
