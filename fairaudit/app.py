@@ -36,7 +36,7 @@ ANSWER_SOURCES = ("parsed", "forced")
 AXES = ("model", "dataset", "probe", "arm", "seed", "checkpoint")  # the grid's axes: tags, and short params
 AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",), "seed": ("dataset.seed",),
              "checkpoint": ("model.checkpoint", "model.checkpoint.label")}  # grid axis -> override keys that set it
-PROBE_META = ("report",)  # keys of conf/probe/*.yaml that fairaudit reads itself, not the probe's constructor
+PROBE_META = ("report",)  # keys of conf/probe/*.yaml that `fairaudit report` reads, not the probe's constructor
 
 
 def build(node, **kwargs):
@@ -68,6 +68,13 @@ def build_probe(node: DictConfig) -> Probe:
     """The probe from its config, without the keys fairaudit reads itself (`report:`); it checks its own settings."""
     settings = OmegaConf.to_container(node, resolve=True)
     return build({k: v for k, v in settings.items() if k not in PROBE_META}, _convert_="all")
+
+
+def job_settings(cfg: DictConfig) -> dict:
+    """The resolved config of a job, without the probe's `report:` node: what the job ran (its params, its key)."""
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    settings["probe"] = {k: v for k, v in settings["probe"].items() if k not in PROBE_META}
+    return settings
 
 
 def check_fit(probe: Probe, probe_name: str, arms: list[Arm], dataset, spec: ModelSpec) -> None:
@@ -201,8 +208,7 @@ def job_identity(cfg: DictConfig) -> dict[str, str]:
     """Tags naming the job: its key (resolved config and overrides) and, in a sweep, its number and overrides."""
     hydra_cfg = HydraConfig.get()
     overrides = list(hydra_cfg.overrides.task)
-    settings = OmegaConf.to_container(cfg, resolve=True)
-    key = {KEY_TAG: config_key("job", settings, overrides)}
+    key = {KEY_TAG: config_key("job", job_settings(cfg), overrides)}
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return key
     return {**key, "fairaudit.job_num": str(hydra_cfg.job.num), "fairaudit.job_overrides": " ".join(overrides)[:6000]}
@@ -222,7 +228,7 @@ def run(cfg: DictConfig) -> ProbeResult | None:
     tags = {**job_tags(cfg, dict(hydra_cfg.runtime.choices)), **job_identity(cfg)}
     run_name = job_run_name(tags, varied_keys(hydra_cfg))
     axes = {axis: tags[axis] for axis in AXES}  # short params, so Compare can plot against the grid's axes
-    run_id = tracker.start(run_name, tags, {**axes, **flatten(OmegaConf.to_container(cfg, resolve=True))}, parent)
+    run_id = tracker.start(run_name, tags, {**axes, **flatten(job_settings(cfg))}, parent)
     try:
         result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
         result.metrics.update(client.metrics())

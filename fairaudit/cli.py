@@ -18,7 +18,7 @@ fairaudit: audit reasoning language models for bias that appears, moves or grows
 
 usage:
   fairaudit [OVERRIDES...] [-m]       run an audit (Hydra): model=... dataset=... probe=... arm=...; -m sweeps
-                                      e.g. fairaudit model=qwen3 probe=cdpg -m dataset=adult,compas,credit
+                                      e.g. fairaudit model=qwen3 -m dataset=adult,compas,credit
   fairaudit dry_run=true [OVERRIDES]  print the prompts (and pairs) a run would send, without loading a model
   fairaudit list                      the models, datasets, probes, arms and studies (+experiment=NAME)
   fairaudit data fetch [NAMES...]     download the data sets into the data root and verify their checksums

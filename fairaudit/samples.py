@@ -28,22 +28,7 @@ SLICE = 500              # items whose records are read out of the frame at a ti
 PAGER_SPAN = 5           # page links shown either side of the current one
 TEXT_COLUMNS = ("prompt", "trace", "text")
 
-STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:1em;color:#222}
-h1{font-size:1.2em;margin:0 0 .5em}
-.filters{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #ccc;z-index:1}
-.filters label{margin-right:1em;cursor:pointer}
-nav{margin:.3em 0}nav a,nav b{margin-right:.5em}
-.item{border:1px solid #ccc;border-radius:6px;margin:.8em 0;padding:.5em}
-.item h2{font-size:1em;margin:0 0 .4em}
-.tag{display:inline-block;padding:0 .5em;border-radius:1em;background:#eef;margin-left:.5em}
-table{border-collapse:collapse;width:100%;table-layout:fixed}
-th,td{border:1px solid #ddd;padding:.3em;vertical-align:top;text-align:left}
-th{background:#f6f6f6}
-pre{white-space:pre-wrap;word-break:break-word;max-height:16em;overflow:auto;margin:.2em 0;background:#fafafa;font-size:12px}
-.yes{color:#0a6b0a;font-weight:bold}.no{color:#a01010;font-weight:bold}.none{color:#888}.cut{color:#a05000}
-details summary{cursor:pointer;color:#555}
-"""
+STYLE = (Path(__file__).parent / "samples.css").read_text()  # inlined into every page
 
 
 @dataclass(frozen=True)

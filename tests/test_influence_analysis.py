@@ -9,7 +9,7 @@ import pytest
 from fairaudit.analysis.influence import control_summary, influence, influence_rates, ngram_overlap
 from fairaudit.analysis.influence_study import table1, table2, table3, table4, table5
 from fairaudit.report.sections import Report
-from fairaudit.report.influence_tables import add_influence_tables, rate_with_ci
+from fairaudit.probes.influence_report import add_influence_tables, rate_with_ci
 from fairaudit.stats import wilson_interval
 
 # Table 3's printed counts and intervals: (k, n) -> "rate% [low, high]"
@@ -211,7 +211,7 @@ def test_table3_says_no_contrasts_flags_few_and_keeps_settings_apart():
     assert shown.loc[("Δ_NLL > 0", "complete"), "B-to-A rate (95% CI)"] == "n/a (no contrasts)"
     assert shown.loc[("Δ_NLL > 0", "exact"), "B-to-A rate (95% CI)"].endswith(" †")   # 8 contrasts < 10
     assert not shown.loc[("Δ_NLL > 0", "complete"), "A-to-B rate (95% CI)"].endswith("†")  # 12 contrasts
-    assert list(dict.fromkeys(section.shown["threshold"])) == ["Δ_NLL > 0", "Δ_NLL > 0.05"]  # report.influence.rate first
+    assert list(dict.fromkeys(section.shown["threshold"])) == ["Δ_NLL > 0", "Δ_NLL > 0.05"]  # probes.influence.rate first
     assert "Runs differ in length_match" in section.note and "probe.target=content" in section.note
 
 

@@ -47,7 +47,7 @@ def paper000_report(store, tmp_path):
     records, depth = build_records(), build_depth()
     log_job(store, parent, {"records": records, "depth_records": depth}, {"cdpg_n_pairs": 5},
             model="toy", dataset="adult", probe="cdpg")
-    cfg = report_cfg(store, tmp_path / "out", "cdpg.K=2", "cdpg.k_list=[2,4]")
+    cfg = report_cfg(store, tmp_path / "out", "probes.cdpg.K=2", "probes.cdpg.k_list=[2,4]")
     return app.run(cfg)
 
 
@@ -145,11 +145,11 @@ def test_position_report_settings_choose_the_method_and_are_checked(store, tmp_p
     records = mcq_records("r1_distill_qwen_7b", "reason", 0)
     log_job(store, parent, {"records": records}, position(records)["metrics"],
             model="r1_distill_qwen_7b", dataset="mmlu", probe="position", arm="reason")
-    result = app.run(report_cfg(store, tmp_path / "out", "position.partial_corr=spearman", "log_to_mlflow=false"))
+    result = app.run(report_cfg(store, tmp_path / "out", "probes.position.partial_corr=spearman", "log_to_mlflow=false"))
     table1 = pd.read_csv(result.out_dir / "p001_table1.csv")
     expected = position(records, partial_corr="spearman")["metrics"]["partial_rho_length_pbs_reason"]
     assert table1["mmlu_rho"].iloc[0] == pytest.approx(expected)
     assert "p001_table1_pearson" in {s.name for s in result.report.sections}
     from fairaudit.errors import AuditError
-    with pytest.raises(AuditError, match=r"report.position.zero_method='drop' must be one of \['wilcox', 'pratt', 'zsplit'\]"):
-        app.run(report_cfg(store, tmp_path / "out2", "position.zero_method=drop", "log_to_mlflow=false"))
+    with pytest.raises(AuditError, match=r"probes.position.zero_method='drop' must be one of \['wilcox', 'pratt', 'zsplit'\]"):
+        app.run(report_cfg(store, tmp_path / "out2", "probes.position.zero_method=drop", "log_to_mlflow=false"))

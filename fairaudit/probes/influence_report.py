@@ -1,4 +1,5 @@
-"""Paper 002's Tables 1-5, its diagnostics and Fig. 4 as report sections, from the influence runs of a selection."""
+"""Paper 002's Tables 1-5, its diagnostics and Fig. 4 as report sections, from the runs of the probes that
+list `paper002` (influence)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import pandas as pd
 
 from fairaudit.analysis import influence_study as tables
 from fairaudit.analysis.influence_figures import checkpoint_rates_figure, influence_rates_figure
-from fairaudit.report.sections import RecordsLoader, Report, Section
 from fairaudit.report.render import NA, p_from_log10
+from fairaudit.report.sections import RecordsLoader, Report, Section
+from fairaudit.report.selection import Settings, shared
+from fairaudit.validate import check_fields, one_of
 
 NO_CONTRASTS = "n/a (no contrasts)"
 FEW_MARK = " †"
 THRESHOLDS = {"influence": "> 0", "substantive": "> 0.05"}
 TARGETS = {"content": "the target's own tokens, delimiters excluded", "with_tags": "the target with its tags"}
+SETTINGS = {"condition": one_of("masked", "unmasked"), "rate": one_of(*THRESHOLDS)}
 
 
 def _pct(value: float) -> str:
@@ -49,13 +53,17 @@ def scoring_note(runs: pd.DataFrame) -> str:
             f"{tables.setting_values(runs, 'probe.length_match')}.{mixed}")
 
 
-def paper002(report: Report, runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> None:
-    """Paper 002's Tables 1-5 from the influence runs (registered by influence)."""
-    add_influence_tables(report, runs, cfg.influence.condition, cfg.influence.rate)
+def paper002(report: Report, runs: pd.DataFrame, load_records: RecordsLoader, settings: Settings) -> None:
+    """Paper 002's Tables 1-5 from the runs (settings: condition, the graph of Tables 2-5; rate, the threshold
+    Tables 3 and 5 lead with)."""
+    for probe, own in settings.items():
+        check_fields(f"probes.{probe}", own, SETTINGS)
+    chosen = shared(settings, ("condition", "rate"))
+    add_influence_tables(report, runs, chosen["condition"], chosen["rate"])
 
 
 def add_influence_tables(report: Report, runs: pd.DataFrame, condition: str = "masked", rate: str = "substantive") -> None:
-    """Tables 1-5 of paper 002, its diagnostics, the rates figure and Fig. 4, when the selection holds influence runs.
+    """Tables 1-5 of paper 002, its diagnostics, the rates figure and Fig. 4, when `runs` hold influence counts.
 
     condition: the graph of Tables 2-5 (the paper's are masked variants); rate: the threshold Tables 3 and 5
     lead with, influence (Δ > 0) or substantive (Δ > 0.05, Table 3's); Table 3 then shows the other one too.
