@@ -25,14 +25,13 @@ from fairaudit.mlflow_ui import where_lines
 from fairaudit.models import resolve_model_dir
 from fairaudit.numbers import snap_metrics
 from fairaudit.probes import AuditContext, ModelSpec, Probe, ProbeResult
-from fairaudit.prompts.yesno import P_YES_READINGS, Arm, Thinking
+from fairaudit.prompts.yesno import Arm, Thinking
 from fairaudit.registry import probe_classes
 from fairaudit.store import Store
 from fairaudit.sweeps import HEADLINE_TAG, swept_in
 from fairaudit.tracking import KEY_TAG, MAX_TAG, NOTE_TAG, Tracker, config_key, flatten, parent_run_id, tracking_failure
 from fairaudit.validate import validate
 
-ANSWER_SOURCES = ("parsed", "forced")
 AXES = ("model", "dataset", "probe", "arm", "seed", "checkpoint")  # the grid's axes: tags, and short params
 AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",), "seed": ("dataset.seed",),
              "checkpoint": ("model.checkpoint", "model.checkpoint.label")}  # grid axis -> override keys that set it
@@ -52,14 +51,8 @@ def build(node, **kwargs):
 
 
 def model_spec(model: DictConfig) -> ModelSpec:
-    """How the configured model thinks and answers."""
-    if model.answer_source not in ANSWER_SOURCES:
-        raise AuditError(f"model.answer_source {model.answer_source!r} is not one of {list(ANSWER_SOURCES)}")
+    """How the configured model thinks and answers (its values checked by `validate`)."""
     thinking = Thinking(**OmegaConf.to_container(model.thinking, resolve=True))
-    if thinking.style not in ("native", "prompted", "none"):
-        raise AuditError(f"model.thinking.style {thinking.style!r} is not one of ['native', 'prompted', 'none']")
-    if model.p_yes not in P_YES_READINGS:
-        raise AuditError(f"model.p_yes {model.p_yes!r} is not one of {list(P_YES_READINGS)}")
     return ModelSpec(name=model.name, thinking=thinking, template_kwargs=dict(model.template_kwargs),
                      answer_prefix=model.answer_prefix, answer_source=model.answer_source, p_yes=model.p_yes)
 

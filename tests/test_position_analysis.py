@@ -18,7 +18,7 @@ from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length
 from fairaudit.errors import AuditError
 from fairaudit.prompts.mcq import (
     ANSWER_PATTERNS, TRAJECTORY_PATTERNS, commitment_change_point, effective_switching, extract_answer,
-    mcq_messages, split_think, trajectory,
+    mcq_messages, trajectory,
 )
 from fairaudit.stats import cluster_permutation_test, partial_correlation
 
@@ -72,7 +72,7 @@ def test_cascade_order_last_match_and_no_match():
     assert extract_answer("The answer is E, or maybe a cat") is None
 
 
-# --- A.3 trajectory, CCP, switching; A.4 think split --------------------------------------------
+# --- A.3 trajectory, CCP, switching ---------------------------------------------------------
 
 @pytest.mark.parametrize("index, text, letter", [
     (0, "Option B is tempting", "B"),
@@ -141,11 +141,6 @@ def test_ccp_edge_cases():
     assert commitment_change_point(trajectory("Option B first.\nThe answer is (B)."), "C") == 1.0  # never settles
     assert math.isnan(commitment_change_point(all_final, None))
     assert math.isnan(commitment_change_point([], "B")) and math.isnan(effective_switching([]))
-
-
-def test_split_think():
-    assert split_think("<think>\nhmm B?\n</think>\nThe answer is (C).") == ("\nhmm B?\n", "\nThe answer is (C).")
-    assert split_think("The answer is (C).") == ("", "The answer is (C).")
 
 
 # --- PBS and the position() report ---------------------------------------------------------

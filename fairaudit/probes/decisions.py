@@ -14,7 +14,7 @@ from fairaudit.probes import WARNING, AuditContext, Needs, Probe, Prompt, Sample
 from fairaudit.probes.paired_samples import PAIRS
 from fairaudit.prompts.yesno import (Arm, choice_token_ids, complies_with_nothink, force_answer_suffix, parse_yes_no,
                                      render_prompt, split_output, think_prompt_prefix)
-from fairaudit.validate import MIN_BOOT, check_fields, integer
+from fairaudit.validate import MIN_BOOT, arm_rules, check_fields, integer
 
 RESAMPLING = {"n_boot": integer(MIN_BOOT), "seed": integer(0, 2**32 - 1)}  # the paired bootstrap's settings
 BLOCK = 4096  # rows generated and scored at a time
@@ -130,6 +130,7 @@ class PairedProbe(Probe):
     samples = SampleView("records", PAIRS)
 
     def __init__(self, baseline_arm: dict):
+        check_fields("probe.baseline_arm", baseline_arm, arm_rules())  # its budget's bound is validate's (any depth)
         self.baseline = Arm(**baseline_arm)
 
     def arms(self, arm: Arm) -> list[Arm]:
