@@ -28,11 +28,11 @@ from fairaudit.probes import AuditContext, ModelSpec, Probe, ProbeResult
 from fairaudit.prompts.yesno import Arm, Thinking
 from fairaudit.registry import probe_classes
 from fairaudit.store import Store
+from fairaudit.sweeps import AXIS_TAGS as AXES  # the grid's axes: tags, and short params
 from fairaudit.sweeps import HEADLINE_TAG, swept_in
 from fairaudit.tracking import KEY_TAG, MAX_TAG, NOTE_TAG, Tracker, config_key, flatten, parent_run_id, tracking_failure
 from fairaudit.validate import validate
 
-AXES = ("model", "dataset", "probe", "arm", "seed", "checkpoint")  # the grid's axes: tags, and short params
 AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",), "seed": ("dataset.seed",),
              "checkpoint": ("model.checkpoint", "model.checkpoint.label")}  # grid axis -> override keys that set it
 PROBE_META = ("report",)  # keys of conf/probe/*.yaml that `fairaudit report` reads, not the probe's constructor

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from fairaudit import CONF_DIR
+from fairaudit.overrides import MULTIRUN_FLAGS
 
 CONF = Path(CONF_DIR)
 
@@ -30,9 +31,6 @@ Hydra's own options work on audit runs: --cfg job (print the composed config), -
 --shell-completion install=bash (eval "$(fairaudit -sc install=bash)" completes subcommands, their options
 and overrides). Each run prints its verdict and metrics, then the mlflow ui command and the run's URL.
 """
-
-
-MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
 def hoist_multirun_flag(argv: list[str]) -> list[str]:

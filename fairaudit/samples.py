@@ -22,11 +22,12 @@ from typing import Callable, Iterator
 import numpy as np
 import pandas as pd
 
+from fairaudit.analysis.pairs import TEXT_COLUMNS  # the long texts of a record
+
 PAGE_BYTES = 2_000_000   # items per page, in bytes of HTML
 PAGE_ITEMS = 200         # and in items
 SLICE = 500              # items whose records are read out of the frame at a time
 PAGER_SPAN = 5           # page links shown either side of the current one
-TEXT_COLUMNS = ("prompt", "trace", "text")
 
 STYLE = (Path(__file__).parent / "samples.css").read_text()  # inlined into every page
 

@@ -27,9 +27,9 @@ import pandas as pd
 
 from fairaudit.data.files import data_root, verified_file
 from fairaudit.errors import AuditError
+from fairaudit.prompts.mcq import LETTERS
 
 N_OPTIONS = 4
-LETTERS = "ABCD"
 GPQA_INCORRECT = ("Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
 
 Item = tuple[str, list[str], int]  # question, options, gold index

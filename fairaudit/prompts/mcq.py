@@ -15,7 +15,7 @@ from jinja2.exceptions import TemplateError
 from fairaudit.errors import AuditError
 from fairaudit.prompts.yesno import Arm, Thinking, assistant_prefill
 
-LETTERS = "ABCD"
+LETTERS = "ABCD"  # option labels, i.e. positions: "A" is position 0
 
 # A.1, verbatim.
 SYSTEM_PROMPTS = {
