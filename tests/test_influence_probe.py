@@ -19,7 +19,8 @@ from fairaudit.data.mcq import MCQDataset
 from fairaudit.errors import AuditError
 from fairaudit.models import tiny_qwen3_dir
 from fairaudit.probes import AuditContext
-from fairaudit.probes.influence import A_PRIVATE, InfluenceProbe, Trace, visibility
+from fairaudit.probes.influence import InfluenceProbe
+from fairaudit.probes.influence_transcripts import A_PRIVATE, Trace, visibility
 from fairaudit.prompts.yesno import Arm
 from fairaudit.client import CachingClient
 from fairaudit.store import Store
@@ -82,38 +83,38 @@ def test_donors_have_exactly_the_same_length_are_not_identical_or_are_skipped_wi
     pool = [trace(0, 5), trace(1, 7), trace(2, 5, token=2), trace(3, 5, "unmasked", token=3), trace(4, 9),
             trace(5, 5), trace(6, 7)]
     probe = InfluenceProbe()
-    donor, reason = probe.donor(pool[0], A_PRIVATE, pool)
+    donor, reason = probe.donors.donor(pool[0], A_PRIVATE, pool)
     assert (donor.trace_id, reason) == (2, None)      # 5 is token-identical to 0, 3 is another graph's
-    assert probe.donor(pool[1], A_PRIVATE, pool) == (None, "identical")   # 6 has its very tokens: Delta 0 by construction
-    assert probe.donor(pool[4], A_PRIVATE, pool) == (None, "no_donor")    # no other trace of 9 tokens
-    loose, _ = InfluenceProbe(length_match=False).donor(pool[4], A_PRIVATE, pool)
+    assert probe.donors.donor(pool[1], A_PRIVATE, pool) == (None, "identical")   # 6 has its very tokens: Delta 0 by construction
+    assert probe.donors.donor(pool[4], A_PRIVATE, pool) == (None, "no_donor")    # no other trace of 9 tokens
+    loose, _ = InfluenceProbe(length_match=False).donors.donor(pool[4], A_PRIVATE, pool)
     assert loose.trace_id in {0, 1, 2, 5, 6}                               # any other trace of the same graph
-    assert probe.donor(pool[0], A_PRIVATE, pool) == probe.donor(pool[0], A_PRIVATE, pool)  # seeded
+    assert probe.donors.donor(pool[0], A_PRIVATE, pool) == probe.donors.donor(pool[0], A_PRIVATE, pool)  # seeded
     complete = InfluenceProbe(length_match="complete")
     cut = [trace(0, 5, truncated=True), trace(2, 5, token=2), trace(7, 5, token=7, truncated=True)]
-    assert complete.donor(cut[0], A_PRIVATE, cut) == (None, "truncated")   # its own block hit the budget
-    assert complete.donor(cut[1], A_PRIVATE, cut) == (None, "no_donor")    # both candidates were cut
-    assert probe.donor(cut[1], A_PRIVATE, cut)[0].trace_id in {0, 7}       # exact pairs truncated blocks too
+    assert complete.donors.donor(cut[0], A_PRIVATE, cut) == (None, "truncated")   # its own block hit the budget
+    assert complete.donors.donor(cut[1], A_PRIVATE, cut) == (None, "no_donor")    # both candidates were cut
+    assert probe.donors.donor(cut[1], A_PRIVATE, cut)[0].trace_id in {0, 7}       # exact pairs truncated blocks too
 
 
 def test_content_target_splits_off_the_tags_and_keeps_attention(tmp_path):
     ctx = tiny_context(tmp_path, n=1)
     probe, tok = InfluenceProbe(), ctx.tokenizer
-    opening, close = probe._tag("open", "B", "private", tok), probe._tag("close", "B", "private", tok)
+    opening, close = probe.tags.ids("open", "B", "private", tok), probe.tags.ids("close", "B", "private", tok)
     blocks = (Block((1, 2, 3)), Block(opening + (5, 6) + close, "B", "private"), Block((9,), "A", "public"))
-    sequence, target = probe.scored(blocks, (1,), tok)
+    sequence, target = probe.scorer.scored(blocks, (1,), tok)
     assert [b.ids for b in sequence] == [(1, 2, 3), opening, (5, 6), close, (9,)] and target == (2,)
     assert {b.role for b in sequence[1:4]} == {"B"}
-    assert InfluenceProbe(target="with_tags").scored(blocks, (1,), tok) == (blocks, (1,))
-    split = probe.scored(blocks, (1,), tok)[0]
+    assert InfluenceProbe(target="with_tags").scorer.scored(blocks, (1,), tok) == (blocks, (1,))
+    split = probe.scorer.scored(blocks, (1,), tok)[0]
     # the split blocks see what the whole block saw: graph rows of the pieces equal the block's, plus its pieces
     assert visibility(split, "masked")[2] == (0, 1) and visibility(blocks, "masked")[1] == (0,)
 
 
 def test_sampled_blocks_are_seeded_per_item_and_block_not_per_graph():
     probe = InfluenceProbe(sampling={"seed": 3})
-    assert probe.block_seed(7, "b_private") == probe.block_seed(7, "b_private") != probe.block_seed(8, "b_private")
-    assert probe.block_seed(7, "b_private") != InfluenceProbe(sampling={"seed": 4}).block_seed(7, "b_private")
+    assert probe.writer.block_seed(7, "b_private") == probe.writer.block_seed(7, "b_private") != probe.writer.block_seed(8, "b_private")
+    assert probe.writer.block_seed(7, "b_private") != InfluenceProbe(sampling={"seed": 4}).writer.block_seed(7, "b_private")
     assert probe.sampling == {"temperature": 0.6, "top_p": 0.95, "seed": 3}
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 
 from fairaudit.analysis import influence_study as tables
 from fairaudit.analysis.influence_figures import checkpoint_rates_figure, influence_rates_figure
+from fairaudit.probes.influence_transcripts import GRAPHS
 from fairaudit.report.render import NA, p_from_log10
 from fairaudit.report.sections import RecordsLoader, Report, Section
 from fairaudit.report.selection import Settings, shared
@@ -18,7 +19,7 @@ NO_CONTRASTS = "n/a (no contrasts)"
 FEW_MARK = " †"
 THRESHOLDS = {"influence": "> 0", "substantive": "> 0.05"}
 TARGETS = {"content": "the target's own tokens, delimiters excluded", "with_tags": "the target with its tags"}
-SETTINGS = {"condition": one_of("masked", "unmasked"), "rate": one_of(*THRESHOLDS)}
+SETTINGS = {"condition": one_of(*GRAPHS), "rate": one_of(*THRESHOLDS)}
 
 
 def _pct(value: float) -> str:
