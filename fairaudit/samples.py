@@ -159,8 +159,8 @@ class Page:
         rows = []
         for facet, values in self.facets.items():
             radios = [f"<input type=radio name={facet} id={facet}-all checked><label for={facet}-all>all</label>"]
-            radios += [f"<input type=radio name={facet} id={facet}-{slug(v)}><label for={facet}-{slug(v)}>{esc(v)}</label>"
-                       for v in values]
+            radios += [f"<input type=radio name={facet} id={facet}-{slug(v)}>"
+                       f"<label for={facet}-{slug(v)}>{esc(v)}</label>" for v in values]
             rows.append(f"<div>{esc(facet)}: {''.join(radios)}</div>")
         return "".join(rows)
 
@@ -184,8 +184,8 @@ class Page:
             totals[g] = totals.get(g, 0) + count
             firsts.setdefault(g, i)
         link = lambda i, text: f"<a href='{_href(names[i], here)}'>{text}</a>"  # noqa: E731
-        labels = [f"<b>{esc(self.prefix + g)} ({totals[g]})</b>" if g == group else link(i, f"{esc(self.prefix + g)} ({totals[g]})")
-                  for g, i in firsts.items()]
+        labels = [f"<b>{esc(self.prefix + g)} ({totals[g]})</b>" if g == group
+                  else link(i, f"{esc(self.prefix + g)} ({totals[g]})") for g, i in firsts.items()]
         own = [i for i, p in enumerate(plan) if p[0] == group]
         shown = [i for i in own if abs(i - index) <= PAGER_SPAN or i in (own[0], own[-1])]
         pages = [f"<b>{plan[i][1]}</b>" if i == index else link(i, str(plan[i][1])) for i in shown]

@@ -3,9 +3,10 @@
 Each problem is a short phrase naming the key and what it accepts; `validate` raises them together
 as one AuditError (one `error:` line). The global keys are the model's, the arms', the data set's,
 the store's and tracking's, and every token budget (`*.max_new_tokens`, below model.max_context).
-A probe validates its own `probe.*` keys in its constructor (an arm it asks under with `arm_rules`) and
-a backend its `backend.*` keys in its `check`, both with `check_fields`; checks that need the data files (n against the data set's
-size, the protected attribute's values) stay with the dataset's own `check()`.
+A probe validates its own `probe.*` keys in its constructor (an arm it asks under with `arm_rules`)
+and a backend its `backend.*` keys in its `check`, both with `check_fields`; checks that need the data
+files (n against the data set's size, the protected attribute's values) stay with the dataset's own
+`check()`.
 """
 
 from __future__ import annotations

@@ -85,7 +85,8 @@ def test_donors_have_exactly_the_same_length_are_not_identical_or_are_skipped_wi
     probe = InfluenceProbe()
     donor, reason = probe.donors.donor(pool[0], A_PRIVATE, pool)
     assert (donor.trace_id, reason) == (2, None)      # 5 is token-identical to 0, 3 is another graph's
-    assert probe.donors.donor(pool[1], A_PRIVATE, pool) == (None, "identical")   # 6 has its very tokens: Delta 0 by construction
+    assert probe.donors.donor(pool[1], A_PRIVATE, pool) == (None, "identical")   # 6 has its very tokens: Delta 0
+                                                                                  # by construction
     assert probe.donors.donor(pool[4], A_PRIVATE, pool) == (None, "no_donor")    # no other trace of 9 tokens
     loose, _ = InfluenceProbe(length_match=False).donors.donor(pool[4], A_PRIVATE, pool)
     assert loose.trace_id in {0, 1, 2, 5, 6}                               # any other trace of the same graph
@@ -113,8 +114,9 @@ def test_content_target_splits_off_the_tags_and_keeps_attention(tmp_path):
 
 def test_sampled_blocks_are_seeded_per_item_and_block_not_per_graph():
     probe = InfluenceProbe(sampling={"seed": 3})
-    assert probe.writer.block_seed(7, "b_private") == probe.writer.block_seed(7, "b_private") != probe.writer.block_seed(8, "b_private")
-    assert probe.writer.block_seed(7, "b_private") != InfluenceProbe(sampling={"seed": 4}).writer.block_seed(7, "b_private")
+    seed = probe.writer.block_seed
+    assert seed(7, "b_private") == seed(7, "b_private") != seed(8, "b_private")
+    assert seed(7, "b_private") != InfluenceProbe(sampling={"seed": 4}).writer.block_seed(7, "b_private")
     assert probe.sampling == {"temperature": 0.6, "top_p": 0.95, "seed": 3}
 
 

@@ -93,7 +93,8 @@ def test_relative_path_reads_under_the_data_root():
 
 @pytest.mark.parametrize("n", [0, 501, 2.5])
 def test_bad_n_names_the_data_set_and_limit(n):
-    with pytest.raises(AuditError, match=rf"dataset.n={n!r} is out of range for dataset 'openbookqa': choose 1 <= n <= 500"):
+    message = rf"dataset.n={n!r} is out of range for dataset 'openbookqa': choose 1 <= n <= 500"
+    with pytest.raises(AuditError, match=message):
         variants(OBQA, n=n, name="openbookqa")
 
 

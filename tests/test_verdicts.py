@@ -136,7 +136,8 @@ QUICKER = {  # settings that keep a shipped probe's run short; a probe not named
     "influence": ("probe.max_block_tokens=4", "probe.conditions=[masked]"),
 }
 FIRST_WORDS = {"counterfactual": "think against nothink on 3 Male/Female adult pairs", "btm": "nothink -> think on 3",
-               "cdpg": "CDPG on 3 Male/Female adult pairs", "position": "cot on 2 mmlu questions x 4 cyclic permutations",
+               "cdpg": "CDPG on 3 Male/Female adult pairs",
+               "position": "cot on 2 mmlu questions x 4 cyclic permutations",
                "influence": "influence between private reasoning channels on 2 MCQ items"}
 PROBES = registry.names("probe")
 
@@ -148,7 +149,8 @@ def probe_run(probe: str) -> tuple[str, ...]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("probe", [p if p == "counterfactual" else pytest.param(p, marks=pytest.mark.long) for p in PROBES])
+@pytest.mark.parametrize("probe", [p if p == "counterfactual" else pytest.param(p, marks=pytest.mark.long)
+                                   for p in PROBES])
 def test_every_probe_prints_its_verdict_before_its_table_and_keeps_it_as_the_run_description(tmp_path, probe):
     result = run_app(tmp_path, *probe_run(probe))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -159,7 +161,8 @@ def test_every_probe_prints_its_verdict_before_its_table_and_keeps_it_as_the_run
     if probe in FIRST_WORDS:
         assert verdict[0].startswith(FIRST_WORDS[probe]), stdout[:table]
     if issubclass(registry.probe_classes()[probe], PairedProbe):  # a paired probe's verdict says the P(Yes) gap
-        assert any(line.startswith("P(Yes) gap, mean |P(Yes | Male) - P(Yes | Female)| over 3 pairs") for line in verdict)
+        gap = "P(Yes) gap, mean |P(Yes | Male) - P(Yes | Female)| over 3 pairs"
+        assert any(line.startswith(gap) for line in verdict)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
     assert run.data.tags["mlflow.note.content"].split("\n\n")[0] == verdict[0]

@@ -27,7 +27,6 @@ import pandas as pd
 
 from fairaudit.data.files import data_root, verified_file
 from fairaudit.errors import AuditError
-from fairaudit.prompts.mcq import LETTERS
 
 N_OPTIONS = 4
 GPQA_INCORRECT = ("Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")

@@ -140,7 +140,8 @@ class TranscriptWriter:
         tok = ctx.tokenizer
         traces = [Trace(len(self.conditions) * i + c, int(item.question_id), condition,
                         (self.prompt(ctx, item.question, list(item.options)),), truncated=(False,))
-                  for i, item in enumerate(items.itertuples(index=False)) for c, condition in enumerate(self.conditions)]
+                  for i, item in enumerate(items.itertuples(index=False))
+                  for c, condition in enumerate(self.conditions)]
         for role, channel in FIRST_EXCHANGE:
             if (role, channel) == ("B", "private") and self.canary["enabled"]:
                 traces += [self.plant(t, tok) for t in list(traces)]
@@ -155,7 +156,8 @@ class TranscriptWriter:
         close = self.tags.ids("close", "A", "private", tokenizer)
         content = block.ids[:len(block.ids) - len(close)] + encode(tokenizer, self.canary["text"].format(canary=canary))
         planted = replace(block, ids=content + close)
-        return replace(trace, canary=canary, blocks=trace.blocks[:A_PRIVATE] + (planted,) + trace.blocks[A_PRIVATE + 1:])
+        blocks = trace.blocks[:A_PRIVATE] + (planted,) + trace.blocks[A_PRIVATE + 1:]
+        return replace(trace, canary=canary, blocks=blocks)
 
     def extend(self, ctx: AuditContext, traces: list[Trace], role: str, channel: str, turn: int = 1) -> None:
         """Generate one block (opening tag pre-filled, up to its closing tag) for every trace, under its graph."""

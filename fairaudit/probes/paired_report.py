@@ -116,12 +116,14 @@ def transition_sections(records: pd.DataFrame, treatment: str, baseline: str) ->
     group = f000.group_transitions(records, treatment, baseline)
     headers = {"A": "A"} | {c: _group_header(c) for c in group.columns if c not in ("model", "A")}
     sections = [section(
-        "table3", "Table 3 (with 10, 11): group-level transition matrix T^A per model, stratified by protected attribute",
+        "table3",
+        "Table 3 (with 10, 11): group-level transition matrix T^A per model, stratified by protected attribute",
         group, headers,
         "P(Y|Y), P(Y|N): probability of a Y prediction under thinking from a Y or N prediction without; "
         "ΔP(Y) = P(Y)_th − P(Y)_nt. Tables 10 and 11 are the rows of the other models.",
         shown=group.assign(A=group["A"].map(f000.SIDE_LABELS)))]
-    for split, name, title in ((False, "table4", "Table 4: pair-state transition matrix T^pair (forward: nothink → think)"),
+    for split, name, title in ((False, "table4",
+                                "Table 4: pair-state transition matrix T^pair (forward: nothink → think)"),
                                (True, "table13", "Tables 13, 14: T^pair with M split into YN and NY")):
         table = f000.pair_state_transitions(records, treatment, baseline, split)
         sections.append(section(name, title, table, {"from": "from", "n": "n"},

@@ -61,7 +61,8 @@ def paper001_sections(runs: pd.DataFrame, load: RecordsLoader, pairs: Mapping[st
     wilcoxon = f001.wilcoxon_table(records, pairs, zero_method=zero_method)
     if not wilcoxon.empty:
         sections.append(section(
-            "p001_table4", "Position bias, Table 4: paired Wilcoxon signed-rank test, reasoning PBS against Instruct PBS",
+            "p001_table4",
+            "Position bias, Table 4: paired Wilcoxon signed-rank test, reasoning PBS against Instruct PBS",
             wilcoxon, {"mean_diff": "Mean diff", "p": f"p (1-sided, {zero_method})", "zeros": "zero diffs",
                        **{f"p_{m}": f"p {m}" for m in ZERO_METHODS}},
             "One-sided alternative: the reasoning model's per-question PBS exceeds the Instruct model's, paired by "
@@ -73,7 +74,8 @@ def paper001_sections(runs: pd.DataFrame, load: RecordsLoader, pairs: Mapping[st
     for dataset, rows in metrics.groupby("dataset", sort=False):
         labelled = rows.assign(label=rows["model"] + " " + rows["arm"])
         if (labelled["pbs"].notna() & (labelled["length_chars"] > 0)).any():
-            figures[f"p001_fig4_pbs_length_{dataset}"] = pbs_length_figure(labelled.dropna(subset=["pbs"]), label="label")
+            figures[f"p001_fig4_pbs_length_{dataset}"] = pbs_length_figure(labelled.dropna(subset=["pbs"]),
+                                                                           label="label")
     truncated_sections, truncated_figures = _truncation_sections(runs, load)
     return sections + truncated_sections, figures | truncated_figures
 
@@ -81,7 +83,8 @@ def paper001_sections(runs: pd.DataFrame, load: RecordsLoader, pairs: Mapping[st
 def _partial_correlation_sections(metrics: pd.DataFrame, method: str, key: str) -> list:
     """Table 1 by `method`, then the same table by the other method."""
     sections = []
-    for name, shown_method in (("p001_table1", method), *[(f"p001_table1_{m}", m) for m in PARTIAL_METHODS if m != method]):
+    others = [(f"p001_table1_{m}", m) for m in PARTIAL_METHODS if m != method]
+    for name, shown_method in (("p001_table1", method), *others):
         rho = f001.partial_correlation_table(metrics, shown_method)
         title = ("Position bias, Table 1: partial correlation between per-question mean trajectory length and PBS, "
                  f"controlling for accuracy ({shown_method})")
