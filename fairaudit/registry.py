@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from fairaudit import CONF_DIR
+from fairaudit.errors import AuditError
 
 CONF = Path(CONF_DIR)
 
@@ -48,14 +49,23 @@ def probe_classes() -> dict[str, type]:
     return {name: target("probe", name) for name in names("probe")}
 
 
+def report_node(probe: str) -> dict[str, Any]:
+    """A probe's `report:` node ({} when it has none); an AuditError when it is not {sections, settings}."""
+    node = settings("probe", probe).get("report") or {}
+    if not isinstance(node, dict) or not set(node) <= {"sections", "settings"}:
+        raise AuditError(f"conf/probe/{probe}.yaml: report must be a mapping of `sections` (the dotted names of "
+                         f"its report's section builders) and `settings` (their settings), not {node!r}")
+    return node
+
+
 def report_sections(probe: str) -> list[str]:
     """Dotted names of the section builders a probe lists under `report.sections`."""
-    return list(settings("probe", probe).get("report", {}).get("sections", []))
+    return list(report_node(probe).get("sections") or [])
 
 
 def report_settings() -> dict[str, dict[str, Any]]:
     """Every probe's `report.settings` by probe name (empty for a probe that declares none)."""
-    return {probe: dict(settings("probe", probe).get("report", {}).get("settings") or {}) for probe in names("probe")}
+    return {probe: dict(report_node(probe).get("settings") or {}) for probe in names("probe")}
 
 
 def report_builders(probes: Iterable[str]) -> dict[Callable, list[str]]:

@@ -197,3 +197,10 @@ def test_a_misspelt_report_setting_is_one_line_naming_the_nearest(tmp_path):
     result = run_app(tmp_path, "report", f"probes.{name}.{key}x=1", in_tmp=True)  # the command line checks it
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"error: {check('report', [f'probes.{name}.{key}x=1'])}"]
+
+
+def test_a_report_node_in_another_shape_is_one_error_naming_the_file(monkeypatch):
+    monkeypatch.setattr(registry, "settings", lambda group, name: {"report": ["fairaudit.x.section"]})
+    with pytest.raises(AuditError, match=r"^conf/probe/p.yaml: report must be a mapping of `sections` .* and "
+                                         r"`settings` \(their settings\), not \['fairaudit.x.section'\]$"):
+        registry.report_sections("p")

@@ -8,6 +8,7 @@ of the probes that list it and those probes' settings ({probe: settings}); `repo
 among them. No MLflow here: records come through a loader callable, so the whole report can be
 built from frames in a test.
 """
+
 from __future__ import annotations
 
 from typing import Any
