@@ -19,45 +19,40 @@ from fairaudit import __version__, dry_run, interrupt
 from fairaudit.backends import WHAT, Backend, Capabilities, backends_with
 from fairaudit.client import CachingClient
 from fairaudit.console import console, print_error, print_result, print_verdict, summary_table
-from fairaudit.errors import AuditError, failure_line, input_error_line
+from fairaudit.errors import AuditError, audit_cause, failure_line, input_error_line
 from fairaudit.interrupt import Interrupted
 from fairaudit.mlflow_ui import where_lines
 from fairaudit.models import resolve_model_dir
 from fairaudit.numbers import snap_metrics
 from fairaudit.probes import AuditContext, ModelSpec, Probe, ProbeResult
-from fairaudit.prompts.yesno import P_YES_READINGS, Arm, Thinking
+from fairaudit.prompts.yesno import Arm, Thinking
 from fairaudit.registry import probe_classes
 from fairaudit.store import Store
+from fairaudit.sweeps import AXIS_TAGS as AXES  # the grid's axes: tags, and short params
 from fairaudit.sweeps import HEADLINE_TAG, swept_in
 from fairaudit.tracking import KEY_TAG, MAX_TAG, NOTE_TAG, Tracker, config_key, flatten, parent_run_id, tracking_failure
 from fairaudit.validate import validate
 
-ANSWER_SOURCES = ("parsed", "forced")
-AXES = ("model", "dataset", "probe", "arm", "seed", "checkpoint")  # the grid's axes: tags, and short params
 AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",), "seed": ("dataset.seed",),
              "checkpoint": ("model.checkpoint", "model.checkpoint.label")}  # grid axis -> override keys that set it
-PROBE_META = ("report",)  # keys of conf/probe/*.yaml that fairaudit reads itself, not the probe's constructor
+PROBE_META = ("report",)  # keys of conf/probe/*.yaml that `fairaudit report` reads, not the probe's constructor
 
 
 def build(node, **kwargs):
-    """hydra's instantiate, with an AuditError raised inside a constructor surfacing as itself (one line)."""
+    """hydra's instantiate, with an AuditError raised inside a constructor, or by the target's module as it
+    is imported (a probe class that lacks `needs`), surfacing as itself (one line)."""
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as error:
-        if isinstance(error.__cause__, AuditError):
-            raise error.__cause__ from None
+        cause = audit_cause(error)
+        if cause is not None:
+            raise cause from None
         raise
 
 
 def model_spec(model: DictConfig) -> ModelSpec:
-    """How the configured model thinks and answers."""
-    if model.answer_source not in ANSWER_SOURCES:
-        raise AuditError(f"model.answer_source {model.answer_source!r} is not one of {list(ANSWER_SOURCES)}")
+    """How the configured model thinks and answers (its values checked by `validate`)."""
     thinking = Thinking(**OmegaConf.to_container(model.thinking, resolve=True))
-    if thinking.style not in ("native", "prompted", "none"):
-        raise AuditError(f"model.thinking.style {thinking.style!r} is not one of ['native', 'prompted', 'none']")
-    if model.p_yes not in P_YES_READINGS:
-        raise AuditError(f"model.p_yes {model.p_yes!r} is not one of {list(P_YES_READINGS)}")
     return ModelSpec(name=model.name, thinking=thinking, template_kwargs=dict(model.template_kwargs),
                      answer_prefix=model.answer_prefix, answer_source=model.answer_source, p_yes=model.p_yes)
 
@@ -66,6 +61,13 @@ def build_probe(node: DictConfig) -> Probe:
     """The probe from its config, without the keys fairaudit reads itself (`report:`); it checks its own settings."""
     settings = OmegaConf.to_container(node, resolve=True)
     return build({k: v for k, v in settings.items() if k not in PROBE_META}, _convert_="all")
+
+
+def job_settings(cfg: DictConfig) -> dict:
+    """The resolved config of a job, without the probe's `report:` node: what the job ran (its params, its key)."""
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    settings["probe"] = {k: v for k, v in settings["probe"].items() if k not in PROBE_META}
+    return settings
 
 
 def check_fit(probe: Probe, probe_name: str, arms: list[Arm], dataset, spec: ModelSpec) -> None:
@@ -199,8 +201,7 @@ def job_identity(cfg: DictConfig) -> dict[str, str]:
     """Tags naming the job: its key (resolved config and overrides) and, in a sweep, its number and overrides."""
     hydra_cfg = HydraConfig.get()
     overrides = list(hydra_cfg.overrides.task)
-    settings = OmegaConf.to_container(cfg, resolve=True)
-    key = {KEY_TAG: config_key("job", settings, overrides)}
+    key = {KEY_TAG: config_key("job", job_settings(cfg), overrides)}
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return key
     return {**key, "fairaudit.job_num": str(hydra_cfg.job.num), "fairaudit.job_overrides": " ".join(overrides)[:6000]}
@@ -220,7 +221,7 @@ def run(cfg: DictConfig) -> ProbeResult | None:
     tags = {**job_tags(cfg, dict(hydra_cfg.runtime.choices)), **job_identity(cfg)}
     run_name = job_run_name(tags, varied_keys(hydra_cfg))
     axes = {axis: tags[axis] for axis in AXES}  # short params, so Compare can plot against the grid's axes
-    run_id = tracker.start(run_name, tags, {**axes, **flatten(OmegaConf.to_container(cfg, resolve=True))}, parent)
+    run_id = tracker.start(run_name, tags, {**axes, **flatten(job_settings(cfg))}, parent)
     try:
         result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
         result.metrics.update(client.metrics())

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from fairaudit import CONF_DIR
+from fairaudit.overrides import MULTIRUN_FLAGS
 
 CONF = Path(CONF_DIR)
 
@@ -18,7 +19,7 @@ fairaudit: audit reasoning language models for bias that appears, moves or grows
 
 usage:
   fairaudit [OVERRIDES...] [-m]       run an audit (Hydra): model=... dataset=... probe=... arm=...; -m sweeps
-                                      e.g. fairaudit model=qwen3 probe=cdpg -m dataset=adult,compas,credit
+                                      e.g. fairaudit model=qwen3 -m dataset=adult,compas,credit
   fairaudit dry_run=true [OVERRIDES]  print the prompts (and pairs) a run would send, without loading a model
   fairaudit list                      the models, datasets, probes, arms and studies (+experiment=NAME)
   fairaudit data fetch [NAMES...]     download the data sets into the data root and verify their checksums
@@ -30,9 +31,6 @@ Hydra's own options work on audit runs: --cfg job (print the composed config), -
 --shell-completion install=bash (eval "$(fairaudit -sc install=bash)" completes subcommands, their options
 and overrides). Each run prints its verdict and metrics, then the mlflow ui command and the run's URL.
 """
-
-
-MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
 def hoist_multirun_flag(argv: list[str]) -> list[str]:

@@ -7,17 +7,26 @@ class AuditError(Exception):
     """Bad input or an unusable resource, reported as one line before any model loads."""
 
 
+def audit_cause(error: BaseException | None) -> AuditError | None:
+    """The AuditError behind `error`: itself, or the one it was raised from (Hydra's instantiate wraps a
+    constructor's, and the ImportError of a target whose module raised one when it was imported)."""
+    while error is not None and not isinstance(error, AuditError):
+        error = error.__cause__
+    return error
+
+
 def input_error_line(error: BaseException) -> str | None:
     """The one line for bad input: an AuditError (also when Hydra's instantiate wrapped it), a target
     that refused its arguments, or a config that does not resolve. None for anything else (a bug)."""
     from hydra.errors import InstantiationException
     from omegaconf.errors import OmegaConfBaseException
 
+    audit = audit_cause(error)
+    if audit is not None:
+        return one_line(str(audit))
     wrapped = None
     while isinstance(error, InstantiationException) and error.__cause__ is not None:
         wrapped, error = error, error.__cause__
-    if isinstance(error, AuditError):
-        return one_line(str(error))
     if wrapped is not None or isinstance(error, OmegaConfBaseException):
         where = f" ({one_line(str(wrapped).splitlines()[0])})" if wrapped is not None else ""
         return one_line(f"{type(error).__name__}: {error}{where}")

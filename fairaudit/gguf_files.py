@@ -15,8 +15,15 @@ import os
 from pathlib import Path
 
 from fairaudit.errors import AuditError
-from fairaudit.models import (EMBEDDED_SMOLLM2, EMBEDDED_TINY_QWEN3, SMOLLM2_GGUF, _materialise, cache_root, package_dir,
-                              tiny_qwen3_dir)
+from fairaudit.models import (
+    EMBEDDED_SMOLLM2,
+    EMBEDDED_TINY_QWEN3,
+    SMOLLM2_GGUF,
+    _materialise,
+    cache_root,
+    package_dir,
+    tiny_qwen3_dir,
+)
 
 GGUF_NAME = "model.gguf"  # the GGUF file inside a GGUF folder
 

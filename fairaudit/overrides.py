@@ -100,6 +100,9 @@ def compose_problem(config_name: str, overrides) -> str | None:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from fairaudit.registry import store_report_settings
+
+    store_report_settings()  # the report's config names the probes' report settings (probes.<name>.<key>)
     kept = [o for o in overrides if not o.key_or_group.startswith("hydra") and not o.is_delete()]
     keys = [o for o in kept if group_options(o.key_or_group) is None and not (o.is_add() or o.is_force_add())]
     with initialize_config_dir(CONF_DIR, version_base=None):

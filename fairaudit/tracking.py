@@ -245,9 +245,9 @@ class Tracker:
         for name, text in texts.items():
             self.mlflow.log_text(text, name)
 
-    def log_samples(self, records: pd.DataFrame, layout: str, title: str) -> None:
-        """The per-sample pages and samples.jsonl of `records` (`fairaudit.samples`), written to a temporary
-        folder a page at a time and logged as the run's top-level artifacts."""
+    def log_samples(self, records: pd.DataFrame, layout, title: str) -> None:
+        """The per-sample pages and samples.jsonl of `records` in `layout` (a `fairaudit.samples.Layout`),
+        written to a temporary folder a page at a time and logged as the run's top-level artifacts."""
         from fairaudit import samples
 
         with tempfile.TemporaryDirectory() as tmp:

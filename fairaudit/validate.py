@@ -3,9 +3,10 @@
 Each problem is a short phrase naming the key and what it accepts; `validate` raises them together
 as one AuditError (one `error:` line). The global keys are the model's, the arms', the data set's,
 the store's and tracking's, and every token budget (`*.max_new_tokens`, below model.max_context).
-A probe validates its own `probe.*` keys in its constructor and a backend its `backend.*` keys in
-its `check`, both with `check_fields`; checks that need the data files (n against the data set's
-size, the protected attribute's values) stay with the dataset's own `check()`.
+A probe validates its own `probe.*` keys in its constructor (an arm it asks under with `arm_rules`)
+and a backend its `backend.*` keys in its `check`, both with `check_fields`; checks that need the data
+files (n against the data set's size, the protected attribute's values) stay with the dataset's own
+`check()`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from urllib.parse import urlparse
 
 from fairaudit.errors import AuditError
+from fairaudit.prompts.yesno import ANSWER_SOURCES, P_YES_READINGS, THINKING_STYLES
 
 if TYPE_CHECKING:  # omegaconf is imported where a whole config is read: check_fields runs on plain values without it
     from omegaconf import DictConfig
@@ -28,8 +30,6 @@ ABSENT = object()
 DEFAULT_CHECKPOINT = "base"    # the label of a model's own weights (model.path / model.revision)
 MIN_BOOT = 100                 # fewer bootstrap resamples give meaningless percentile intervals
 REACH_TIMEOUT_S = 3.0          # a tracking server must answer within this
-THINKING_STYLES = ("native", "prompted", "none")
-ANSWER_SOURCES = ("parsed", "forced")
 ARM_FAMILIES = ("decision", "mcq")
 SQL_SERVER_SCHEMES = ("postgresql", "mysql", "mssql")   # SQLAlchemy URLs MLflow and the store accept as they are
 
@@ -111,13 +111,14 @@ def value_rules(max_context: Any) -> dict[str, Check]:
     """Key -> check for every typed value; a key that the composed config lacks is skipped."""
     fits = isinstance(max_context, int) and not isinstance(max_context, bool)
     budget = integer(1, max_context - 1, " (below model.max_context)") if fits else integer(1)
-    arm = {"name": text(), "think": boolean, "max_new_tokens": budget, "family": one_of(*ARM_FAMILIES)}
+    arm = arm_rules(budget)
     rules = {
         "model.name": text(), "model.source": text(), "model.path": text(null=True), "model.revision": text(null=True),
         "model.batch_size": integer(1), "model.max_context": integer(2), "model.max_think_tokens": budget,
         "model.thinking.style": one_of(*THINKING_STYLES), "model.thinking.open": text(),
         "model.thinking.close": text(), "model.thinking.instruction": text(empty=True),
         "model.answer_prefix": text(empty=True), "model.answer_source": one_of(*ANSWER_SOURCES),
+        "model.p_yes": one_of(*P_YES_READINGS),
         "dataset.name": text(), "dataset.seed": integer(0, 2**32 - 1), "dataset.root": text(null=True),
         "dataset.attribute": text(), "dataset.alpha": text(), "dataset.alpha_prime": text(),
         "dataset.question": text(), "dataset.path": text(null=True),
@@ -125,8 +126,12 @@ def value_rules(max_context: Any) -> dict[str, Check]:
         "store.url": text(), "tracking.uri": text(), "tracking.experiment": text(), "data.root": text(null=True),
     }
     rules.update({f"arm.{key}": check for key, check in arm.items()})
-    rules.update({f"probe.baseline_arm.{key}": check for key, check in arm.items()})  # an arm, wherever it sits
     return rules
+
+
+def arm_rules(max_new_tokens: Check = integer(1)) -> dict[str, Check]:
+    """The checks of an arm's fields (the grid's `arm`, or one a probe asks under, e.g. its `baseline_arm`)."""
+    return {"name": text(), "think": boolean, "max_new_tokens": max_new_tokens, "family": one_of(*ARM_FAMILIES)}
 
 
 def budget_keys(container: DictConfig) -> list[str]:
@@ -148,12 +153,13 @@ def budget_keys(container: DictConfig) -> list[str]:
 
 
 def _dataset_n(cfg: DictConfig) -> str | None:
-    """n counts records: an integer (MCQ data sets also take null: every question). Its range depends on
-    the data set's size, which the dataset's check() knows."""
+    """n counts records: an integer, or null where the data set's class says null takes every item
+    (`n_null_takes_all`). Its range depends on the data set's size, which the dataset's check() knows."""
+    from hydra.utils import get_class
     from omegaconf import OmegaConf
 
     value = OmegaConf.select(cfg, "dataset.n", default=ABSENT)
-    if value is ABSENT or (value is None and str(cfg.dataset.get("_target_", "")).endswith("MCQDataset")):
+    if value is ABSENT or (value is None and getattr(get_class(cfg.dataset._target_), "n_null_takes_all", False)):
         return None
     return None if integer()(value) is None else f"dataset.n={value!r} must be an integer"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA_ROOT, REPO, run_app
-from fairaudit import cli
+from fairaudit import cli, registry
 
 ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -63,12 +63,15 @@ def complete(line: str) -> list[str]:
 
 def test_bash_completion_of_the_console_script_completes_groups_and_options():
     assert "probe=" in complete("fairaudit prob")
-    assert complete("fairaudit probe=c") == ["probe=cdpg", "probe=counterfactual"]
+    prefix = registry.names("probe")[0][0]  # the options of conf/probe/ that start with the first one's letter
+    assert complete(f"fairaudit probe={prefix}") == [f"probe={p}" for p in registry.names("probe") if p[0] == prefix]
 
 
 def test_bash_completion_covers_the_subcommands_and_their_options():
     assert sorted(complete("fairaudit da")) == ["data", "data.", "dataset.", "dataset="]  # a subcommand and overrides
     assert complete("fairaudit report select.pa") == ["select.parent="]  # the report's own keys, no parse error
+    name, settings = next((p, s) for p, s in registry.report_settings().items() if s)
+    assert f"probes.{name}.{sorted(settings)[0]}=" in complete(f"fairaudit report probes.{name}.")  # a probe's own
     assert complete("fairaudit data f") == ["fetch"]
     assert complete("fairaudit data fetch --root /tmp ad") == ["adult"]
     assert complete("fairaudit store export --s") == ["--store"]

@@ -18,15 +18,21 @@ from typing import Callable, Iterator
 import numpy as np
 import pytest
 
-from fairaudit.backends import (NEEDABLE, Backend, Block, DepthRequest, GenerationRequest, GraphGenerationRequest,
-                                NLLRequest)
+from fairaudit.backends import (
+    NEEDABLE,
+    Backend,
+    Block,
+    DepthRequest,
+    GenerationRequest,
+    GraphGenerationRequest,
+    NLLRequest,
+)
 from fairaudit.backends.llamacpp import llamacpp_version
 from fairaudit.backends.vllm import vllm_distribution
 from fairaudit.client import CachingClient
 from fairaudit.errors import AuditError
 from fairaudit.models import embedded_model_dir, tiny_qwen3_dir
 from fairaudit.store import Store
-
 from model_server import ModelServer
 from scripted import ScriptedModel
 

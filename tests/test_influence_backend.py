@@ -10,7 +10,7 @@ from fairaudit.backends.hf import HFBackend
 from fairaudit.backends.packing import additive_mask
 from fairaudit.errors import AuditError
 from fairaudit.models import embedded_model_dir, tiny_qwen3_dir
-from fairaudit.probes.influence import visibility
+from fairaudit.probes.influence_transcripts import visibility
 
 
 @pytest.fixture(scope="module", params=["tiny_qwen3", "smollm2"])

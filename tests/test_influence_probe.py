@@ -21,7 +21,8 @@ from fairaudit.data.mcq import MCQDataset
 from fairaudit.errors import AuditError
 from fairaudit.models import tiny_qwen3_dir
 from fairaudit.probes import AuditContext
-from fairaudit.probes.influence import A_PRIVATE, InfluenceProbe, Trace, visibility
+from fairaudit.probes.influence import InfluenceProbe
+from fairaudit.probes.influence_transcripts import A_PRIVATE, Trace, visibility
 from fairaudit.prompts.yesno import Arm
 from fairaudit.store import Store
 
@@ -82,39 +83,40 @@ def test_donors_have_exactly_the_same_length_are_not_identical_or_are_skipped_wi
     pool = [trace(0, 5), trace(1, 7), trace(2, 5, token=2), trace(3, 5, "unmasked", token=3), trace(4, 9),
             trace(5, 5), trace(6, 7)]
     probe = InfluenceProbe()
-    donor, reason = probe.donor(pool[0], A_PRIVATE, pool)
+    donor, reason = probe.donors.donor(pool[0], A_PRIVATE, pool)
     assert (donor.trace_id, reason) == (2, None)      # 5 is token-identical to 0, 3 is another graph's
-    # 6 has its very tokens: Delta 0 by construction
-    assert probe.donor(pool[1], A_PRIVATE, pool) == (None, "identical")
-    assert probe.donor(pool[4], A_PRIVATE, pool) == (None, "no_donor")    # no other trace of 9 tokens
-    loose, _ = InfluenceProbe(length_match=False).donor(pool[4], A_PRIVATE, pool)
+    assert probe.donors.donor(pool[1], A_PRIVATE, pool) == (None, "identical")   # 6 has its very tokens: Delta 0
+                                                                                  # by construction
+    assert probe.donors.donor(pool[4], A_PRIVATE, pool) == (None, "no_donor")    # no other trace of 9 tokens
+    loose, _ = InfluenceProbe(length_match=False).donors.donor(pool[4], A_PRIVATE, pool)
     assert loose.trace_id in {0, 1, 2, 5, 6}                               # any other trace of the same graph
-    assert probe.donor(pool[0], A_PRIVATE, pool) == probe.donor(pool[0], A_PRIVATE, pool)  # seeded
+    assert probe.donors.donor(pool[0], A_PRIVATE, pool) == probe.donors.donor(pool[0], A_PRIVATE, pool)  # seeded
     complete = InfluenceProbe(length_match="complete")
     cut = [trace(0, 5, truncated=True), trace(2, 5, token=2), trace(7, 5, token=7, truncated=True)]
-    assert complete.donor(cut[0], A_PRIVATE, cut) == (None, "truncated")   # its own block hit the budget
-    assert complete.donor(cut[1], A_PRIVATE, cut) == (None, "no_donor")    # both candidates were cut
-    assert probe.donor(cut[1], A_PRIVATE, cut)[0].trace_id in {0, 7}       # exact pairs truncated blocks too
+    assert complete.donors.donor(cut[0], A_PRIVATE, cut) == (None, "truncated")   # its own block hit the budget
+    assert complete.donors.donor(cut[1], A_PRIVATE, cut) == (None, "no_donor")    # both candidates were cut
+    assert probe.donors.donor(cut[1], A_PRIVATE, cut)[0].trace_id in {0, 7}       # exact pairs truncated blocks too
 
 
 def test_content_target_splits_off_the_tags_and_keeps_attention(tmp_path):
     ctx = tiny_context(tmp_path, n=1)
     probe, tok = InfluenceProbe(), ctx.tokenizer
-    opening, close = probe._tag("open", "B", "private", tok), probe._tag("close", "B", "private", tok)
+    opening, close = probe.tags.ids("open", "B", "private", tok), probe.tags.ids("close", "B", "private", tok)
     blocks = (Block((1, 2, 3)), Block(opening + (5, 6) + close, "B", "private"), Block((9,), "A", "public"))
-    sequence, target = probe.scored(blocks, (1,), tok)
+    sequence, target = probe.scorer.scored(blocks, (1,), tok)
     assert [b.ids for b in sequence] == [(1, 2, 3), opening, (5, 6), close, (9,)] and target == (2,)
     assert {b.role for b in sequence[1:4]} == {"B"}
-    assert InfluenceProbe(target="with_tags").scored(blocks, (1,), tok) == (blocks, (1,))
-    split = probe.scored(blocks, (1,), tok)[0]
+    assert InfluenceProbe(target="with_tags").scorer.scored(blocks, (1,), tok) == (blocks, (1,))
+    split = probe.scorer.scored(blocks, (1,), tok)[0]
     # the split blocks see what the whole block saw: graph rows of the pieces equal the block's, plus its pieces
     assert visibility(split, "masked")[2] == (0, 1) and visibility(blocks, "masked")[1] == (0,)
 
 
 def test_sampled_blocks_are_seeded_per_item_and_block_not_per_graph():
     probe = InfluenceProbe(sampling={"seed": 3})
-    assert probe.block_seed(7, "b_private") == probe.block_seed(7, "b_private") != probe.block_seed(8, "b_private")
-    assert probe.block_seed(7, "b_private") != InfluenceProbe(sampling={"seed": 4}).block_seed(7, "b_private")
+    seed = probe.writer.block_seed
+    assert seed(7, "b_private") == seed(7, "b_private") != seed(8, "b_private")
+    assert seed(7, "b_private") != InfluenceProbe(sampling={"seed": 4}).writer.block_seed(7, "b_private")
     assert probe.sampling == {"temperature": 0.6, "top_p": 0.95, "seed": 3}
 
 
@@ -169,8 +171,7 @@ def test_smollm2_thirty_traces_end_to_end_unmasked_leaks_more_and_rerun_is_free(
         assert metrics[f"skipped_a_to_b_{c}"] == sum(metrics[f"skipped_{r}_a_to_b_{c}"]
                                                      for r in ("no_donor", "identical", "truncated"))
     params = runs[0].data.params
-    assert (params["probe.target"], params["probe.sampling.temperature"],
-            params["probe.sampling.seed"]) == ("content", "0.6", "0")
+    assert (params["probe.target"], params["probe.sampling.temperature"], params["probe.sampling.seed"]) == ("content", "0.6", "0")
     records = pd.read_parquet(client.download_artifacts(runs[0].info.run_id, "records/records.parquet", str(tmp_path)))
     scored = records.dropna(subset=["delta"])
     assert (scored["x_tokens"] == scored["donor_tokens"]).all() and scored["skip_reason"].isna().all()
@@ -213,10 +214,8 @@ def test_private_channel_smoke_study_then_report_shows_tables_1_to_5_at_both_thr
     assert "| Counterfactual influence (Δ > 0) |" in md and "| Counterfactual influence (Δ > 0.05) |" in md
     assert "probe.target=content" in md and "figures/influence_fig4_checkpoints.png" in md
     table3 = pd.read_csv(out / "influence_table3.csv")
-    assert set(table3["threshold"]) == {"Δ_NLL > 0.05", "Δ_NLL > 0"}
-    assert set(table3["checkpoint"]) == {"step1", "step2"}
+    assert set(table3["threshold"]) == {"Δ_NLL > 0.05", "Δ_NLL > 0"} and set(table3["checkpoint"]) == {"step1", "step2"}
     assert (table3["n_a_to_b"] == 8).all()   # two seeds x 4 traces pooled per checkpoint
     diagnostics = pd.read_csv(out / "influence_diagnostics.csv").set_index("metric")
-    assert (diagnostics.loc["Control natural NLL, min", "masked"]
-            <= diagnostics.loc["Control natural NLL, max", "masked"])
+    assert diagnostics.loc["Control natural NLL, min", "masked"] <= diagnostics.loc["Control natural NLL, max", "masked"]
     assert (out / "figures" / "influence_fig4_checkpoints.png").stat().st_size > 0

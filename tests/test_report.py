@@ -14,6 +14,7 @@ from mlflow.entities import Metric, Param
 from fairaudit.analysis import study
 from fairaudit.analysis.contingency import contingency
 from fairaudit.errors import AuditError
+from fairaudit.registry import store_report_settings
 from fairaudit.report import app, render
 from fairaudit.stats import mcnemar_exact_log10_p
 from fairaudit.tracking import finite_metrics
@@ -81,6 +82,7 @@ class Store:
 
 def report_cfg(store: Store, out: Path, *overrides: str):
     """The report's config on this store's experiment (select.experiment may be overridden)."""
+    store_report_settings()
     with initialize_config_dir(config_dir=CONF, version_base=None):
         return compose("report", overrides=[f"tracking.uri={store.uri}", f"output_dir={out}",
                                                    f"select.experiment={store.experiment}", *overrides])

@@ -5,41 +5,15 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from fairaudit import samples
-from fairaudit.samples import pair_cells
-
-
-def artifacts(records: pd.DataFrame, layout: str, title: str, folder: Path | None = None) -> dict[str, str]:
-    """{file relative to the run's artifacts: text} of the written samples."""
-    import tempfile
-
-    folder = folder or Path(tempfile.mkdtemp())
-    paths = samples.write(records, layout, title, folder)
-    return {p.relative_to(folder).as_posix(): p.read_text() for p in paths}
-
-
-def decision_records() -> pd.DataFrame:
-    """Three pairs: p1 flips under think only (cell c), p2 flips under both (d), p3 has an unparsed answer."""
-    answers = {  # (pair, arm) -> (alpha answer, alpha' answer)
-        ("p1", "think"): ("Yes", "No"), ("p1", "nothink"): ("No", "No"),
-        ("p2", "think"): ("Yes", "No"), ("p2", "nothink"): ("No", "Yes"),
-        ("p3", "think"): (None, "No"), ("p3", "nothink"): ("Yes", "Yes"),
-    }
-    rows = []
-    for (pair, arm), sides in answers.items():
-        for side, value, answer in zip(("alpha", "alpha_prime"), ("Male", "Female"), sides):
-            rows.append({"pair_id": pair, "side": side, "attribute_value": value, "arm": arm, "answer": answer,
-                         "p_yes": 0.75 if answer == "Yes" else float("nan") if answer is None else 0.25,
-                         "trace_tokens": 3 if arm == "think" else 0,
-                         "prompt": f"This person is a {value} <b>{pair}</b>",
-                         "trace": f"thinking about {pair} {value}" if arm == "think" else "",
-                         "text": f"{answer}"})
-    return pd.DataFrame(rows)
+from fairaudit.probes.influence_samples import TRANSCRIPTS
+from fairaudit.probes.paired_samples import PAIRS, pair_cells
+from fairaudit.probes.position_samples import QUESTIONS
+from sample_pages import artifacts, decision_records
 
 
 def test_pair_cells_follow_the_contingency_definition():
@@ -48,7 +22,7 @@ def test_pair_cells_follow_the_contingency_definition():
 
 
 def test_page_shows_both_sides_both_arms_escaped_and_one_filter_per_cell():
-    files = artifacts(decision_records(), "pairs", "adult | counterfactual smollm2 think")
+    files = artifacts(decision_records(), PAIRS, "adult | counterfactual smollm2 think")
     page = files["samples.html"]
     assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "http" not in page  # self-contained
     assert page.count("<section class='item") == 3
@@ -61,7 +35,7 @@ def test_page_shows_both_sides_both_arms_escaped_and_one_filter_per_cell():
 
 
 def test_jsonl_has_one_object_per_record_with_its_cell():
-    lines = artifacts(decision_records(), "pairs", "t")["samples.jsonl"].splitlines()
+    lines = artifacts(decision_records(), PAIRS, "t")["samples.jsonl"].splitlines()
     rows = [json.loads(line) for line in lines]
     assert len(rows) == 12
     assert {(r["pair_id"], r["group"]) for r in rows} == {("p1", "c"), ("p2", "d"), ("p3", "unparsed")}
@@ -80,7 +54,7 @@ def test_mcq_page_groups_each_questions_permutations_by_correct_count():
         "prompt": ["Q?"] * 8,
         "text": [f"The answer is {c}" for c in "ABCDAAAA"],
     })
-    files = artifacts(records, "questions", "mmlu | position smollm2 cot")
+    files = artifacts(records, QUESTIONS, "mmlu | position smollm2 cot")
     page = files["samples.html"]
     assert page.count("<section class='item") == 2
     assert "3/4 correct" in page and "1/4 correct" in page
@@ -97,7 +71,7 @@ def test_influence_transcripts_are_shown_per_trace_and_filterable_by_graph():
         {"trace_id": 1, "question_id": 7, "condition": "unmasked", "valid": False, **blocks, "ngram_raw": 0.0,
          "ngram_corrected": 0.0, "canary": None, "canary_reproduced": None, "text": "B says yes"},
     ])
-    files = artifacts(traces, "transcripts", "mmlu | influence smollm2")
+    files = artifacts(traces, TRANSCRIPTS, "mmlu | influence smollm2")
     page = files["samples.html"]
     assert "&lt;A private&gt; x &lt; y" in page and "<A private>" not in page
     assert "id=f-masked" in page and "id=f-unmasked" in page
@@ -127,7 +101,7 @@ def many_pairs(n: int, trace_chars: int = 400) -> pd.DataFrame:
 def test_a_run_beyond_one_page_gets_pages_of_one_cell_each_every_pair_once_every_link_resolving(tmp_path, monkeypatch):
     monkeypatch.setattr(samples, "PAGE_BYTES", 20_000)
     records = many_pairs(80)
-    files = artifacts(records, "pairs", "adult | counterfactual", tmp_path)
+    files = artifacts(records, PAIRS, "adult | counterfactual", tmp_path)
     pages = {name: text for name, text in files.items() if name.endswith(".html")}
     assert "samples.html" in pages and len(pages) > 8
     assert all(n == "samples.html" or n.startswith("samples/") for n in pages)
@@ -148,7 +122,7 @@ def test_a_run_beyond_one_page_gets_pages_of_one_cell_each_every_pair_once_every
 
 
 def test_arm_and_side_radios_show_one_arm_or_one_side_on_every_page():
-    page = artifacts(many_pairs(4), "pairs", "t")["samples.html"]
+    page = artifacts(many_pairs(4), PAIRS, "t")["samples.html"]
     for facet, value in (("arm", "think"), ("arm", "nothink"), ("side", "alpha"), ("side", "alpha-prime")):
         assert f"id={facet}-{value}>" in page
         assert f"body:has(#{facet}-{value}:checked) .{facet}:not(.{facet}-{value}){{display:none}}" in page
@@ -158,6 +132,6 @@ def test_arm_and_side_radios_show_one_arm_or_one_side_on_every_page():
 
 @pytest.mark.parametrize("pairs", [1, 3])
 def test_a_small_run_is_one_page_whose_radios_filter_by_cell(pairs):
-    page = artifacts(many_pairs(pairs), "pairs", "t")
+    page = artifacts(many_pairs(pairs), PAIRS, "t")
     assert set(page) == {"samples.html", "samples.jsonl"}
     assert page["samples.html"].count("<section class='item") == pairs

@@ -13,7 +13,8 @@ import pytest
 from matplotlib.image import imread
 
 from conftest import run_app
-from test_samples import artifacts, decision_records
+from fairaudit.probes.paired_samples import PAIRS
+from sample_pages import artifacts, decision_records
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")),
@@ -55,7 +56,7 @@ def shown(page: Path, choose: str | None = None) -> dict:
 
 
 def test_chromium_renders_every_pair_and_the_filter_hides_the_others(tmp_path):
-    artifacts(decision_records(), "pairs", "adult | counterfactual smollm2 think", tmp_path)
+    artifacts(decision_records(), PAIRS, "adult | counterfactual smollm2 think", tmp_path)
     page = tmp_path / "samples.html"
     assert shown(page) == {"items": 3, "think": 3, "nothink": 3, "alpha_prime": 6}
     assert shown(page, "f-c")["items"] == 1 and shown(page, "f-unparsed")["items"] == 1

@@ -7,13 +7,12 @@ import math
 
 import pandas as pd
 import pytest
-from omegaconf import OmegaConf
 
 from fairaudit.analysis.contingency import contingency
 from fairaudit.analysis.truncation import completed, truncated_by_cell, truncated_pairs, with_complete
 from fairaudit.probes.decisions import paired_metrics
+from fairaudit.probes.paired_report import completed_traces
 from fairaudit.report.sections import Report
-from fairaudit.report.truncation import completed_traces
 
 ANSWERS = {  # pair -> (think alpha, think alpha', nothink alpha, nothink alpha'): cells a, c, c, b
     "p1": ("Yes", "Yes", "Yes", "Yes"), "p2": ("Yes", "No", "No", "No"),
@@ -71,8 +70,8 @@ def test_the_report_shows_table_2_over_completed_pairs_with_a_pooled_row():
         rows.append({"run_id": run_id, "probe": "counterfactual", "model": "m", "dataset": f"d{run_id}", "arm": "think",
                      "baseline": "nothink", **paired_metrics(metrics_of, frame, "think", "nothink")})
     report = Report()
-    cfg = OmegaConf.create({"tables": {"probes": ["counterfactual"]}})
-    completed_traces(report, pd.DataFrame(rows), lambda ids, name="records": {i: frames[i] for i in ids}, cfg)
+    settings = {"counterfactual": {"paper_tables": True}, "btm": {"paper_tables": False}}
+    completed_traces(report, pd.DataFrame(rows), lambda ids, name="records": {i: frames[i] for i in ids}, settings)
     (section,) = report.sections
     pooled = section.table.iloc[-1]
     assert section.name == "table2_complete" and pooled["dataset"] == "" and pooled["model"].startswith("Pooled")

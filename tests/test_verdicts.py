@@ -11,9 +11,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import run_app
+from fairaudit import registry
 from fairaudit.analysis.degenerate import decision_warnings, depth_warnings, mcq_warnings, thinking_arms
 from fairaudit.analysis.gap import p_gap
 from fairaudit.numbers import snap, snap_frame, snap_metrics
+from fairaudit.probes.decisions import PairedProbe
 
 # P(Yes) per pair (alpha, alpha') under each arm; pair p4 is scored on one side only under think.
 P = {"think": [(0.9, 0.6), (0.5, 0.7), (0.2, 0.2), (0.4, None)],
@@ -102,8 +104,7 @@ def test_depth_and_mcq_warnings():
     short = pd.DataFrame({"pair_id": 1, "side": "alpha", "K": 4, "k": [1, 2, 3, 4], "cut": [1, 1, 2, 2]})
     assert depth_warnings(short) == ["every trace is shorter than K=4 tokens: depths repeat the same cut"]
     assert depth_warnings(short.assign(cut=[1, 2, 3, 4])) == []
-    mcq = pd.DataFrame({"answer_position": pd.array([1, 1, 1, 1], dtype="Int64"),
-                        "truncated": [True, True, False, True]})
+    mcq = pd.DataFrame({"answer_position": pd.array([1, 1, 1, 1], dtype="Int64"), "truncated": [True, True, False, True]})
     assert mcq_warnings(mcq) == ["every answer is option B, whatever the permutation: the model ignores the question",
                                  "75% of outputs hit the token budget: raise arm.max_new_tokens"]
     assert mcq_warnings(mcq.assign(answer_position=pd.array([None] * 4, dtype="Int64"), truncated=False)) == [
@@ -127,51 +128,58 @@ def test_float_noise_is_zero_before_it_is_logged_or_printed():
 
 # ---------------------------------------------------------------- every probe's run, end to end
 
-PROBE_RUNS = {
-    "counterfactual": ("model=tiny_qwen3", "dataset.n=3"),
-    "btm": ("model=tiny_qwen3", "dataset.n=3", "probe=btm"),
-    "cdpg": ("model=tiny_qwen3", "dataset.n=3", "probe=cdpg", "probe.K=2", "probe.k_list=[2]", "probe.n_boot=100"),
-    "position": ("model=tiny_qwen3", "dataset=mmlu", "probe=position", "arm=cot", "dataset.n=2",
-                 "arm.max_new_tokens=8", "probe.truncation.enabled=false"),
-    "influence": ("model=tiny_qwen3", "dataset=mmlu", "probe=influence", "dataset.n=2", "probe.max_block_tokens=4",
-                  "probe.conditions=[masked]"),
+FAMILY_RUNS = {"decision": ("model=tiny_qwen3", "dataset.n=3"),  # the grid a probe of each data-set family runs on
+               "mcq": ("model=tiny_qwen3", "dataset=mmlu", "arm=cot", "dataset.n=2", "arm.max_new_tokens=8")}
+QUICKER = {  # settings that keep a shipped probe's run short; a probe not named here runs with its own defaults
+    "cdpg": ("probe.K=2", "probe.k_list=[2]", "probe.n_boot=100"),
+    "position": ("probe.truncation.enabled=false",),
+    "influence": ("probe.max_block_tokens=4", "probe.conditions=[masked]"),
 }
 FIRST_WORDS = {"counterfactual": "think against nothink on 3 Male/Female adult pairs", "btm": "nothink -> think on 3",
                "cdpg": "CDPG on 3 Male/Female adult pairs",
                "position": "cot on 2 mmlu questions x 4 cyclic permutations",
                "influence": "influence between private reasoning channels on 2 MCQ items"}
+PROBES = registry.names("probe")
+
+
+def probe_run(probe: str) -> tuple[str, ...]:
+    """The overrides of a short run of `probe` on the tiny model: its family's grid, then its own quicker settings."""
+    family = registry.probe_classes()[probe].needs.family
+    return (*FAMILY_RUNS[family], f"probe={probe}", *QUICKER.get(probe, ()))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("probe", [p if p == "counterfactual" else pytest.param(p, marks=pytest.mark.long)
-                                   for p in PROBE_RUNS])
+                                   for p in PROBES])
 def test_every_probe_prints_its_verdict_before_its_table_and_keeps_it_as_the_run_description(tmp_path, probe):
-    result = run_app(tmp_path, *PROBE_RUNS[probe])
+    result = run_app(tmp_path, *probe_run(probe))
     assert result.returncode == 0, result.stderr[-3000:]
     stdout = result.stdout.splitlines()
     table = next(i for i, line in enumerate(stdout) if line.startswith("┏"))
     verdict = [line for line in stdout[:table - 1] if line.strip()]
-    assert verdict[0].startswith(FIRST_WORDS[probe]), stdout[:table]
-    if probe in ("counterfactual", "btm", "cdpg"):
-        assert any(line.startswith("P(Yes) gap, mean |P(Yes | Male) - P(Yes | Female)| over 3 pairs")
-                   for line in verdict)
+    assert verdict, stdout[:table]
+    if probe in FIRST_WORDS:
+        assert verdict[0].startswith(FIRST_WORDS[probe]), stdout[:table]
+    if issubclass(registry.probe_classes()[probe], PairedProbe):  # a paired probe's verdict says the P(Yes) gap
+        gap = "P(Yes) gap, mean |P(Yes | Male) - P(Yes | Female)| over 3 pairs"
+        assert any(line.startswith(gap) for line in verdict)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
     assert run.data.tags["mlflow.note.content"].split("\n\n")[0] == verdict[0]
     assert [d.dataset.name for d in run.inputs.dataset_inputs] == [run.data.tags["dataset"]]
     url = f"#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning"
     assert f"then open: http://127.0.0.1:5000/{url}" in result.stderr.splitlines()
-    assert any(line.startswith("start the MLflow UI with: ")
-               and line.endswith(f"ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db")
+    assert any(line.startswith("start the MLflow UI with: ") and line.endswith(f"ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db")
                for line in result.stderr.splitlines())
     if probe == "counterfactual":
         assert {"p_gap_think", "p_gap_think_ci_low", "p_gap_nothink", "delta_p_gap"} <= set(run.data.metrics)
 
 
 def test_every_shipped_probe_implements_its_own_verdict():
-    from fairaudit.probes import Probe
-    from fairaudit.registry import probe_classes
+    from fairaudit.probes import Needs, Probe, SampleView
 
-    classes = probe_classes()
-    assert set(classes) == {"counterfactual", "btm", "cdpg", "position", "influence"}
-    assert [name for name, cls in classes.items() if cls.verdict is Probe.verdict] == []
+    classes = registry.probe_classes()
+    assert list(classes) == PROBES and len(PROBES) >= 5  # every conf/probe/<name>.yaml names its class
+    for name, cls in classes.items():
+        assert issubclass(cls, Probe) and not getattr(cls, "__abstractmethods__"), name
+        assert cls.verdict is not Probe.verdict and isinstance(cls.needs, Needs) and isinstance(cls.samples, SampleView)

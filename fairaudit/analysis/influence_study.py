@@ -36,11 +36,11 @@ def _setting(value, default):
 
 
 def influence_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """Runs of the influence probe (those that logged contrast counts), their SETTINGS in one spelling each."""
+    """The runs that logged contrast counts, their SETTINGS in one spelling each."""
     counted = [c for c in runs.columns if c.startswith("n_contrasts_")]
-    if "probe" not in runs or not counted:
+    if not counted:
         return runs.iloc[0:0]
-    chosen = runs[(runs["probe"] == "influence") & runs[counted].notna().any(axis=1)].copy()
+    chosen = runs[runs[counted].notna().any(axis=1)].copy()
     for name, default in SETTINGS.items():
         values = chosen[name] if name in chosen else pd.Series(None, index=chosen.index, dtype=object)
         chosen[name] = [_setting(v, default) for v in values]

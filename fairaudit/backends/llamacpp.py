@@ -23,8 +23,14 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, GenerationRequest, refuse_graphs
-from fairaudit.backends.common import (choice_token_ids, completion_from_ids, depth_sequences, pooled_softmax,
-                                       split_by_request, stop_token_ids)
+from fairaudit.backends.common import (
+    choice_token_ids,
+    completion_from_ids,
+    depth_sequences,
+    pooled_softmax,
+    split_by_request,
+    stop_token_ids,
+)
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 

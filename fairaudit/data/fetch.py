@@ -27,7 +27,8 @@ from typing import Callable
 import pandas as pd
 
 from fairaudit.data.files import CHECKSUMS, MANIFEST, accepted_checksums, data_root, sha256_of
-from fairaudit.data.mcq import LETTERS, format_options, parse_questions
+from fairaudit.data.mcq import format_options, parse_questions
+from fairaudit.prompts.mcq import LETTERS
 
 UCI = ("FAIRAUDIT_UCI_URL", "https://archive.ics.uci.edu/ml/machine-learning-databases")
 PROPUBLICA = ("FAIRAUDIT_PROPUBLICA_URL", "https://raw.githubusercontent.com/propublica/compas-analysis/master")

@@ -29,7 +29,6 @@ from fairaudit.data.files import data_root, verified_file
 from fairaudit.errors import AuditError
 
 N_OPTIONS = 4
-LETTERS = "ABCD"
 GPQA_INCORRECT = ("Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
 
 Item = tuple[str, list[str], int]  # question, options, gold index
@@ -189,18 +188,6 @@ def resolve_path(path: str | Path, root: str | None = None) -> Path:
     return path
 
 
-def load_mcq(path: str | Path, n: int | None = None, seed: int = 0, root: str | None = None) -> pd.DataFrame:
-    """Sample `n` four-option questions from `path` with `seed` and expand each into its four cyclic variants.
-
-    Returns question_id, permutation, gold_position, question, options, options_text (see
-    `cyclic_permutations`). Raises AuditError naming the file when it is missing, unreadable,
-    in an unknown layout, or holds fewer than `n` items.
-    """
-    resolved = resolve_path(path, root)
-    questions = parse_questions(read_rows(resolved), str(resolved))
-    return cyclic_permutations(sample_questions(questions, n, seed, str(resolved)))
-
-
 class MCQDataset:
     """A four-option MCQ file sampled with `seed` and asked in its four cyclic permutations.
 
@@ -210,6 +197,7 @@ class MCQDataset:
     """
 
     family = "mcq"
+    n_null_takes_all = True   # dataset.n=null: every question of the file
 
     def __init__(self, name: str, n: int | None, seed: int, path: str | None, root: str | None = None,
                  source: str = ""):

@@ -131,6 +131,7 @@ class CounterfactualTabular:
     """
 
     family = "decision"
+    n_null_takes_all = False  # dataset.n: the number of pairs drawn, never null
 
     def __init__(self, name: str, n: int, seed: int, attribute: str, alpha: str, alpha_prime: str,
                  question: str, user_template: str, root: str | None = None):

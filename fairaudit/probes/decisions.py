@@ -12,6 +12,7 @@ from fairaudit.backends import DepthRequest, GenerationRequest
 from fairaudit.console import WARNING
 from fairaudit.console import format_number as num
 from fairaudit.probes import AuditContext, Needs, Probe, Prompt, SampleView
+from fairaudit.probes.paired_samples import PAIRS
 from fairaudit.prompts.yesno import (
     Arm,
     choice_token_ids,
@@ -22,7 +23,7 @@ from fairaudit.prompts.yesno import (
     split_output,
     think_prompt_prefix,
 )
-from fairaudit.validate import MIN_BOOT, check_fields, integer
+from fairaudit.validate import MIN_BOOT, arm_rules, check_fields, integer
 
 RESAMPLING = {"n_boot": integer(MIN_BOOT), "seed": integer(0, 2**32 - 1)}  # the paired bootstrap's settings
 BLOCK = 4096  # rows generated and scored at a time
@@ -135,9 +136,10 @@ class PairedProbe(Probe):
     """Base of probes comparing the grid's arm (treatment) with the probe's `baseline_arm` on pairs."""
 
     needs = Needs("decision", ("scores",))  # every record carries P(Yes)
-    samples = SampleView("records", "pairs")
+    samples = SampleView("records", PAIRS)
 
     def __init__(self, baseline_arm: dict):
+        check_fields("probe.baseline_arm", baseline_arm, arm_rules())  # its budget's bound is validate's (any depth)
         self.baseline = Arm(**baseline_arm)
 
     def arms(self, arm: Arm) -> list[Arm]:
@@ -198,8 +200,8 @@ def gap_sentence(metrics: dict[str, float], records: pd.DataFrame, treatment: st
         diff = metrics[f"p_diff_{arm}"]
         if diff == diff and diff != 0:
             favoured.setdefault(alpha if diff > 0 else alpha_prime, []).append(arm)
-    lean = "; ".join(f"P(Yes) is higher for {side} on average under "
-                     f"{' and '.join(arms) if len(arms) < 2 else 'both arms'}" for side, arms in favoured.items())
+    lean = "; ".join(f"P(Yes) is higher for {side} on average under {' and '.join(arms) if len(arms) < 2 else 'both arms'}"
+                     for side, arms in favoured.items())
     return (f"P(Yes) gap, mean |P(Yes | {alpha}) - P(Yes | {alpha_prime})| over {num(metrics['n_pairs_scored'])} pairs "
             f"(95% paired bootstrap): {treatment} {interval(metrics, f'p_gap_{treatment}')}, {baseline} "
             f"{interval(metrics, f'p_gap_{baseline}')}; difference {interval(metrics, 'delta_p_gap')}"

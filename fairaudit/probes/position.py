@@ -33,6 +33,7 @@ from fairaudit.console import format_number as num
 from fairaudit.errors import AuditError
 from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import encode
+from fairaudit.probes.position_samples import QUESTIONS
 from fairaudit.prompts.mcq import MCQ_ARMS, MENTION_CASES, final_answer, render_mcq_prompt
 from fairaudit.prompts.yesno import Arm
 from fairaudit.stats import PARTIAL_METHODS
@@ -92,7 +93,7 @@ class PositionProbe(Probe):
     """Position bias (PBS, CCP, Eff-Sw, length quartiles) of the grid's MCQ arm, plus the truncation intervention."""
 
     needs = Needs("mcq")  # answers are parsed from generations alone: no scores
-    samples = SampleView("records", "questions")
+    samples = SampleView("records", QUESTIONS)
 
     def __init__(self, think_instruction: str = "", letter_fallback: bool = True, mention_case: str = "insensitive",
                  truncation: dict | None = None, partial_corr: str = "pearson"):

@@ -15,7 +15,7 @@ from jinja2.exceptions import TemplateError
 from fairaudit.errors import AuditError
 from fairaudit.prompts.yesno import Arm, Thinking, assistant_prefill
 
-LETTERS = "ABCD"
+LETTERS = "ABCD"  # option labels, i.e. positions: "A" is position 0
 
 # A.1, verbatim.
 SYSTEM_PROMPTS = {
@@ -68,7 +68,6 @@ TRAJECTORY_PATTERNS = {
     "strict": tuple(re.compile(p.replace("([A-D])", "((?-i:[A-D]))"), re.IGNORECASE) for p in _TRAJECTORY_SOURCES),
 }
 
-THINK_SPLIT = re.compile(r"<think>(.*?)</think>(.*)", re.DOTALL)  # A.4
 
 
 class Mention(NamedTuple):
@@ -197,9 +196,3 @@ def effective_switching(mentions: list[Mention]) -> float:
         return math.nan
     switches = sum(a.letter != b.letter for a, b in zip(mentions, mentions[1:]))
     return switches / len(mentions)
-
-
-def split_think(text: str) -> tuple[str, str]:
-    """(thinking trace, response) by the A.4 regex; ("", text) when the text holds no think block."""
-    match = THINK_SPLIT.search(text)
-    return (match.group(1), match.group(2)) if match else ("", text)

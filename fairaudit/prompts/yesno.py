@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 from fairaudit.errors import AuditError
 
-P_YES_READINGS = ("single", "pooled")
+P_YES_READINGS = ("single", "pooled")   # model.p_yes: how P(Yes) is read (`choice_token_ids`)
+THINKING_STYLES = ("native", "prompted", "none")   # model.thinking.style (`Thinking`)
+ANSWER_SOURCES = ("parsed", "forced")   # model.answer_source: the answer as parsed, or forced from P(Yes)
 YES_SPELLINGS = ("Yes", " Yes", "yes", " yes", "YES", " YES")  # the pooled reading
 NO_SPELLINGS = ("No", " No", "no", " no", "NO", " NO")
 

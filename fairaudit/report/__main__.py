@@ -5,7 +5,10 @@ from omegaconf import DictConfig
 
 from fairaudit import CONF_DIR
 from fairaudit.console import run_or_exit
+from fairaudit.registry import store_report_settings
 from fairaudit.report import app
+
+store_report_settings()  # the probes' report settings (probes.<name>.<key>), before Hydra composes the config
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="report")

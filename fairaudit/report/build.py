@@ -1,10 +1,12 @@
 """Assemble a study report from a runs frame: the sections each probe registers, then seed summaries, the
 sign test, checkpoint curves and the source runs, as the runs allow.
 
-A probe registers its sections under `report:` in its `conf/probe/<name>.yaml`: dotted names of
-functions `(report, runs, load_records, cfg) -> None` that add sections, figures and metrics from
-the runs they select. No MLflow here: records come through a loader callable, so the whole report
-can be built from frames in a test.
+A probe registers its sections under `report:` in its `conf/probe/<name>.yaml`: `sections`, dotted
+names of functions `(report, runs, load_records, settings) -> None` that add sections, figures and
+metrics, and `settings`, the report config's `probes.<name>` node. Each function is handed the runs
+of the probes that list it and those probes' settings ({probe: settings}); `report.selection` picks
+among them. No MLflow here: records come through a loader callable, so the whole report can be
+built from frames in a test.
 """
 
 from __future__ import annotations
@@ -18,17 +20,18 @@ from fairaudit.analysis.study_figures import checkpoint_curve_figure
 from fairaudit.registry import report_builders
 from fairaudit.report import render
 from fairaudit.report.sections import RecordsLoader, Report, Section
+from fairaudit.report.selection import runs_of
 
 
 def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:
     """The probes' sections, seed summaries, the sign test and checkpoint curves, as the runs allow.
 
     runs: one row per job run (run_id, run_name, status, study.AXES, baseline, metrics...).
-    cfg: the report config (tables, seeds, sign_test, curves and each probe's own keys).
+    cfg: the report config (seeds, sign_test, curves, and each probe's settings under probes).
     """
     report = Report()
-    for add_sections in report_builders(runs["probe"].dropna() if "probe" in runs else []):
-        add_sections(report, runs, load_records, cfg)
+    for add_sections, probes in report_builders(runs["probe"].dropna() if "probe" in runs else []).items():
+        add_sections(report, runs_of(runs, probes), load_records, {probe: cfg.probes[probe] for probe in probes})
     if "seed" in study.varying_axes(runs):
         add_seed_summary(report, runs, list(cfg.seeds.metrics), float(cfg.seeds.level))
     add_sign_test(report, runs, cfg.sign_test.greater, cfg.sign_test.than, cfg.sign_test.alternative)

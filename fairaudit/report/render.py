@@ -11,6 +11,7 @@ from rich.table import Table
 
 from fairaudit.analysis.study import AXES
 from fairaudit.numbers import snap
+from fairaudit.report.sections import Section
 
 NA = "n/a"
 
@@ -69,6 +70,30 @@ def display(table: pd.DataFrame, headers: dict[str, str] | None = None,
         fmt = formats.get(column) or number_format(column)
         out[headers.get(column, column)] = [_cell(v, fmt) for v in table[column]]
     return out
+
+
+def section(name: str, title: str, table: pd.DataFrame, headers: dict[str, str], note: str = "",
+            formats: dict | None = None, shown: pd.DataFrame | None = None) -> Section:
+    """A report section: `table` numeric in its CSV, `shown` (default: `table` formatted) in report.md."""
+    return Section(name, title, table, display(table if shown is None else shown, headers, formats), note)
+
+
+def count(value: float) -> str:
+    """A count with thousands separators: 12,345."""
+    return f"{int(round(value)):,}"
+
+
+def one_decimal(value: float) -> str:
+    return f"{value:.1f}" if math.isfinite(value) else NA
+
+
+def times(value: float) -> str:
+    """A ratio as a factor: 1.25×."""
+    return f"{value:.2f}×" if math.isfinite(value) else NA
+
+
+def p_value(value: float) -> str:
+    return f"{value:.3g}" if math.isfinite(value) else NA
 
 
 def paper_headers(treatment: str, baseline: str) -> dict[str, str]:

@@ -12,11 +12,10 @@ import pandas as pd
 
 from fairaudit.analysis.study import AXES
 from fairaudit.errors import AuditError
-from fairaudit.tracking import PROBE_TAG, STUDY_TAG, SUPERSEDED_TAG, finite_metrics, parent_run_id
+from fairaudit.tracking import MAX_TAG, PROBE_TAG, STUDY_TAG, SUPERSEDED_TAG, finite_metrics, parent_run_id
 
 BASELINE_PARAM = "probe.baseline_arm.name"
 SETTING_PARAMS = ("probe.",)  # params kept as columns: a probe's settings, for tables that keep settings apart
-MAX_TAG = 8000  # MLflow's limit on a tag value
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Paper 002's Tables 1-5, its diagnostics and Fig. 4 as report sections, from the influence runs of a selection."""
+"""Paper 002's Tables 1-5, its diagnostics and Fig. 4 as report sections, from the runs of the probes that
+list `paper002` (influence)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ import pandas as pd
 
 from fairaudit.analysis import influence_study as tables
 from fairaudit.analysis.influence_figures import checkpoint_rates_figure, influence_rates_figure
-from fairaudit.report.sections import RecordsLoader, Report, Section
+from fairaudit.probes.influence_transcripts import GRAPHS
 from fairaudit.report.render import NA, p_from_log10
+from fairaudit.report.sections import RecordsLoader, Report, Section
+from fairaudit.report.selection import Settings, shared
+from fairaudit.validate import check_fields, one_of
 
 NO_CONTRASTS = "n/a (no contrasts)"
 FEW_MARK = " †"
 THRESHOLDS = {"influence": "> 0", "substantive": "> 0.05"}
 TARGETS = {"content": "the target's own tokens, delimiters excluded", "with_tags": "the target with its tags"}
+SETTINGS = {"condition": one_of(*GRAPHS), "rate": one_of(*THRESHOLDS)}
 
 
 def _pct(value: float) -> str:
@@ -49,13 +54,18 @@ def scoring_note(runs: pd.DataFrame) -> str:
             f"{tables.setting_values(runs, 'probe.length_match')}.{mixed}")
 
 
-def paper002(report: Report, runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> None:
-    """Paper 002's Tables 1-5 from the influence runs (registered by influence)."""
-    add_influence_tables(report, runs, cfg.influence.condition, cfg.influence.rate)
+def paper002(report: Report, runs: pd.DataFrame, load_records: RecordsLoader, settings: Settings) -> None:
+    """Paper 002's Tables 1-5 from the runs (settings: condition, the graph of Tables 2-5; rate, the threshold
+    Tables 3 and 5 lead with)."""
+    for probe, own in settings.items():
+        check_fields(f"probes.{probe}", own, SETTINGS)
+    chosen = shared(settings, ("condition", "rate"))
+    add_influence_tables(report, runs, chosen["condition"], chosen["rate"])
 
 
-def add_influence_tables(report: Report, runs: pd.DataFrame, condition: str = "masked", rate: str = "substantive") -> None:
-    """Tables 1-5 of paper 002, its diagnostics, the rates figure and Fig. 4, when the selection holds influence runs.
+def add_influence_tables(report: Report, runs: pd.DataFrame, condition: str = "masked",
+                         rate: str = "substantive") -> None:
+    """Tables 1-5 of paper 002, its diagnostics, the rates figure and Fig. 4, when `runs` hold influence counts.
 
     condition: the graph of Tables 2-5 (the paper's are masked variants); rate: the threshold Tables 3 and 5
     lead with, influence (Δ > 0) or substantive (Δ > 0.05, Table 3's); Table 3 then shows the other one too.
@@ -72,9 +82,10 @@ def add_influence_tables(report: Report, runs: pd.DataFrame, condition: str = "m
     add_table2(report, runs, condition, note)
     add_table3(report, runs, condition, rate, note)
     t4 = tables.table4(runs, condition)
-    shown4 = _axes_shown(t4, tables.row_axes(runs)).assign(**{"Control evaluations": t4["control_n"].map(lambda v: f"{v:,.0f}"),
-                                              "Δ_NLL = 0 rate": t4["zero_rate"].map(lambda v: f"{_pct(100 * v)}%"),
-                                              "Mean Δ_NLL": t4["mean_delta"].map(_num)})
+    shown4 = _axes_shown(t4, tables.row_axes(runs)).assign(**{
+        "Control evaluations": t4["control_n"].map(lambda v: f"{v:,.0f}"),
+        "Δ_NLL = 0 rate": t4["zero_rate"].map(lambda v: f"{_pct(100 * v)}%"),
+        "Mean Δ_NLL": t4["mean_delta"].map(_num)})
     report.sections.append(Section("influence_table4", f"Table 4: graph-cut control ({condition})", t4, shown4,
                                    "Natural and counterfactual NLL compared with ==.", pooled_last=True))
     add_table5(report, runs, condition, rate)
@@ -115,14 +126,17 @@ def add_table3(report, runs: pd.DataFrame, condition: str, rate: str, note: str 
     for d, label in (("a_to_b", "A-to-B"), ("b_to_a", "B-to-A")):
         shown[f"{label} rate (95% CI)"] = [_rate_cell(r, lo, hi, n) for r, lo, hi, n in
                                            zip(t3[f"rate_{d}"], t3[f"ci_low_{d}"], t3[f"ci_high_{d}"], t3[f"n_{d}"])]
-        shown[f"{label} k/n"] = [f"{k:.0f}/{n:.0f}" if math.isfinite(k) else NA for k, n in zip(t3[f"k_{d}"], t3[f"n_{d}"])]
+        shown[f"{label} k/n"] = [f"{k:.0f}/{n:.0f}" if math.isfinite(k) else NA
+                                 for k, n in zip(t3[f"k_{d}"], t3[f"n_{d}"])]
         shown[f"{label} mean Δ_NLL"] = t3[f"mean_delta_{d}"].map(_num)
-    report.sections.append(Section("influence_table3", f"Table 3: rates at Δ_NLL {THRESHOLDS.get(rate, rate)}, then at the "
+    report.sections.append(Section("influence_table3",
+                                   f"Table 3: rates at Δ_NLL {THRESHOLDS.get(rate, rate)}, then at the "
                                    f"other threshold ({condition})", t3, shown,
                                    "Wilson 95% intervals from the counts pooled over seeds; †: fewer than "
                                    f"{tables.FEW} contrasts. " + note, main=True))
     lead = t3[t3["threshold"] == t3["threshold"].iloc[0]].reset_index(drop=True)
-    report.figures["influence_fig4_checkpoints"] = checkpoint_rates_figure(lead, axes, lead["threshold"].iloc[0].removeprefix("Δ_NLL "))
+    threshold = lead["threshold"].iloc[0].removeprefix("Δ_NLL ")
+    report.figures["influence_fig4_checkpoints"] = checkpoint_rates_figure(lead, axes, threshold)
 
 
 def add_table5(report, runs: pd.DataFrame, condition: str, rate: str) -> None:
@@ -130,7 +144,8 @@ def add_table5(report, runs: pd.DataFrame, condition: str, rate: str) -> None:
     shown = _axes_shown(t5, tables.row_axes(runs))
     for short, label, digits in (("rate_a_to_b", "A-to-B rate (%)", 2), ("rate_b_to_a", "B-to-A rate (%)", 2),
                                  ("delta_a_to_b", "A-to-B Δ_NLL", 4), ("delta_b_to_a", "B-to-A Δ_NLL", 4)):
-        shown[label] = [f"{_num(m, digits)} ± {_num(s, digits)}" for m, s in zip(t5[f"{short}_mean"], t5[f"{short}_sd"])]
+        shown[label] = [f"{_num(m, digits)} ± {_num(s, digits)}"
+                        for m, s in zip(t5[f"{short}_mean"], t5[f"{short}_sd"])]
     shown["A>B by rate"] = [f"{k}/{n}" for k, n in zip(t5["a_gt_b_by_rate"], t5["cells_by_rate"])]
     shown["A>B by Δ"] = [f"{k}/{n}" for k, n in zip(t5["a_gt_b_by_delta"], t5["cells_by_delta"])]
     total = {c: "" for c in shown.columns}
