@@ -81,11 +81,13 @@ def test_influence_metrics_per_condition():
     traces = pd.DataFrame({"condition": ["masked"] * 3 + ["unmasked"], "valid": [True, True, False, True],
                            "ngram_raw": [0.5, 0.0, 0.9, 0.2], "ngram_corrected": [0.1, np.nan, 0.9, 0.0],
                            "canary_reproduced": [False, True, None, False],
-                           "a_private_truncated": [True, False, False, False], "b_public_truncated": [True, True, False, False]})
+                           "a_private_truncated": [True, False, False, False],
+                           "b_public_truncated": [True, True, False, False]})
     m = influence(contrasts_frame(), traces)["metrics"]
     # skips by reason, truncation per graph and per block (over every trace, valid or not)
     assert (m["skipped_identical_b_to_a_masked"], m["skipped_no_donor_b_to_a_masked"]) == (1, 0)
-    assert m["truncated_rate_masked"] == pytest.approx(3 / 6) and m["truncated_rate_b_public_masked"] == pytest.approx(2 / 3)
+    assert m["truncated_rate_masked"] == pytest.approx(3 / 6)
+    assert m["truncated_rate_b_public_masked"] == pytest.approx(2 / 3)
     assert m["truncated_rate_unmasked"] == 0.0
     # B->A by origin: natural (delta 0.06) and bridge (delta 0.0)
     assert (m["n_contrasts_b_to_a_natural_masked"], m["substantive_k_b_to_a_natural_masked"]) == (1, 1)
@@ -93,7 +95,8 @@ def test_influence_metrics_per_condition():
     assert m["mean_delta_b_to_a_natural_masked"] == pytest.approx(0.06)
     # the control's natural NLL range and how often it differs from the primary natural NLL (0.4 vs 0.45, 0.2 vs 0.25)
     assert (m["control_nll_min_masked"], m["control_nll_max_masked"]) == (0.1, 0.5)
-    assert m["control_nll_mean_masked"] == pytest.approx(0.3) and m["control_nll_sd_masked"] == pytest.approx(np.std([0.5, 0.4, 0.3, 0.2, 0.1], ddof=1))
+    assert m["control_nll_mean_masked"] == pytest.approx(0.3)
+    assert m["control_nll_sd_masked"] == pytest.approx(np.std([0.5, 0.4, 0.3, 0.2, 0.1], ddof=1))
     assert (m["control_differs_k_masked"], m["control_differs_rate_masked"]) == (2, pytest.approx(0.4))
     assert m["influence_rate_a_to_b_masked"] == pytest.approx(2 / 3)
     assert m["substantive_k_b_to_a_masked"] == 1 and m["skipped_b_to_a_masked"] == 1
@@ -107,14 +110,18 @@ def test_influence_metrics_per_condition():
     assert m["canary_rate_masked"] == 0.5 and m["canary_rate_unmasked"] == 0.0
 
 
+def seed_share(total: int, seed: int) -> int:
+    """Seed `seed`'s part of `total` split over five seeds (the first total % 5 seeds take one more)."""
+    return total // 5 + (1 if seed < total % 5 else 0)
+
+
 def paper_runs():
     """Fifteen seed-checkpoint cells whose pooled counts are Table 3's (masked, Δ > 0.05)."""
     counts = {"ckpt1": (546, 2311, 54, 2348), "ckpt2": (886, 2273, 160, 2279), "ckpt3": (881, 2244, 157, 2279)}
     rows = []
     for checkpoint, (ka, na, kb, nb) in counts.items():
         for seed in range(5):
-            share = lambda total: total // 5 + (1 if seed < total % 5 else 0)  # noqa: E731
-            a_k, a_n, b_k, b_n = share(ka), share(na), share(kb), share(nb)
+            a_k, a_n, b_k, b_n = (seed_share(total, seed) for total in (ka, na, kb, nb))
             rows.append({"run_id": f"{checkpoint}-{seed}", "model": "m", "dataset": "mmlu", "probe": "influence",
                          "arm": "think", "checkpoint": checkpoint, "seed": str(seed),
                          "substantive_k_a_to_b_masked": a_k, "n_contrasts_a_to_b_masked": a_n,
@@ -175,14 +182,19 @@ def small_runs():
     rows = []
     for seed, (ka0, ka5, na, kb0, kb5, nb) in enumerate(((6, 3, 10, 2, 0, 8), (9, 4, 12, 0, 0, 0))):
         rows.append({**base, "run_id": f"r{seed}", "seed": str(seed),
-                     "influence_k_a_to_b_masked": ka0, "substantive_k_a_to_b_masked": ka5, "n_contrasts_a_to_b_masked": na,
-                     "influence_k_b_to_a_masked": kb0, "substantive_k_b_to_a_masked": kb5, "n_contrasts_b_to_a_masked": nb,
+                     "influence_k_a_to_b_masked": ka0, "substantive_k_a_to_b_masked": ka5,
+                     "n_contrasts_a_to_b_masked": na,
+                     "influence_k_b_to_a_masked": kb0, "substantive_k_b_to_a_masked": kb5,
+                     "n_contrasts_b_to_a_masked": nb,
                      "influence_k_masked": ka0 + kb0, "substantive_k_masked": ka5 + kb5, "n_contrasts_masked": na + nb,
                      "mean_delta_a_to_b_masked": 0.02, "mean_delta_b_to_a_masked": -0.01 if nb else np.nan,
-                     "substantive_rate_a_to_b_masked": ka5 / na, "substantive_rate_b_to_a_masked": kb5 / nb if nb else np.nan,
-                     "n_valid_masked": 10, "n_traces_masked": 10, "ngram_corrected_k_masked": 5, "ngram_corrected_n_masked": 10,
-                     "control_n_masked": na + nb, "control_zero_count_masked": na + nb, "control_mean_delta_masked": 0.0,
-                     "control_nll_min_masked": 0.1 + seed, "control_nll_max_masked": 0.9 + seed,
+                     "substantive_rate_a_to_b_masked": ka5 / na,
+                     "substantive_rate_b_to_a_masked": kb5 / nb if nb else np.nan,
+                     "n_valid_masked": 10, "n_traces_masked": 10, "ngram_corrected_k_masked": 5,
+                     "ngram_corrected_n_masked": 10,
+                     "control_n_masked": na + nb, "control_zero_count_masked": na + nb,
+                     "control_mean_delta_masked": 0.0, "control_nll_min_masked": 0.1 + seed,
+                     "control_nll_max_masked": 0.9 + seed,
                      "control_nll_mean_masked": [0.5, 2.0][seed], "control_nll_sd_masked": [0.2, 0.1][seed],
                      "control_differs_k_masked": na + nb - 1, "truncated_rate_masked": [0.5, 0.25][seed],
                      "skipped_identical_a_to_b_masked": seed, "n_contrasts_b_to_a_bridge_masked": nb,
@@ -211,7 +223,8 @@ def test_table3_says_no_contrasts_flags_few_and_keeps_settings_apart():
     assert shown.loc[("Δ_NLL > 0", "complete"), "B-to-A rate (95% CI)"] == "n/a (no contrasts)"
     assert shown.loc[("Δ_NLL > 0", "exact"), "B-to-A rate (95% CI)"].endswith(" †")   # 8 contrasts < 10
     assert not shown.loc[("Δ_NLL > 0", "complete"), "A-to-B rate (95% CI)"].endswith("†")  # 12 contrasts
-    assert list(dict.fromkeys(section.shown["threshold"])) == ["Δ_NLL > 0", "Δ_NLL > 0.05"]  # probes.influence.rate first
+    # probes.influence.rate first
+    assert list(dict.fromkeys(section.shown["threshold"])) == ["Δ_NLL > 0", "Δ_NLL > 0.05"]
     assert "Runs differ in length_match" in section.note and "probe.target=content" in section.note
 
 
@@ -222,10 +235,12 @@ def test_diagnostics_pool_counts_ranges_and_the_control_sd():
     # pooled SD from (n, mean, SD) per run equals the SD of the concatenated values it stands for
     rng = np.random.default_rng(0)
     a, b = rng.normal(0.5, 0.2, 18), rng.normal(2.0, 0.1, 12)
-    runs = small_runs().assign(control_nll_mean_masked=[a.mean(), b.mean()], control_nll_sd_masked=[a.std(ddof=1), b.std(ddof=1)])
+    runs = small_runs().assign(control_nll_mean_masked=[a.mean(), b.mean()],
+                               control_nll_sd_masked=[a.std(ddof=1), b.std(ddof=1)])
     pooled = diagnostics(runs, ("masked",)).set_index("metric").loc["Control natural NLL, SD", "masked"]
     assert pooled == pytest.approx(np.concatenate([a, b]).std(ddof=1), rel=1e-12)
-    assert d.loc["Control evaluations differing from the primary natural NLL (%)", ["k_masked", "n_masked"]].tolist() == [28, 30]
+    assert d.loc["Control evaluations differing from the primary natural NLL (%)",
+                 ["k_masked", "n_masked"]].tolist() == [28, 30]
     assert d.loc["Blocks cut by the budget (%)", "masked"] == pytest.approx(37.5)   # weighted by traces
     assert d.loc["A-to-B skipped: token-identical donors only", "masked"] == 1
     assert d.loc["B-to-A on the bridge (%)", "masked"] == 100.0

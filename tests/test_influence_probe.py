@@ -171,7 +171,8 @@ def test_smollm2_thirty_traces_end_to_end_unmasked_leaks_more_and_rerun_is_free(
         assert metrics[f"skipped_a_to_b_{c}"] == sum(metrics[f"skipped_{r}_a_to_b_{c}"]
                                                      for r in ("no_donor", "identical", "truncated"))
     params = runs[0].data.params
-    assert (params["probe.target"], params["probe.sampling.temperature"], params["probe.sampling.seed"]) == ("content", "0.6", "0")
+    assert (params["probe.target"], params["probe.sampling.temperature"],
+            params["probe.sampling.seed"]) == ("content", "0.6", "0")
     records = pd.read_parquet(client.download_artifacts(runs[0].info.run_id, "records/records.parquet", str(tmp_path)))
     scored = records.dropna(subset=["delta"])
     assert (scored["x_tokens"] == scored["donor_tokens"]).all() and scored["skip_reason"].isna().all()
@@ -214,8 +215,10 @@ def test_private_channel_smoke_study_then_report_shows_tables_1_to_5_at_both_thr
     assert "| Counterfactual influence (Δ > 0) |" in md and "| Counterfactual influence (Δ > 0.05) |" in md
     assert "probe.target=content" in md and "figures/influence_fig4_checkpoints.png" in md
     table3 = pd.read_csv(out / "influence_table3.csv")
-    assert set(table3["threshold"]) == {"Δ_NLL > 0.05", "Δ_NLL > 0"} and set(table3["checkpoint"]) == {"step1", "step2"}
+    assert set(table3["threshold"]) == {"Δ_NLL > 0.05", "Δ_NLL > 0"}
+    assert set(table3["checkpoint"]) == {"step1", "step2"}
     assert (table3["n_a_to_b"] == 8).all()   # two seeds x 4 traces pooled per checkpoint
     diagnostics = pd.read_csv(out / "influence_diagnostics.csv").set_index("metric")
-    assert diagnostics.loc["Control natural NLL, min", "masked"] <= diagnostics.loc["Control natural NLL, max", "masked"]
+    assert (diagnostics.loc["Control natural NLL, min", "masked"]
+            <= diagnostics.loc["Control natural NLL, max", "masked"])
     assert (out / "figures" / "influence_fig4_checkpoints.png").stat().st_size > 0

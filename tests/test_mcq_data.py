@@ -68,7 +68,8 @@ def test_permutation_s_puts_gold_at_k_plus_s_and_rotates_options():
     variants = cyclic_permutations(questions)
     assert variants["permutation"].tolist() == [0, 1, 2, 3]
     assert variants["gold_position"].tolist() == [2, 3, 0, 1]
-    assert variants["options"].tolist() == [["w", "x", "y", "z"], ["z", "w", "x", "y"], ["y", "z", "w", "x"], ["x", "y", "z", "w"]]
+    assert variants["options"].tolist() == [["w", "x", "y", "z"], ["z", "w", "x", "y"], ["y", "z", "w", "x"],
+                                            ["x", "y", "z", "w"]]
     assert [opts[gold] for opts, gold in zip(variants["options"], variants["gold_position"])] == ["y"] * 4
     assert variants["options_text"].iloc[1] == "A. z\nB. w\nC. x\nD. y"
 
@@ -128,7 +129,8 @@ def test_arc_layout_maps_answer_key_and_drops_non_four_option_items(tmp_path):
 
 def test_hub_mmlu_parquet_layout(tmp_path):
     path = tmp_path / "mmlu.parquet"
-    pd.DataFrame({"question": ["Q0", "Q1"], "choices": [["a", "b", "c", "d"], ["e", "f", "g", "h"]], "answer": [3, 0]}).to_parquet(path)
+    pd.DataFrame({"question": ["Q0", "Q1"], "choices": [["a", "b", "c", "d"], ["e", "f", "g", "h"]],
+                  "answer": [3, 0]}).to_parquet(path)
     first = variants(path).query("permutation == 0")
     assert first["gold_position"].tolist() == [3, 0]
     assert first["options"].iloc[1] == ["e", "f", "g", "h"]

@@ -50,7 +50,8 @@ def test_direct_prompt_is_verbatim():
 
 def test_cot_and_reason_differ_only_in_the_concise_instruction():
     cot, reason = mcq_messages("cot", "Q?", "OPTS"), mcq_messages("reason", "Q?", "OPTS")
-    assert cot[1] == reason[1] == {"role": "user", "content": "Q?\n\nOPTS\n\nThink step by step, then give your final answer."}
+    assert cot[1] == reason[1] == {"role": "user",
+                                   "content": "Q?\n\nOPTS\n\nThink step by step, then give your final answer."}
     assert cot[0]["content"].replace(" Keep your reasoning concise.", "") == reason[0]["content"]
     assert reason[0]["content"].endswith("clearly state your final answer as: The answer is (X).")
 
@@ -219,8 +220,10 @@ def test_length_quartiles_and_monotonicity():
     assert bins["pbs_mean"].tolist() == pytest.approx([0.1, 0.35, 0.5, 0.75])
     assert bins["length_min"].tolist() == [100, 300, 500, 700]
     assert bins["pbs_se"].iloc[1] == pytest.approx(0.05)
-    assert monotonic_profile(bins["pbs_mean"]) == pytest.approx({"monotonic": 1.0, "first_violation": 0.0, "gradient": 0.65})
-    assert monotonic_profile([0.1, 0.3, 0.3, 0.2, 0.5]) == pytest.approx({"monotonic": 0.0, "first_violation": 3.0, "gradient": 0.4})
+    assert monotonic_profile(bins["pbs_mean"]) == pytest.approx({"monotonic": 1.0, "first_violation": 0.0,
+                                                                 "gradient": 0.65})
+    assert monotonic_profile([0.1, 0.3, 0.3, 0.2, 0.5]) == pytest.approx({"monotonic": 0.0, "first_violation": 3.0,
+                                                                          "gradient": 0.4})
     tied = length_bins(questions.assign(length_chars=1.0), 4)
     assert tied["n"].tolist() == [2, 2, 2, 2]
     assert length_bins(questions.head(2), 3).empty
@@ -276,7 +279,8 @@ def test_pbs_wilcoxon_against_scipy_and_exact_value():
     for method in ("wilcox", "pratt", "zsplit"):
         test = pbs_wilcoxon(a, b, zero_method=method)
         expected = stats.wilcoxon(diffs, alternative="greater", zero_method=method)
-        assert (test["pbs_wilcoxon_statistic"], test["pbs_wilcoxon_p"]) == pytest.approx((expected.statistic, expected.pvalue))
+        assert (test["pbs_wilcoxon_statistic"], test["pbs_wilcoxon_p"]) == pytest.approx((expected.statistic,
+                                                                                          expected.pvalue))
     with pytest.raises(ValueError, match="zero_method must be one of"):
         pbs_wilcoxon(a, b, zero_method="drop")
 
@@ -361,7 +365,8 @@ def test_before_after_ccp_chi_square_by_hand():
 # --- figures ----------------------------------------------------------------------------------
 
 def test_figures_draw_the_table_values():
-    bins = pd.DataFrame({"arm": "reason", "k": 4, "bin": [1, 2, 3, 4], "pbs_mean": [0.1, 0.2, 0.3, 0.4], "pbs_se": 0.01})
+    bins = pd.DataFrame({"arm": "reason", "k": 4, "bin": [1, 2, 3, 4], "pbs_mean": [0.1, 0.2, 0.3, 0.4],
+                         "pbs_se": 0.01})
     fig = pbs_by_length_figure(bins)
     assert fig.axes[0].lines[0].get_ydata().tolist() == [0.1, 0.2, 0.3, 0.4]
     trunc = truncation(CONTINUATIONS)["tables"]["truncation_by_position"]
@@ -390,7 +395,8 @@ def test_truncation_trajectories_pick_interior_ccps_of_one_permutation():
 def test_extraction_rate_counts_the_cascade_alone():
     """Appendix B: extraction rate = records the A.2 cascade answers; the fallback is reported apart."""
     records = pd.DataFrame({"arm": "cot", "question_id": [0] * 4, "permutation": range(4), "gold_position": 0,
-                            "answer_position": [0, 1, 2, None], "answer_source": ["cascade", "cascade", "fallback", None],
+                            "answer_position": [0, 1, 2, None],
+                            "answer_source": ["cascade", "cascade", "fallback", None],
                             "length_chars": 10, "ccp": 0.5, "eff_sw": 0.1})
     m = position(records)["metrics"]
     assert (m["extraction_rate_cot"], m["fallback_rate_cot"], m["answered_rate_cot"]) == (0.5, 0.25, 0.75)

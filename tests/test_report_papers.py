@@ -12,13 +12,17 @@ import pandas as pd
 import pytest
 from mlflow.entities import Metric, Param
 
+import test_report
 from fairaudit.analysis.contingency import contingency
 from fairaudit.analysis.position import pbs_wilcoxon, position
 from fairaudit.report import app
 from fairaudit.tracking import finite_metrics
 from test_cdpg_analysis import build_depth, build_records
 from test_paper000_tables import SPLIT, TABLE_2, TABLE_13_14, integer_moves, pair_records
-from test_report import Store, mlflow_db, report_cfg, store  # noqa: F401  (fixtures)
+from test_report import Store, report_cfg
+
+# test_report's fixtures, bound here for pytest: an experiment per test, one sqlite MLflow file per module
+mlflow_db, store = test_report.mlflow_db, test_report.store
 
 
 def log_job(store: Store, parent: str, frames: dict[str, pd.DataFrame], metrics: dict, **tags) -> str:
@@ -56,7 +60,8 @@ def test_paper000_tables_and_figures_from_a_sweep(paper000_report):
     names = {s.name for s in result.report.sections}
     assert {"table2", "table3", "table4", "table5", "table6", "table7", "table9", "table12", "table13",
             "marginal_t"} <= names
-    assert {"fig3_cdpg_by_cell", "fig4_anchor_mover", "fig6_k_sensitivity", "disparity_changes"} <= set(result.report.figures)
+    assert ({"fig3_cdpg_by_cell", "fig4_anchor_mover", "fig6_k_sensitivity", "disparity_changes"}
+            <= set(result.report.figures))
     out = result.out_dir
     # Tables 13 / 14 from the CSV: the published row of QwQ-COMPAS's NN state and its column totals
     table13 = pd.read_csv(out / "table13.csv").set_index(["model", "dataset", "from"])
@@ -65,13 +70,15 @@ def test_paper000_tables_and_figures_from_a_sweep(paper000_report):
     # Table 7: Appendix D's layout of the same cells, c:b as printed there
     table7 = pd.read_csv(out / "table7.csv").set_index(["model", "dataset"])
     n, a, b, c, d, _ = TABLE_2[("R1-Distill", "Adult")]
-    assert table7.loc[("R1-Distill", "Adult"), ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d"]].tolist() == [n, a, b, c, d]
+    assert table7.loc[("R1-Distill", "Adult"), ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d"]].tolist() == [
+        n, a, b, c, d]
     assert table7.at[("R1-Distill", "Adult"), "c_b_ratio"] == pytest.approx(c / b)
     # Table 12: exact |b|; Table 3's delta rows; Table 6 from the cdpg run (cell c slope 1.1 at K=2, 0.68 at K=4)
     table12 = pd.read_csv(out / "table12.csv").set_index(["model", "dataset"])
     assert table12.at[("QwQ", "Adult"), "b_actual"] == 152
     table3 = pd.read_csv(out / "table3.csv")
-    assert set(table3["A"]) == {"alpha", "alpha_prime", "delta"} and set(table3["model"]) == {"QwQ", "R1-Distill", "toy"}
+    assert set(table3["A"]) == {"alpha", "alpha_prime", "delta"}
+    assert set(table3["model"]) == {"QwQ", "R1-Distill", "toy"}
     table6 = pd.read_csv(out / "table6.csv")
     row = table6[table6["model"] == "toy"].iloc[0]
     assert (row["n_c"], row["slope_k2"], row["slope_k4"]) == (2, pytest.approx(1.1), pytest.approx(0.68))
@@ -92,7 +99,8 @@ def mcq_records(model: str, arm: str, seed: int, n_questions: int = 12) -> pd.Da
         length = 100 * (q + 1)
         for s in range(4):
             gold = (q + s) % 4
-            draw = rng.random()  # toward A, else gold, else the option after gold (so PBS is not a function of accuracy)
+            # toward A, else gold, else the option after gold (so PBS is not a function of accuracy)
+            draw = rng.random()
             answer = 0 if draw < 0.2 + 0.05 * q else gold if draw < 0.85 else (gold + 1) % 4
             rows.append({"question_id": q, "permutation": s, "gold_position": gold, "answer_position": answer,
                          "answer_source": "cascade", "length_chars": length + s, "arm": arm, "model": model,
@@ -145,11 +153,13 @@ def test_position_report_settings_choose_the_method_and_are_checked(store, tmp_p
     records = mcq_records("r1_distill_qwen_7b", "reason", 0)
     log_job(store, parent, {"records": records}, position(records)["metrics"],
             model="r1_distill_qwen_7b", dataset="mmlu", probe="position", arm="reason")
-    result = app.run(report_cfg(store, tmp_path / "out", "probes.position.partial_corr=spearman", "log_to_mlflow=false"))
+    result = app.run(report_cfg(store, tmp_path / "out", "probes.position.partial_corr=spearman",
+                                "log_to_mlflow=false"))
     table1 = pd.read_csv(result.out_dir / "p001_table1.csv")
     expected = position(records, partial_corr="spearman")["metrics"]["partial_rho_length_pbs_reason"]
     assert table1["mmlu_rho"].iloc[0] == pytest.approx(expected)
     assert "p001_table1_pearson" in {s.name for s in result.report.sections}
     from fairaudit.errors import AuditError
-    with pytest.raises(AuditError, match=r"probes.position.zero_method='drop' must be one of \['wilcox', 'pratt', 'zsplit'\]"):
+    with pytest.raises(AuditError,
+                       match=r"probes.position.zero_method='drop' must be one of \['wilcox', 'pratt', 'zsplit'\]"):
         app.run(report_cfg(store, tmp_path / "out2", "probes.position.zero_method=drop", "log_to_mlflow=false"))

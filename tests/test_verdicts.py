@@ -104,7 +104,8 @@ def test_depth_and_mcq_warnings():
     short = pd.DataFrame({"pair_id": 1, "side": "alpha", "K": 4, "k": [1, 2, 3, 4], "cut": [1, 1, 2, 2]})
     assert depth_warnings(short) == ["every trace is shorter than K=4 tokens: depths repeat the same cut"]
     assert depth_warnings(short.assign(cut=[1, 2, 3, 4])) == []
-    mcq = pd.DataFrame({"answer_position": pd.array([1, 1, 1, 1], dtype="Int64"), "truncated": [True, True, False, True]})
+    mcq = pd.DataFrame({"answer_position": pd.array([1, 1, 1, 1], dtype="Int64"),
+                        "truncated": [True, True, False, True]})
     assert mcq_warnings(mcq) == ["every answer is option B, whatever the permutation: the model ignores the question",
                                  "75% of outputs hit the token budget: raise arm.max_new_tokens"]
     assert mcq_warnings(mcq.assign(answer_position=pd.array([None] * 4, dtype="Int64"), truncated=False)) == [
@@ -169,7 +170,8 @@ def test_every_probe_prints_its_verdict_before_its_table_and_keeps_it_as_the_run
     assert [d.dataset.name for d in run.inputs.dataset_inputs] == [run.data.tags["dataset"]]
     url = f"#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning"
     assert f"then open: http://127.0.0.1:5000/{url}" in result.stderr.splitlines()
-    assert any(line.startswith("start the MLflow UI with: ") and line.endswith(f"ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db")
+    assert any(line.startswith("start the MLflow UI with: ")
+               and line.endswith(f"ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db")
                for line in result.stderr.splitlines())
     if probe == "counterfactual":
         assert {"p_gap_think", "p_gap_think_ci_low", "p_gap_nothink", "delta_p_gap"} <= set(run.data.metrics)

@@ -200,8 +200,8 @@ def gap_sentence(metrics: dict[str, float], records: pd.DataFrame, treatment: st
         diff = metrics[f"p_diff_{arm}"]
         if diff == diff and diff != 0:
             favoured.setdefault(alpha if diff > 0 else alpha_prime, []).append(arm)
-    lean = "; ".join(f"P(Yes) is higher for {side} on average under {' and '.join(arms) if len(arms) < 2 else 'both arms'}"
-                     for side, arms in favoured.items())
+    lean = "; ".join(f"P(Yes) is higher for {side} on average under "
+                     f"{' and '.join(arms) if len(arms) < 2 else 'both arms'}" for side, arms in favoured.items())
     return (f"P(Yes) gap, mean |P(Yes | {alpha}) - P(Yes | {alpha_prime})| over {num(metrics['n_pairs_scored'])} pairs "
             f"(95% paired bootstrap): {treatment} {interval(metrics, f'p_gap_{treatment}')}, {baseline} "
             f"{interval(metrics, f'p_gap_{baseline}')}; difference {interval(metrics, 'delta_p_gap')}"
