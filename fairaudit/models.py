@@ -72,7 +72,7 @@ def _materialise(target: Path, build) -> Path:
     """Build `target` once: under a file lock, into a temp folder renamed into place (never half-written)."""
     if (target / "config.json").exists():
         return target
-    with exclusive(target.with_suffix(".lock")):
+    with exclusive(target.parent / f"{target.name}.lock"):
         if (target / "config.json").exists():
             return target
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
