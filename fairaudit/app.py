@@ -16,13 +16,13 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit import __version__, dry_run, interrupt
-from fairaudit.backends import WHAT, Backend, Capabilities, backends_with
+from fairaudit.backends import WHAT, Backend, Capabilities, backends_with, require_implemented
 from fairaudit.client import CachingClient
 from fairaudit.console import console, print_error, print_result, print_verdict, summary_table
 from fairaudit.errors import AuditError, audit_cause, failure_line, input_error_line
 from fairaudit.interrupt import Interrupted
 from fairaudit.mlflow_ui import where_lines
-from fairaudit.models import resolve_model_dir
+from fairaudit.models import ModelFiles
 from fairaudit.numbers import snap_metrics
 from fairaudit.probes import AuditContext, ModelSpec, Probe, ProbeResult
 from fairaudit.prompts.yesno import Arm, Thinking
@@ -109,10 +109,14 @@ class Job:
 
 def check_settings(cfg: DictConfig) -> tuple[type[Backend], Probe]:
     """Every setting's own check, no data file read and no model loaded: the global config values, the
-    backend's settings (its `check`), the probe's (its constructor). Returns the backend class and the probe."""
+    backend's settings (its `check`) and engine (not for a dry run, which needs none), the probe's (its
+    constructor). Returns the backend class and the probe."""
     validate(cfg)
     backend_class = get_class(cfg.backend._target_)
+    require_implemented(backend_class)
     backend_class.check(cfg.backend, cfg.model)
+    if not cfg.dry_run:
+        backend_class.require_engine()
     return backend_class, build_probe(cfg.probe)
 
 
@@ -132,19 +136,13 @@ def prepare(cfg: DictConfig) -> Job:
     return Job(spec, arm, arms, probe, dataset)
 
 
-def model_dir_for(cfg: DictConfig) -> Path:
-    """The local folder of cfg.model at its checkpoint; without weights for a backend that does not load them,
-    a GGUF folder (the file as it ships) for one that reads GGUF."""
+def model_dir_for(cfg: DictConfig, weights: bool = True) -> Path:
+    """The local folder of cfg.model at its checkpoint, as cfg.backend's class finds it (`Backend.resolve_model`);
+    weights=False: one that renders the prompts, no weights fetched (a dry run)."""
     checkpoint = checkpoint_spec(cfg.model)
-    capabilities = get_class(cfg.backend._target_).capabilities_for(cfg.backend)
-    if capabilities.gguf:
-        from fairaudit.gguf_files import resolve_gguf_dir
-
-        return resolve_gguf_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
-                                checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"))
-    return resolve_model_dir(cfg.model.source, checkpoint["path"] or cfg.model.path,
-                             checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"),
-                             weights=capabilities.loads_weights)
+    files = ModelFiles(cfg.model.source, checkpoint["path"] or cfg.model.path,
+                       checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"))
+    return get_class(cfg.backend._target_).resolve_model(files, cfg.backend, weights=weights)
 
 
 def checkpoint_spec(model: DictConfig) -> dict:
@@ -211,7 +209,7 @@ def run(cfg: DictConfig) -> ProbeResult | None:
     """Check everything cheap first, then load the model, run the probe and log the run."""
     job = prepare(cfg)
     if cfg.dry_run:
-        return preview(cfg.model, job)
+        return preview(cfg, job)
     hydra_cfg = HydraConfig.get()
     backend = build(cfg.backend, model_dir=str(model_dir_for(cfg)), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
     client = CachingClient(backend, Store(cfg.store.url), chunk_size=cfg.model.batch_size)
@@ -263,10 +261,10 @@ def title_figures(figures: dict, title: str) -> None:
         figure.suptitle(title, fontsize="medium", wrap=True)
 
 
-def preview(model: DictConfig, job: Job) -> None:
-    """dry_run=true: print the prompts the probe would send; no model loads, nothing is logged."""
-    checkpoint = checkpoint_spec(model)
-    tokenizer = dry_run.load_tokenizer(model.source, checkpoint["path"] or model.path, checkpoint["revision"] or model.revision)
+def preview(cfg: DictConfig, job: Job) -> None:
+    """dry_run=true: print the prompts the probe would send, rendered by the backend's tokenizer on the folder
+    it finds without weights; no model loads, nothing is logged."""
+    tokenizer = get_class(cfg.backend._target_).load_tokenizer(model_dir_for(cfg, weights=False), cfg.backend)
     count = dry_run.show(job.probe.prompts(AuditContext(None, tokenizer, job.spec, job.dataset, job.arm)))
     console.print(f"dry run: {count} prompts, no model loaded, nothing logged")
 

@@ -1,7 +1,9 @@
 """Where model weights come from: the embedded SmolLM2, the tiny test Qwen3, the hub or a local folder.
 
-Every source resolves to a local Hugging Face folder. Embedded models are materialised
-once into the user cache ($FAIRAUDIT_CACHE, default ~/.cache/fairaudit) and reused.
+`ModelFiles` names a model's files as its config does; each backend turns them into the folder it
+reads (`Backend.resolve_model`): by default a local Hugging Face folder (`resolve_model_dir`), for
+llama.cpp a GGUF folder (`backends.gguf`). Embedded models are materialised once into the user cache
+($FAIRAUDIT_CACHE, default ~/.cache/fairaudit) and reused.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from fairaudit.errors import AuditError
@@ -23,6 +26,21 @@ EMBEDDED_TINY_QWEN3 = "embedded:tiny_qwen3"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_QWEN3_VERSION = "v1"
 PROMPT_FILES = ["*.json", "*.jinja", "*.txt", "*.model", "*.tiktoken"]  # config, tokenizer, chat template: no weights
+GGUF_NAME = "model.gguf"  # the GGUF file inside a GGUF folder (`gguf_folder`)
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """Where a model's files are, as its config names them at its checkpoint.
+
+    source: a hub id or embedded:smollm2 / embedded:tiny_qwen3; path: a local folder or file (takes
+    precedence); revision: a hub revision; gguf_file: one GGUF file of the hub repository `source`.
+    """
+
+    source: str
+    path: str | None = None
+    revision: str | None = None
+    gguf_file: str | None = None
 
 
 def cache_root() -> Path:
@@ -54,7 +72,7 @@ def _materialise(target: Path, build) -> Path:
     """Build `target` once: under a file lock, into a temp folder renamed into place (never half-written)."""
     if (target / "config.json").exists():
         return target
-    with exclusive(target.with_suffix(".lock")):
+    with exclusive(target.parent / f"{target.name}.lock"):
         if (target / "config.json").exists():
             return target
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
@@ -91,19 +109,51 @@ def embedded_model_dir() -> Path:
                         lambda out: _convert_gguf(src, SMOLLM2_GGUF, out))
 
 
+def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
+    """One file of a hub repository, downloaded alone (HF_HUB_OFFLINE=1: found in the hub cache, else one line
+    naming the file)."""
+    from huggingface_hub import constants, hf_hub_download
+
+    try:
+        return Path(hf_hub_download(repo, filename, revision=revision))
+    except Exception as exc:  # hub errors come in many types; one line for the user
+        why = (f"it is not in the hub cache {constants.HF_HUB_CACHE} and HF_HUB_OFFLINE=1 forbids downloading it"
+               if constants.HF_HUB_OFFLINE else f"{exc.__class__.__name__}: {exc}")
+        raise AuditError(f"cannot get {filename!r} from {repo!r} (revision {revision}): {why}") from exc
+
+
+def _prompt_files(gguf: Path, out: Path) -> None:
+    """Config, generation config and tokenizer (with its chat template) from a GGUF file's metadata; no weights."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    config.save_pretrained(out)
+    GenerationConfig.from_model_config(config).save_pretrained(out)
+    AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(out)
+
+
+def gguf_folder(gguf: Path, label: str) -> Path:
+    """A GGUF file as a folder, built once into the cache: the file linked as it is (`GGUF_NAME`), nothing
+    converted, beside the prompt files transformers reads from its metadata (so it renders prompts as the
+    converted folder does). llama.cpp reads the file; a backend that loads no weights reads the rest."""
+    gguf = gguf.resolve()
+    name = f"{label}-{hashlib.sha256(str(gguf).encode()).hexdigest()[:12]}"
+
+    def build(out: Path) -> None:
+        _prompt_files(gguf, out)
+        (out / GGUF_NAME).symlink_to(gguf)
+
+    (cache_root() / "gguf").mkdir(parents=True, exist_ok=True)
+    return _materialise(cache_root() / "gguf" / name, build)
+
+
 def gguf_model_dir(repo: str, gguf_file: str, revision: str | None = None) -> Path:
     """A hub repository's GGUF file (e.g. bartowski/...-GGUF, *-Q4_K_M.gguf) converted once into the cache.
 
     Only that file is downloaded (HF_HUB_OFFLINE=1: found in the hub cache). The paper-001
     models ran as Q4_K_M GGUF under llama.cpp; this loads the same quantised weights into transformers.
     """
-    from huggingface_hub import hf_hub_download
-
-    try:
-        path = Path(hf_hub_download(repo, gguf_file, revision=revision))
-    except Exception as exc:  # hub errors come in many types; one line for the user
-        raise AuditError(f"cannot get {gguf_file!r} from {repo!r} (revision {revision}): "
-                         f"{exc.__class__.__name__}: {exc}") from exc
+    path = hub_file(repo, gguf_file, revision)
     name = f"gguf-{hashlib.sha256(f'{repo}/{gguf_file}/{revision}'.encode()).hexdigest()[:12]}-{Path(gguf_file).stem}"
     return _materialise(cache_root() / "models" / name, lambda out: _convert_gguf(path.parent, path.name, out))
 
@@ -144,7 +194,8 @@ def resolve_model_dir(source: str, path: str | None = None, revision: str | None
 
     A hub id downloads (or, with HF_HUB_OFFLINE=1, finds in the hub cache) the snapshot; with
     `gguf_file`, that one file of the repo, converted (`gguf_model_dir`). weights=False, for a
-    model served elsewhere: a hub snapshot of the files that render prompts only (PROMPT_FILES).
+    model served elsewhere or a dry run: a hub snapshot of the files that render prompts only
+    (PROMPT_FILES); a GGUF file's folder unconverted, its prompt files read from its metadata (`gguf_folder`).
     """
     if path:
         local = Path(path).expanduser()
@@ -155,6 +206,8 @@ def resolve_model_dir(source: str, path: str | None = None, revision: str | None
         return embedded_model_dir()
     if source == EMBEDDED_TINY_QWEN3:
         return tiny_qwen3_dir()
+    if gguf_file and not weights:
+        return gguf_folder(hub_file(source, gguf_file, revision), Path(gguf_file).stem)
     if gguf_file:
         return gguf_model_dir(source, gguf_file, revision)
     from huggingface_hub import snapshot_download

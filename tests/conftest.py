@@ -10,15 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from fairaudit.backends.llamacpp import llamacpp_version
-from fairaudit.backends.vllm import vllm_distribution
+from fairaudit.registry import backend_classes
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(os.environ.get("FAIRAUDIT_DATA", REPO.parent / "shared" / "data")).resolve()
+ENGINE_BACKENDS = {name: cls for name, cls in backend_classes().items() if cls.requires is not None}
 
-# tests/vllm/ needs vLLM: `make test-vllm` runs it in .venv-vllm; tests/llamacpp/ needs llama-cpp-python:
-# `make test-llamacpp` runs it in .venv-llamacpp. Where the engine is absent its folder is not collected.
-collect_ignore = ([] if vllm_distribution() else ["vllm"]) + ([] if llamacpp_version() else ["llamacpp"])
+# tests/<backend>/ holds the tests of a backend that runs on an optional engine (`Backend.requires`), run in that
+# engine's own venv (`make test-<backend>`); where the engine is absent the folder is not collected.
+collect_ignore = [name for name, cls in ENGINE_BACKENDS.items() if not cls.available()]
+
+
+def pytest_configure(config):
+    """A mark per engine backend (its tests here and its conformance entry), so `-m <backend>` selects them."""
+    for name, cls in ENGINE_BACKENDS.items():
+        config.addinivalue_line("markers", f"{name}: needs {cls.requires.label} (skipped or not collected without it)")
 
 
 def model_results(store: Path) -> int:

@@ -4,7 +4,6 @@ no legend covers a bar."""
 from __future__ import annotations
 
 from itertools import combinations
-from unittest.mock import patch
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.legend import Legend
@@ -23,8 +22,11 @@ def drawn_texts(fig) -> list[Text]:
         if self.get_visible() and self.get_text().strip():
             drawn.append(self)
 
-    with patch.object(Text, "draw", record):
+    Text.draw = record
+    try:
         FigureCanvasAgg(fig).draw()
+    finally:
+        Text.draw = draw
     return drawn
 
 

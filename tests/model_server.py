@@ -10,8 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
 
-from fairaudit.backends import GenerationRequest
-from fairaudit.backends.hf import HFBackend
+from fairaudit.backends import Backend, GenerationRequest
 
 
 class LoopbackServer:
@@ -30,9 +29,10 @@ class LoopbackServer:
 
 
 class ModelServer(LoopbackServer):
-    """Serves model "local" from `backend`; one request computes at a time."""
+    """Serves model "local" from `backend` (one holding a transformers model as `.model`, with its `stop_ids`);
+    one request computes at a time."""
 
-    def __init__(self, backend: HFBackend):
+    def __init__(self, backend: Backend):
         self.backend = backend
         super().__init__(self._handler())
 

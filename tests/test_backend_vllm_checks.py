@@ -1,14 +1,12 @@
-"""backend=vllm refuses bad settings, and a missing vLLM (or llama-cpp-python under backend=llamacpp), in one line
-before anything loads (no engine needed)."""
+"""backend=vllm refuses bad settings, and every backend its missing engine (vLLM, llama-cpp-python, ...), in one line
+before anything loads (no engine needed); a dry run needs no engine."""
 
 from __future__ import annotations
 
 import pytest
 
-from conftest import run_app
-from fairaudit.backends.llamacpp import INSTALL_HINT as LLAMACPP_HINT
-from fairaudit.backends.llamacpp import llamacpp_version
-from fairaudit.backends.vllm import INSTALL_HINT, VLLMBackend, vllm_distribution
+from conftest import ENGINE_BACKENDS, run_app
+from fairaudit.backends.vllm import VLLMBackend
 from fairaudit.errors import AuditError
 
 
@@ -21,16 +19,18 @@ def test_bad_settings_are_refused_by_the_backend_check(backend, model, message):
         VLLMBackend.check(backend, model)
 
 
-@pytest.mark.parametrize("backend, installed, expected", [
-    ("vllm", vllm_distribution, f"error: backend=vllm needs vLLM, which is not installed: {INSTALL_HINT}"),
-    ("llamacpp", llamacpp_version, f"error: llama-cpp-python is not installed: {LLAMACPP_HINT}"),
-])
-def test_an_engine_backend_without_its_engine_is_one_error_line_naming_what_to_install(tmp_path, backend, installed,
-                                                                                       expected):
-    if installed():
-        pytest.skip(f"the {backend} engine is installed here")
+def test_the_engine_backends_are_found_in_the_registry():
+    assert {"vllm", "llamacpp"} <= set(ENGINE_BACKENDS)
+
+
+@pytest.mark.parametrize("backend", sorted(ENGINE_BACKENDS))
+def test_an_engine_backend_without_its_engine_is_one_error_line_naming_what_to_install(tmp_path, backend):
+    engine = ENGINE_BACKENDS[backend].requires
+    if engine.found():
+        pytest.skip(f"{engine.label} is installed here")
     result = run_app(tmp_path, f"backend={backend}")
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert lines == [expected], result.stderr[-2000:]
+    assert lines == [f"error: backend={backend} needs {engine.label}, which is not installed: {engine.install}"], \
+        result.stderr[-2000:]
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "store.sqlite").exists()

@@ -20,12 +20,12 @@ from huggingface_hub.utils import filter_repo_objects
 from mlflow.tracking import MlflowClient
 from transformers import AutoTokenizer
 
-from conftest import run_app
-from fairaudit.backends import DepthRequest, GenerationRequest
+from fairaudit.backends import Capabilities, DepthRequest, GenerationRequest
 from fairaudit.backends.openai import OpenAIBackend
 from fairaudit.client import CachingClient
 from fairaudit.errors import AuditError
 from fairaudit.models import PROMPT_FILES, model_fingerprint, resolve_model_dir, tiny_qwen3_dir
+from fairaudit.registry import backend_classes, probe_classes
 from fairaudit.store import Store
 from model_server import LoopbackServer
 
@@ -265,6 +265,19 @@ def test_the_key_is_sent_but_never_logged_or_stored(model_dir, servers, tmp_path
         OpenAIBackend(model_dir, base_url=server.url, api_key_env="FAIRAUDIT_TEST_KEY")
 
 
+def other_backends_that_can(*capabilities: str) -> str:
+    """The shipped model backends besides openai that declare every one of `capabilities`, as the refusal lists them."""
+    able = [name for name, cls in backend_classes().items() if name != "openai" and not cls.rehearsal
+            and all(getattr(cls.capabilities, c) for c in capabilities)]
+    return ", ".join(f"backend={name}" for name in able)
+
+
+def probes_runnable(capabilities: Capabilities) -> str:
+    """The shipped probes whose needs `capabilities` cover, as the refusal lists them."""
+    return ", ".join(name for name, cls in probe_classes().items()
+                     if all(getattr(capabilities, c) for c in cls.needs.capabilities))
+
+
 def test_unreachable_server_exits_2_before_any_mlflow_run(tmp_path):
     done = run_app(tmp_path, "model=tiny_qwen3", "backend=openai", "backend.base_url=http://127.0.0.1:9/v1",
                    "backend.model=fake", "dataset.n=2")
@@ -281,8 +294,8 @@ def test_chat_mode_refuses_a_probe_needing_scores_before_any_request(tmp_path, s
     assert done.stderr.strip().splitlines()[-1] == (
         "error: probe 'counterfactual' needs a backend that can read answer scores (choice_probs: P(Yes), forced "
         "answers); backend=openai cannot (backend.mode=chat serves generation alone: use backend.mode=completions "
-        "with a server that takes token ids). Backends that can: backend=hf, backend=llamacpp, backend=vllm; "
-        "probes backend=openai runs: position")
+        f"with a server that takes token ids). Backends that can: {other_backends_that_can('scores')}; probes "
+        f"backend=openai runs: {probes_runnable(OpenAIBackend.capabilities_for({'mode': 'chat'}))}")
     assert not (tmp_path / "mlflow.db").exists()
 
 
@@ -294,7 +307,8 @@ def test_the_influence_probe_is_refused_before_any_request(tmp_path, servers):
     assert done.stderr.strip().splitlines()[-1] == (
         "error: probe 'influence' needs a backend that can score a fixed target's likelihood (target_nll) and apply "
         "a role-visibility attention graph (graph generation, masked target_nll); backend=openai cannot. Backends "
-        "that can: backend=hf; probes backend=openai runs: btm, cdpg, counterfactual, position")
+        f"that can: {other_backends_that_can('target_nll', 'attention_graphs')}; probes backend=openai runs: "
+        f"{probes_runnable(OpenAIBackend.capabilities)}")
     assert not (tmp_path / "mlflow.db").exists()
 
 

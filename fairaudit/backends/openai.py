@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import httpx
 import numpy as np
@@ -233,20 +233,25 @@ class OpenAIBackend(Backend):
             return replace(cls.capabilities, scores=False, depth_reads=False, limits=CHAT_ONLY)
         return cls.capabilities
 
+    @classmethod
+    def load_tokenizer(cls, model_dir: str | Path, settings: Mapping):
+        """`backend.tokenizer` (a local folder or hub id) when set, else the model folder's own."""
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(settings.get("tokenizer") or str(model_dir))
+
     def __init__(self, model_dir: str | Path, base_url: str | Sequence[str], model: str | None = None,
                  api_key_env: str | None = None, mode: str = "completions", tokenizer: str | None = None,
                  max_concurrency: int = 8, timeout_s: float = 300.0, max_retries: int = 5,
                  retry_backoff_s: float = 1.0, think_tags: Sequence[str] = ("<think>", "</think>"),
                  dtype: str | None = None, batch_size: int | None = None):
-        from transformers import AutoTokenizer
-
         if mode not in MODES:
             raise AuditError(f"backend.mode {mode!r} is not one of {list(MODES)}")
         urls = server_urls(base_url)
         headers = auth_headers(api_key_env)
         self.mode, self.think_tags = mode, tuple(think_tags)
         self.capabilities = self.capabilities_for({"mode": mode})
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer or str(model_dir))
+        self.tokenizer = self.load_tokenizer(model_dir, {"tokenizer": tokenizer})
         self.stop_ids = stop_token_ids(str(model_dir), self.tokenizer)
         self.model = served_model(urls, headers, model, timeout_s)
         self.replicas = Replicas(urls, headers, max_concurrency, timeout_s, max_retries, retry_backoff_s)

