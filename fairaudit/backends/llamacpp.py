@@ -119,7 +119,7 @@ class LlamaCppBackend(Backend):
                  n_batch: int = 512, n_seq_max: int = 64, n_threads: int | None = None, n_gpu_layers: int = 0):
         from transformers import AutoTokenizer
 
-        from fairaudit.gguf_files import GGUF_NAME, gguf_digest
+        from fairaudit.gguf_files import GGUF_NAME, gguf_digest, gguf_file_type
 
         settings = {"n_ctx": n_ctx, "n_batch": n_batch, "n_seq_max": n_seq_max, "n_threads": n_threads,
                     "n_gpu_layers": n_gpu_layers}
@@ -133,6 +133,7 @@ class LlamaCppBackend(Backend):
         device = "cpu" if n_gpu_layers == 0 else f"gpu{n_gpu_layers}"
         self.fingerprint = (f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/llama-cpp-python-{llamacpp_version()}"
                             f"/gguf-{gguf_digest(gguf)[:16]}/{device}")
+        self.numerics = gguf_file_type(gguf)  # the weights as they ship: llama.cpp computes in their format
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.stop_ids = stop_token_ids(self.model_dir, self.tokenizer)
         self._counts_before: dict | None = None  # the engine's counters when this backend first used it

@@ -17,6 +17,7 @@ from fairaudit.analysis import study
 from fairaudit.analysis.study_figures import checkpoint_curve_figure
 from fairaudit.registry import report_builders
 from fairaudit.report import render
+from fairaudit.report.engines import add_engine_sensitivity
 from fairaudit.report.sections import RecordsLoader, Report, Section
 
 
@@ -29,6 +30,8 @@ def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:
     report = Report()
     for add_sections in report_builders(runs["probe"].dropna() if "probe" in runs else []):
         add_sections(report, runs, load_records, cfg)
+    if "engine" in study.varying_axes(runs):
+        add_engine_sensitivity(report, runs, load_records, cfg)
     if "seed" in study.varying_axes(runs):
         add_seed_summary(report, runs, list(cfg.seeds.metrics), float(cfg.seeds.level))
     add_sign_test(report, runs, cfg.sign_test.greater, cfg.sign_test.than, cfg.sign_test.alternative)
