@@ -28,7 +28,7 @@ from fairaudit.backends.common import (choice_token_ids, completion_from_ids, de
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 
-BACKEND_VERSION = "llamacpp-1"  # names the arithmetic too: flash attention (over float16 K and V), passes of 32 tokens
+BACKEND_VERSION = "llamacpp-2"  # names the arithmetic: flash attention over float16 K and V, passes of 32 tokens, no extra buffers
 PIN = "0.3.36"  # the llama-cpp-python release whose low-level API names this backend uses
 INSTALL_HINT = (f"pip install -e '.[llamacpp]' (builds llama-cpp-python=={PIN} from source: needs cmake and a C++ "
                 "compiler; `make test-llamacpp` builds it once into .wheels/; docs/backends.md 'llama.cpp')")
@@ -133,10 +133,15 @@ class LlamaCppBackend(Backend):
         device = "cpu" if n_gpu_layers == 0 else f"gpu{n_gpu_layers}"
         self.fingerprint = (f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/llama-cpp-python-{llamacpp_version()}"
                             f"/gguf-{gguf_digest(gguf)[:16]}/{device}")
-        self.numerics = gguf_file_type(gguf)  # the weights as they ship: llama.cpp computes in their format
+        self.file_type = gguf_file_type(gguf)  # the weights as they ship: llama.cpp computes in their format
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.stop_ids = stop_token_ids(self.model_dir, self.tokenizer)
         self._counts_before: dict | None = None  # the engine's counters when this backend first used it
+
+    @property
+    def numerics(self) -> str:
+        """The GGUF's weight format (e.g. `Q4_K_M`): llama.cpp computes in it, whatever model.dtype says."""
+        return self.file_type
 
     @property
     def engine(self):

@@ -51,6 +51,10 @@ class Engine:
         lc.llama_backend_init()
         model_params = lc.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
+        # no extra CPU buffer types (AMX tiles, repacked layouts): on an AMX CPU in a VM (Sapphire Rapids, 2 cores here)
+        # the AMX path crashed llama_decode for every quantised file (a segmentation fault), and the plain kernels give
+        # one arithmetic whatever the CPU's extensions
+        model_params.use_extra_bufts = False
         self.model = lc.llama_model_load_from_file(gguf.encode(), model_params)
         if not self.model:
             raise AuditError(f"llama.cpp could not load {gguf!r} (not a GGUF file of an architecture it knows?)")
