@@ -3,7 +3,7 @@ CDPG depth reads.
 
     python benchmarks/backends.py [HYDRA OVERRIDES] [--pairs 32] [--max-tokens 256] [--K 10]
         [--backends hf,vllm,openai,llamacpp] [--concurrency 1,8,32] [--base-url http://host:8000/v1]
-        [--temperature 0[,1.0]] [--threads 1[,2]] [--same-work] [--trace-tokens 1024]
+        [--temperature 0[,1.0]] [--threads 1[,2]] [--same-work] [--trace-tokens 1024] [--kv-streams]
 
 Defaults: the embedded SmolLM2 in fp32, 32 Adult pairs (64 think-arm prompts), traces of up to
 256 tokens, K = 10. Prompts are rendered by the project exactly as the audit renders them. On a
@@ -29,7 +29,8 @@ at N-token traces.
 
 On CPU the vllm engine runs eager with a 2 GiB KV cache and 32-token KV blocks (override with backend.*
 settings); llamacpp holds up to 128 sequences in 32,768 KV cells, so the reads reuse what generation
-computed. Without --base-url the openai column starts one local vLLM server on the model folder with the
+computed (--kv-streams: a KV stream per sequence, 128 streams of 512 cells, 32 of 2,048 with --trace-tokens).
+Without --base-url the openai column starts one local vLLM server on the model folder with the
 same CPU settings, and empties its prefix cache before each concurrency level. llamacpp times prefill
 and decode itself too (prefill_tokens_per_s, decode_tokens_per_s: tokens computed per second of
 llama_decode). peak_rss_mib: the backend process's peak resident memory; *_cpu_s: CPU seconds of the
@@ -72,14 +73,20 @@ CPU_SERVER = ("--block-size", str(CPU_BLOCK_SIZE))
 # llama.cpp holds every think-arm sequence between phases (64 x ~250 tokens; 0.36 GiB of float16 KV cache for SmolLM2),
 # so choice and depth reads extend what generation left in the cache, as vLLM's 2 GiB prefix cache does
 LLAMACPP = ["backend.n_ctx=32768", "backend.n_seq_max=128"]
+# --kv-streams: a KV stream per sequence, 128 streams of 512 cells (a think-arm sequence: ~220 prompt + 256 + suffix),
+# 32 of 2,048 for --trace-tokens 1024
+LLAMACPP_STREAMS = ["backend.kv_streams=true", "backend.n_ctx=65536"]
 SHOWN = ("generated_tokens", "generate_tok_s", "prefill_tok_s", "decode_tok_s", "prefill_tokens_per_s",
          "decode_tokens_per_s", "choice_tok_s", "depth_reads", "depth_tok_s", "depth_over_generate", "all_s",
          "all_same_s", "depth_share_same", "all_cpu_s", "peak_rss_mib")
 RATIOS = ("generate_tok_s", "prefill_tok_s", "decode_tok_s", "choice_tok_s", "depth_tok_s", "peak_rss_mib")
 
 
-def compose_config(backend: str, overrides: list[str], pairs: int, max_tokens: int, threads: int | None = None):
-    cpu = {"vllm": [] if torch.cuda.is_available() else CPU_VLLM, "llamacpp": LLAMACPP}.get(backend, [])
+def compose_config(backend: str, overrides: list[str], pairs: int, max_tokens: int, threads: int | None = None,
+                   kv_streams: bool = False, long: bool = False):
+    streams = [*LLAMACPP_STREAMS, f"backend.n_seq_max={32 if long else 128}"]
+    cpu = {"vllm": [] if torch.cuda.is_available() else CPU_VLLM,
+           "llamacpp": streams if kv_streams else LLAMACPP}.get(backend, [])
     if threads and backend == "vllm" and not torch.cuda.is_available():
         cpu = [*cpu, f"backend.cpu_threads_bind={'0' if threads == 1 else f'0-{threads - 1}'}"]
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
@@ -192,7 +199,8 @@ def measure(queue, backend: str, overrides: list[str], args: argparse.Namespace,
     try:
         if threads:
             torch.set_num_threads(threads)
-        cfg = compose_config(backend, overrides, args.pairs, args.max_tokens, threads)
+        cfg = compose_config(backend, overrides, args.pairs, args.max_tokens, threads, args.kv_streams,
+                             bool(args.trace_tokens))
         parts = [DepthRequest(*map(tuple, x)) for x in shared] if shared else None
         queue.put(run_backend(cfg, args.K, temperature, parts, args.trace_tokens))
     finally:
@@ -307,6 +315,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", default="", help="comma-separated thread counts, one run each (default: as set)")
     parser.add_argument("--same-work", action="store_true", help="every backend reads the first backend's traces")
     parser.add_argument("--trace-tokens", type=int, help="long traces of exactly this many tokens (temperature 1.0)")
+    parser.add_argument("--kv-streams", action="store_true", help="llamacpp: one KV stream per sequence (LLAMACPP_STREAMS)")
     return parser.parse_args(argv)
 
 

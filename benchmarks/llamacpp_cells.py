@@ -2,14 +2,14 @@
 about 1k, 4k, 16k and 32k cells held, on the embedded SmolLM2 GGUF (or any model= override).
 
     .venv-llamacpp/bin/python benchmarks/llamacpp_cells.py [--held 1024,4096,16384,32768] [--threads 1]
-        [--reads 8] [--read-tokens 256] [--steps 32] [--n-seq-max 64] [model=...]
+        [--reads 8] [--read-tokens 256] [--steps 32] [--n-seq-max 64] [--streams] [model=...]
 
 One engine (`fairaudit.backends.llamacpp_engine.Engine`, the backend's settings) is filled with filler
 sequences of random tokens (kept for reuse, as the benchmark's audit keeps its traces) until it holds each
 level; then `--reads` new sequences of `--read-tokens` tokens are fed (prefill tokens/s) and decoded together for
 `--steps` steps (decode tokens/s). Levels are measured in rising order on the same engine (the work of one
 level stays held at the next). Prints one row per level: cells held, prefill tokens/s, decode tokens/s, and
-each relative to the first level.
+each relative to the first level. --streams: the same with `backend.kv_streams=true` (a stream per sequence).
 """
 
 from __future__ import annotations
@@ -28,21 +28,16 @@ CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 FILLER = 512  # tokens per filler sequence
 
 
-def engine_for(overrides: list[str], n_ctx: int, n_seq_max: int, threads: int):
+def engine_for(overrides: list[str], n_ctx: int, n_seq_max: int, threads: int, streams: bool):
     with initialize_config_dir(config_dir=CONF, version_base=None):
         cfg = compose("config", overrides=["backend=llamacpp", *overrides])
-    backend = LlamaCppBackend(model_dir_for(cfg), n_ctx=n_ctx, n_seq_max=n_seq_max, n_threads=threads)
+    backend = LlamaCppBackend(model_dir_for(cfg), n_ctx=n_ctx, n_seq_max=n_seq_max, n_threads=threads, kv_streams=streams)
     return load_engine(backend.settings), backend
 
 
-def held(engine) -> int:
-    """Cells in use: those filled since the cache was emptied (no cell is freed before the cache empties)."""
-    return engine.used
-
-
 def fill(engine, level: int, rng, vocab: int) -> None:
-    while held(engine) < level:
-        engine.feed([rng.integers(1000, vocab, size=min(FILLER, level - held(engine) + 1)).tolist()])
+    while engine.held < level:
+        engine.feed([rng.integers(1000, vocab, size=min(FILLER, level - engine.held + 1)).tolist()])
 
 
 def measure(engine, rng, vocab: int, reads: int, read_tokens: int, steps: int) -> tuple[float, float]:
@@ -67,15 +62,21 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=8)
     parser.add_argument("--read-tokens", type=int, default=256)
     parser.add_argument("--steps", type=int, default=32)
-    parser.add_argument("--n-seq-max", type=int, default=64)
+    parser.add_argument("--n-seq-max", type=int, default=64, help="unified cache: sequence ids")
+    parser.add_argument("--streams", action="store_true", help="kv_streams: one KV stream per sequence")
     args = parser.parse_args()
     levels = [int(level) for level in args.held.split(",")]
     work = args.reads * (args.read_tokens + args.steps)
-    engine, backend = engine_for(args.overrides, max(levels) + work + FILLER, args.n_seq_max, args.threads)
+    if args.streams:  # a stream per filler and per read, each as long as the longest of them
+        per_stream = max(FILLER, args.read_tokens + args.steps)
+        n_seq_max = -(-(max(levels) + work) // FILLER) + args.reads + 1
+        engine, backend = engine_for(args.overrides, n_seq_max * per_stream, n_seq_max, args.threads, True)
+    else:
+        engine, backend = engine_for(args.overrides, max(levels) + work + FILLER, args.n_seq_max, args.threads, False)
     vocab, rng, rows = len(backend.tokenizer), np.random.default_rng(0), []
     for level in levels:
         fill(engine, level, rng, vocab)
-        cells = held(engine)
+        cells = engine.held
         prefill, decode = measure(engine, rng, vocab, args.reads, args.read_tokens, args.steps)
         rows.append((cells, prefill, decode))
         print(f"held {cells:>6} cells: prefill {prefill:8.1f} tok/s ({prefill / rows[0][1]:.2f}x), "

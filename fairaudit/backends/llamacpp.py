@@ -16,6 +16,7 @@ block hidden from a later block cannot keep its full-sequence positions (docs/ba
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import os
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -69,11 +70,12 @@ def load_engine(settings: dict):
     key = engine_key(settings)
     if key not in _ENGINE:
         free_engine()
-        from fairaudit.backends.llamacpp_engine import Engine
+        from fairaudit.backends.llamacpp_engine import Engine, StreamEngine
         from fairaudit.console import console
 
         console.print(f"Loading {settings['gguf']} into llama.cpp", style="dim", highlight=False, soft_wrap=True)
-        _ENGINE[key] = Engine(**settings)
+        engine = StreamEngine if settings["kv_streams"] else Engine
+        _ENGINE[key] = engine(**{k: v for k, v in settings.items() if k != "kv_streams"})
     return _ENGINE[key]
 
 
@@ -102,12 +104,12 @@ class LlamaCppBackend(Backend):
         """Settings in range, and llama-cpp-python installed: one line, before anything loads."""
         from omegaconf import DictConfig, OmegaConf
 
-        from fairaudit.validate import check_fields, integer, optional
+        from fairaudit.validate import boolean, check_fields, integer, optional
 
         if isinstance(settings, DictConfig):  # n_ctx is ${model.max_context}
             settings = OmegaConf.to_container(settings, resolve=True)
         rules = {"n_ctx": integer(16), "n_batch": integer(1), "n_seq_max": integer(3, 256), "n_gpu_layers": integer(-1),
-                 "n_threads": optional(integer(1))}
+                 "n_threads": optional(integer(1)), "kv_streams": boolean}
         check_fields("backend", settings, rules)
         version = llamacpp_version()
         if version is None:
@@ -116,13 +118,14 @@ class LlamaCppBackend(Backend):
             raise AuditError(f"backend=llamacpp needs llama-cpp-python=={PIN} (its low-level API), found {version}: {INSTALL_HINT}")
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 8, *, n_ctx: int = 4096,
-                 n_batch: int = 512, n_seq_max: int = 64, n_threads: int | None = None, n_gpu_layers: int = 0):
+                 n_batch: int = 512, n_seq_max: int = 64, n_threads: int | None = None, n_gpu_layers: int = 0,
+                 kv_streams: bool = False):
         from transformers import AutoTokenizer
 
         from fairaudit.gguf_files import GGUF_NAME, gguf_digest, gguf_file_type
 
         settings = {"n_ctx": n_ctx, "n_batch": n_batch, "n_seq_max": n_seq_max, "n_threads": n_threads,
-                    "n_gpu_layers": n_gpu_layers}
+                    "n_gpu_layers": n_gpu_layers, "kv_streams": kv_streams}
         self.check(settings, {"dtype": dtype})
         gguf = Path(model_dir) / GGUF_NAME
         if not gguf.exists():
@@ -152,14 +155,19 @@ class LlamaCppBackend(Backend):
 
     def _groups(self, lengths: Sequence[int]) -> list[list[int]]:
         """Indices in descending length (a shorter read then extends a longer one still held), grouped so that a
-        group is at most batch_size sequences (and half the n_seq_max - 1 ids sequences may hold) whose lengths fit n_ctx."""
-        limit, cells = max(1, min(self.batch_size, (self.settings["n_seq_max"] - 1) // 2)), self.settings["n_ctx"]
+        group is at most batch_size sequences whose lengths fit: unified, half the n_seq_max - 1 ids sequences may
+        hold and n_ctx cells together; with kv_streams, n_seq_max streams of n_ctx / n_seq_max cells each."""
+        n_ctx, n_seq_max, streams = self.settings["n_ctx"], self.settings["n_seq_max"], self.settings["kv_streams"]
+        limit = max(1, min(self.batch_size, n_seq_max if streams else (n_seq_max - 1) // 2))
+        cells = n_ctx // n_seq_max if streams else n_ctx
         too_long = [n for n in lengths if n > cells]
         if too_long:
-            raise AuditError(f"a sequence of {max(too_long)} tokens exceeds backend.n_ctx={cells}; raise backend.n_ctx")
+            where = f"a KV stream's {cells} cells (backend.n_ctx / backend.n_seq_max)" if streams else f"backend.n_ctx={cells}"
+            raise AuditError(f"a sequence of {max(too_long)} tokens exceeds {where}; raise backend.n_ctx")
+        total = math.inf if streams else cells
         groups: list[list[int]] = []
         for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-            if not groups or len(groups[-1]) == limit or sum(lengths[j] for j in groups[-1]) + lengths[i] > cells:
+            if not groups or len(groups[-1]) == limit or sum(lengths[j] for j in groups[-1]) + lengths[i] > total:
                 groups.append([])
             groups[-1].append(i)
         return groups
