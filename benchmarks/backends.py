@@ -138,7 +138,8 @@ def audit_work(cfg, temperature: float, trace_tokens: int | None):
     """The backend (untimed load), its audit context and the think-arm generation requests."""
     backend = instantiate(cfg.backend, model_dir=str(model_dir_for(cfg)), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
     arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
-    ctx = AuditContext(None, backend.tokenizer, model_spec(cfg.model), instantiate(cfg.dataset), arm)  # no store: time the backend
+    # no client: the backend is timed, not the store
+    ctx = AuditContext(None, backend.tokenizer, model_spec(cfg.model), instantiate(cfg.dataset), arm)
     prompts = render_prompts(ctx, ctx.dataset.pairs(), arm)
     if trace_tokens:
         run_to_budget(backend)
@@ -326,7 +327,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--trace-tokens", type=int, help="long traces of exactly this many tokens (temperature 1.0)")
     parser.add_argument("--traces-out", help="same-work: write the shared traces to FILE.threads<n>.T<t>.json")
     parser.add_argument("--traces-in", help="same-work: read the shared traces from what --traces-out wrote")
-    parser.add_argument("--kv-streams", action="store_true", help="llamacpp: one KV stream per sequence (LLAMACPP_STREAMS)")
+    parser.add_argument("--kv-streams", action="store_true",
+                        help="llamacpp: one KV stream per sequence (LLAMACPP_STREAMS)")
     return parser.parse_args(argv)
 
 

@@ -31,7 +31,8 @@ FILLER = 512  # tokens per filler sequence
 def engine_for(overrides: list[str], n_ctx: int, n_seq_max: int, threads: int, streams: bool):
     with initialize_config_dir(config_dir=CONF, version_base=None):
         cfg = compose("config", overrides=["backend=llamacpp", *overrides])
-    backend = LlamaCppBackend(model_dir_for(cfg), n_ctx=n_ctx, n_seq_max=n_seq_max, n_threads=threads, kv_streams=streams)
+    backend = LlamaCppBackend(model_dir_for(cfg), n_ctx=n_ctx, n_seq_max=n_seq_max, n_threads=threads,
+                              kv_streams=streams)
     return load_engine(backend.settings), backend
 
 

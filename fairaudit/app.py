@@ -155,7 +155,7 @@ def checkpoint_spec(model: DictConfig) -> dict:
 
 
 def engine_label(backend: Backend) -> str:
-    """The `engine` tag: the backend and how it computes (`hf float32`, `llamacpp Q4_K_M`), the axis of `+experiment=engines`."""
+    """The `engine` tag, the axis of +experiment=engines: the backend and how it computes (`hf float32`)."""
     return f"{backend.name} {backend.numerics}".strip()
 
 

@@ -16,8 +16,8 @@ import struct
 from pathlib import Path
 
 from fairaudit.errors import AuditError
-from fairaudit.models import (EMBEDDED_GEMMA3, EMBEDDED_SMOLLM2, EMBEDDED_TINY_QWEN3, SMOLLM2_GGUF, _materialise, cache_root,
-                              package_dir, tiny_qwen3_dir)
+from fairaudit.models import (EMBEDDED_GEMMA3, EMBEDDED_SMOLLM2, EMBEDDED_TINY_QWEN3, SMOLLM2_GGUF, _materialise,
+                              cache_root, package_dir, tiny_qwen3_dir)
 
 GGUF_NAME = "model.gguf"  # the GGUF file inside a GGUF folder
 
@@ -163,7 +163,8 @@ def gguf_digest(gguf: Path) -> str:
     return digest.hexdigest()
 
 
-SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}  # GGUF value types
+# GGUF metadata value types as struct codes (8: string, 9: array)
+SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 STRING, ARRAY = 8, 9
 
 

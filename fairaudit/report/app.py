@@ -67,7 +67,8 @@ def log_on_parent(client, parent: str | None, metrics: dict[str, float]) -> None
     from mlflow.entities import Metric
 
     if parent and metrics:
-        client.log_batch(parent, metrics=[Metric(k, v, int(time.time() * 1000), 0) for k, v in finite_metrics(metrics).items()])
+        now = int(time.time() * 1000)
+        client.log_batch(parent, metrics=[Metric(k, v, now, 0) for k, v in finite_metrics(metrics).items()])
 
 
 def run_note(report: Report) -> str:

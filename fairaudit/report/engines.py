@@ -71,8 +71,8 @@ def analyse_group(cell: dict, group: pd.DataFrame, load_records: RecordsLoader, 
                                           float(settings.level)) if point else pd.DataFrame(columns=["metric"]))
     verdict = verdict.merge(intervals, on="metric", how="left")
     frames = {engine: r["records"] for engine, r in records.items()}
-    flips = (engines.flip_table(frames, reference, list(settings.bins))
-             if all(set(engines.RECORD_KEYS) | {"answer", "p_yes"} <= set(f) for f in frames.values()) else pd.DataFrame())
+    readable = all(set(engines.RECORD_KEYS) | {"answer", "p_yes"} <= set(f) for f in frames.values())
+    flips = engines.flip_table(frames, reference, list(settings.bins)) if readable else pd.DataFrame()
     with_ci = [m for m in metrics if values.loc[values["metric"] == m, "ci_low"].notna().any()]
     shown = (with_ci + [m for m in metrics if m not in with_ci])[:FIGURE_METRICS]
     return {"values": values, "verdict": verdict, "flips": flips, "reference": reference, "bootstrapped": bool(point),
@@ -95,8 +95,8 @@ def shown_table(result: dict, cell: dict) -> pd.DataFrame:
                     group[["engine", "value", "ci_low", "ci_high"]].itertuples(index=False)})
         v = verdict.loc[metric]
         row["spread"] = _interval(v["spread"], v.get("spread_ci_low", math.nan), v.get("spread_ci_high", math.nan))
-        row["differs"] = ", ".join(w for w, flag in (("sign", v["sign_differs"]), ("significance", v["significance_differs"]))
-                                   if flag)
+        flags = (("sign", v["sign_differs"]), ("significance", v["significance_differs"]))
+        row["differs"] = ", ".join(word for word, flag in flags if flag)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -119,15 +119,18 @@ def add_engine_sensitivity(report: Report, runs: pd.DataFrame, load_records: Rec
     if not results:
         return
     shown = pd.concat([shown_table(r, cell) for cell, r in results], ignore_index=True)
-    long = pd.concat([r["values"].merge(r["verdict"], on="metric").assign(**cell) for cell, r in results], ignore_index=True)
+    long = pd.concat([r["values"].merge(r["verdict"], on="metric").assign(**cell) for cell, r in results],
+                     ignore_index=True)
     note = (f"Each engine's value of every headline metric with its run's 95% interval where it logged one; the spread "
             f"(max − min over engines) with a {float(cfg.engines.level):.0%} paired bootstrap interval over pairs "
-            f"({int(cfg.engines.n_boot)} resamples, the same pairs for every engine); `differs`: the engines disagree in "
+            f"({int(cfg.engines.n_boot)} resamples, the same pairs for every engine); `differs`: the engines "
+            "disagree in "
             "sign or in significance at 0.05 (log10 p below log10 0.05, or an interval excluding 0). "
             "Figures: " + ", ".join(f"figures/engines_{i}.png" for i in range(len(results))) + ".")
     if not all(r["bootstrapped"] for _, r in results):
         note += " Spreads without an interval: the probe recomputes no metrics from its records (point_metrics)."
-    report.sections.append(Section("engines", "Engine sensitivity: headline metrics per engine", long, shown, note, main=True))
+    title = "Engine sensitivity: headline metrics per engine"
+    report.sections.append(Section("engines", title, long, shown, note, main=True))
     flips = [r["flips"].assign(reference=r["reference"], **cell) for cell, r in results if not r["flips"].empty]
     if flips:
         table = pd.concat(flips, ignore_index=True)
@@ -141,7 +144,8 @@ def add_engine_sensitivity(report: Report, runs: pd.DataFrame, load_records: Rec
 
 
 FLIP_NOTE = ("Per engine against the reference (the first engine run, or engines.reference): records whose answer "
-             "differs (an unparsed answer counts as its own), and pairs whose contingency cell (a-d, or dropped) differs, "
+             "differs (an unparsed answer counts as its own), and pairs whose contingency cell (a-d, or dropped) "
+             "differs, "
              "by the reference's confidence |P(Yes) − 0.5| (a pair: its least confident record). Changes that cancel "
              "in an aggregate show here.")
 
