@@ -35,7 +35,8 @@ from fairaudit.validate import validate
 ANSWER_SOURCES = ("parsed", "forced")
 AXES = ("model", "dataset", "probe", "arm", "seed", "checkpoint")  # the grid's axes: tags, and short params
 AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",), "seed": ("dataset.seed",),
-             "checkpoint": ("model.checkpoint", "model.checkpoint.label")}  # grid axis -> override keys that set it
+             "checkpoint": ("model.checkpoint", "model.checkpoint.label"),
+             "engine": ("backend", "model.dtype", "experiment/engines/engine")}  # grid axis -> override keys that set it
 ENGINE_TAG = "engine"  # the backend and its numerics (engine_label), set once the backend is built
 PROBE_META = ("report",)  # keys of conf/probe/*.yaml that fairaudit reads itself, not the probe's constructor
 
@@ -189,7 +190,7 @@ def job_run_name(tags: dict[str, str], varied: list[str]) -> str:
 
     e.g. `-m dataset=adult,compas` names its jobs "adult | counterfactual smollm2 think".
     """
-    lead = [axis for axis in AXES if set(AXIS_KEYS[axis]) & set(varied)]
+    lead = [axis for axis in (*AXES, ENGINE_TAG) if set(AXIS_KEYS[axis]) & set(varied) and axis in tags]
     shown = [f"seed {tags[a]}" if a == "seed" else tags[a] for a in lead]
     rest = [tags[a] for a in AXES[:4] if a not in lead]
     return " ".join(shown) + (" | " if shown else "") + " ".join(rest)

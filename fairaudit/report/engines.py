@@ -98,7 +98,7 @@ def shown_table(result: dict, cell: dict) -> pd.DataFrame:
         flags = (("sign", v["sign_differs"]), ("significance", v["significance_differs"]))
         row["differs"] = ", ".join(word for word, flag in flags if flag)
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).fillna("")  # groups whose engines differ (e.g. llamacpp Q4_1, Q4_K_M) share the table
 
 
 def spread_metrics(label: str, verdict: pd.DataFrame) -> dict[str, float]:
