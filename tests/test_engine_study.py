@@ -67,10 +67,10 @@ def test_a_spread_that_is_the_same_in_every_resample_has_a_point_interval():
     shifted.loc[up, "p_yes"] += 0.1
     intervals = engines.spread_intervals({"a": {"records": reference}, "b": {"records": shifted}},
                                          CounterfactualProbe.point_metrics, ["p_gap_think", "p_gap_nothink", "cell_c"],
-                                         n_boot=200, seed=0).set_index("metric")
+                                         n_boot=100, seed=0).set_index("metric")
     assert intervals.loc["p_gap_think", ["spread_ci_low", "spread_ci_high"]].tolist() == pytest.approx([0.1, 0.1])
     assert intervals.loc["p_gap_nothink", ["spread_ci_low", "spread_ci_high"]].tolist() == [0.0, 0.0]
-    assert intervals.loc["cell_c", "n_units"] == 4 and intervals.loc["cell_c", "n_boot_used"] == 200
+    assert intervals.loc["cell_c", "n_units"] == 4 and intervals.loc["cell_c", "n_boot_used"] == 100
 
 
 def test_disagreement_flags_sign_and_significance():
@@ -98,7 +98,7 @@ def study(tmp_path_factory):
                    "p_gap_think_ci_low": ci[0], "p_gap_think_ci_high": ci[1]}
         ids[engine] = store.job(records, parent, metrics=metrics, engine=engine, model="smollm2",
                                 **{"fairaudit.headline": json.dumps(HEADLINE)})
-    result = app.run(report_cfg(store, root / "out", f"select.parent={parent}", "engines.n_boot=200"))
+    result = app.run(report_cfg(store, root / "out", f"select.parent={parent}", "engines.n_boot=100"))
     return store, parent, result, root / "out"
 
 
