@@ -34,7 +34,9 @@ from fairaudit.tracking import KEY_TAG, MAX_TAG, NOTE_TAG, Tracker, config_key, 
 from fairaudit.validate import validate
 
 AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",), "seed": ("dataset.seed",),
-             "checkpoint": ("model.checkpoint", "model.checkpoint.label")}  # grid axis -> override keys that set it
+             "checkpoint": ("model.checkpoint", "model.checkpoint.label"),
+             "engine": ("backend", "model.dtype", "experiment/engines/engine")}  # grid axis -> override keys that set it
+ENGINE_TAG = "engine"  # the backend and its numerics (engine_label), set once the backend is built
 PROBE_META = ("report",)  # keys of conf/probe/*.yaml that `fairaudit report` reads, not the probe's constructor
 
 
@@ -153,6 +155,11 @@ def checkpoint_spec(model: DictConfig) -> dict:
     return {"label": checkpoint.label, "path": checkpoint.path, "revision": checkpoint.revision}
 
 
+def engine_label(backend: Backend) -> str:
+    """The `engine` tag, the axis of +experiment=engines: the backend and how it computes (`hf float32`)."""
+    return f"{backend.name} {backend.numerics}".strip()
+
+
 def slurm_job_id() -> str:
     """This SLURM job's id as `squeue` and submitit write it: <array job>_<task> for an array task."""
     if "SLURM_ARRAY_JOB_ID" in os.environ:
@@ -171,6 +178,7 @@ def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
         "arm": cfg.arm.name,
         "seed": str(cfg.dataset.seed),
         "checkpoint": str(checkpoint_spec(cfg.model)["label"]),
+        "backend": str(choices.get("backend", cfg.backend.get("_target_", "?"))),
         "fairaudit.kind": "job",
         "fairaudit.version": __version__,
         **slurm,
@@ -182,7 +190,7 @@ def job_run_name(tags: dict[str, str], varied: list[str]) -> str:
 
     e.g. `-m dataset=adult,compas` names its jobs "adult | counterfactual smollm2 think".
     """
-    lead = [axis for axis in AXES if set(AXIS_KEYS[axis]) & set(varied)]
+    lead = [axis for axis in (*AXES, ENGINE_TAG) if set(AXIS_KEYS[axis]) & set(varied) and axis in tags]
     shown = [f"seed {tags[a]}" if a == "seed" else tags[a] for a in lead]
     rest = [tags[a] for a in AXES[:4] if a not in lead]
     return " ".join(shown) + (" | " if shown else "") + " ".join(rest)
@@ -216,7 +224,7 @@ def run(cfg: DictConfig) -> ProbeResult | None:
 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     parent = parent_run_id(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
-    tags = {**job_tags(cfg, dict(hydra_cfg.runtime.choices)), **job_identity(cfg)}
+    tags = {**job_tags(cfg, dict(hydra_cfg.runtime.choices)), **job_identity(cfg), ENGINE_TAG: engine_label(backend)}
     run_name = job_run_name(tags, varied_keys(hydra_cfg))
     axes = {axis: tags[axis] for axis in AXES}  # short params, so Compare can plot against the grid's axes
     run_id = tracker.start(run_name, tags, {**axes, **flatten(job_settings(cfg))}, parent)

@@ -27,6 +27,7 @@ from fairaudit.errors import AuditError
 from fairaudit.models import PROMPT_FILES, model_fingerprint, resolve_model_dir, tiny_qwen3_dir
 from fairaudit.registry import backend_classes, probe_classes
 from fairaudit.store import Store
+from conftest import run_app
 from model_server import LoopbackServer
 
 KEY = "sk-test-5ecret-never-logged"
