@@ -23,7 +23,6 @@ from fairaudit.errors import AuditError, failure_line, input_error_line
 from fairaudit.interrupt import Interrupted
 from fairaudit.mlflow_ui import where_lines
 from fairaudit.models import resolve_model_dir
-from fairaudit.numbers import snap_metrics
 from fairaudit.probes import AuditContext, ModelSpec, Probe, ProbeResult
 from fairaudit.prompts.yesno import P_YES_READINGS, Arm, Thinking
 from fairaudit.registry import probe_classes
@@ -224,7 +223,6 @@ def run(cfg: DictConfig) -> ProbeResult | None:
     try:
         result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
         result.metrics.update(client.metrics())
-        result.metrics = snap_metrics(result.metrics)
         verdict = job.probe.verdict(result)
         log_run(tracker, cfg, job, result, verdict, run_name)
     except KeyboardInterrupt:

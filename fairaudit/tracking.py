@@ -21,7 +21,6 @@ from fairaudit import sweeps
 from fairaudit.tracking_db import create_experiment, prepare_tracking
 from fairaudit.console import quiet_libraries
 from fairaudit.errors import AuditError
-from fairaudit.numbers import snap, snap_frame
 
 PARENT_ID_FILE = "mlflow_parent_run_id"
 KEY_TAG = "fairaudit.key"                  # hash of a job's resolved config and overrides (a sweep's: its overrides)
@@ -61,8 +60,9 @@ def flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
 
 
 def finite_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """Metrics MLflow can store as numbers (float noise as 0); the rest (nan, inf) live in metrics.json."""
-    return {k: float(snap(v)) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+    """Metrics MLflow can store as numbers, as they are (a p of 2.2e-46 too); the rest (nan, inf, a p below the
+    smallest double, which is NaN beside its `*_log10_p`) live in metrics.json."""
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
 
 
 def unbounded_note(metrics: dict[str, Any]) -> str | None:
@@ -78,7 +78,7 @@ def json_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     """Metrics as strict JSON values: numbers, null for nan/inf (JSON has neither), strings for the rest."""
     def value(v: Any) -> Any:
         if isinstance(v, (int, float)):
-            return snap(v) if math.isfinite(v) else None
+            return v if math.isfinite(v) else None
         return str(v)
     return {k: value(v) for k, v in metrics.items()}
 
@@ -211,7 +211,6 @@ class Tracker:
             self.mlflow.set_tag(UNBOUNDED_TAG, note[:MAX_TAG])
         with tempfile.TemporaryDirectory() as tmp:
             for name, table in tables.items():
-                table = snap_frame(table)
                 path = Path(tmp) / f"{name}.parquet"
                 table.to_parquet(path)
                 self.mlflow.log_artifact(str(path), "tables")

@@ -15,8 +15,8 @@ from fairaudit.analysis.degenerate import depth_warnings
 from fairaudit.console import format_number as num
 from fairaudit.probes import WARNING, AuditContext, Needs, ProbeResult
 from fairaudit.probes.decisions import (RESAMPLING, PairedProbe, analysed, answer_choices, answer_parts_all, arm_names,
-                                        gap_sentence, interval, pairs_phrase, paired_metrics, paired_records, sides,
-                                        warnings_of)
+                                        few_units, gap_sentence, interval, pairs_phrase, paired_metrics, paired_records,
+                                        sides, warnings_of)
 from fairaudit.prompts.yesno import Arm
 from fairaudit.validate import check_fields, integer, list_of, number, optional
 
@@ -77,8 +77,8 @@ class CDPGProbe(PairedProbe):
         m, records = result.metrics, result.records["records"]
         t, b = arm_names(records)
         alpha, alpha_prime = sides(records)
-        slopes = [f"{cell} ({CELL_NAMES[cell]}, {_pairs(m[f'cdpg_n_{cell}'])}) {interval(m, f'cdpg_slope_{cell}')}"
-                  for cell in CELLS if m[f"cdpg_n_{cell}"]]
+        slopes = [f"{cell} ({CELL_NAMES[cell]}, {_pairs(m[f'cdpg_n_{cell}'])}{few_units(m, f'cdpg_slope_{cell}')}) "
+                  f"{interval(m, f'cdpg_slope_{cell}')}" for cell in CELLS if m[f"cdpg_n_{cell}"]]
         empty = [cell for cell in CELLS if not m[f"cdpg_n_{cell}"]]
         found = (f"CDPG on {pairs_phrase(records, m['cdpg_n_pairs'])}: |P(Yes | {alpha}) - P(Yes | {alpha_prime})| "
                  f"re-read after each of K={self.K} equal segments of the {t} trace; the slope of its mean against "

@@ -26,7 +26,7 @@ from fairaudit.backends import Block, GraphGenerationRequest, NLLRequest, Visibi
 from fairaudit.console import format_number as num
 from fairaudit.data.mcq import format_options
 from fairaudit.probes import WARNING, AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
-from fairaudit.probes.decisions import encode
+from fairaudit.probes.decisions import encode, few_units
 from fairaudit.prompts.yesno import Arm
 from fairaudit.validate import boolean, check_fields, integer, list_of, number, one_of, template_fields, text
 
@@ -172,7 +172,8 @@ class InfluenceProbe(Probe):
             directions = "; ".join(
                 f"{label}: {num(g(f'influence_k_{d}_{c}'))} of {num(g(f'n_contrasts_{d}_{c}'))} donor swaps raised the "
                 f"target's NLL, rate {num(g(f'influence_rate_{d}_{c}'))} [{num(g(f'influence_rate_{d}_{c}_ci_low'))}, "
-                f"{num(g(f'influence_rate_{d}_{c}_ci_high'))}], by more than 0.05 nats/token "
+                f"{num(g(f'influence_rate_{d}_{c}_ci_high'))}]"
+                f"{few_units(result.metrics, f'influence_rate_{d}_{c}', 'contrasts')}, by more than 0.05 nats/token "
                 f"{num(g(f'substantive_rate_{d}_{c}'))}" for d, label in (("a_to_b", "A->B"), ("b_to_a", "B->A")))
             lines.append(f"graph {c}: {num(g(f'n_valid_{c}'))} of {num(g(f'n_traces_{c}'))} transcripts valid; "
                          f"{directions}; the graph-cut control left the NLL unchanged in "

@@ -22,6 +22,7 @@ from fairaudit.analysis.degenerate import mcq_warnings
 from fairaudit.backends import GenerationRequest
 from fairaudit.console import format_number as num
 from fairaudit.errors import AuditError
+from fairaudit.numbers import format_p
 from fairaudit.probes import WARNING, AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import encode
 from fairaudit.prompts.mcq import MCQ_ARMS, MENTION_CASES, final_answer, render_mcq_prompt
@@ -157,7 +158,10 @@ class PositionProbe(Probe):
         if "trunc_change_rate" in m:
             lines.append(f"truncation: {num(m['trunc_n'])} continuations resampled from CCP + offset changed the answer "
                          f"in {num(m['trunc_change_rate'])} of cases ({num(m['trunc_change_rate_before_ccp'])} before "
-                         f"the CCP, {num(m['trunc_change_rate_after_ccp'])} after).")
+                         f"the CCP, {num(m['trunc_change_rate_after_ccp'])} after; chi-square p = "
+                         f"{format_p(m['trunc_ccp_chi2_log10_p'])} counting every continuation, sign-flip p = "
+                         f"{format_p(m['trunc_ccp_perm_log10_p'])} over "
+                         f"{num(m['trunc_ccp_perm_n_questions'])} questions as the units).")
         return lines + [WARNING + line for line in mcq_warnings(records)]
 
     def answer(self, ctx: AuditContext, variants: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, ...]]]:

@@ -212,7 +212,7 @@ def paper001_sections(runs: pd.DataFrame, load: RecordsLoader, pairs: Mapping[st
         POSITION_HEADERS | {"partial_rho_length_pbs": f"partial ρ ({partial_corr})"},
         "Acc over extracted answers; PBS over questions with all four permutations extracted "
         "(at most √0.75); extraction = the A.2 cascade alone (App. B), fallback reported apart.",
-        {"n_records": _count, "length_chars": _count, "partial_rho_length_pbs_p": _p_value}))
+        {"n_records": _count, "length_chars": _count}))
     sections.append(_section(
         "p001_table3", "Position bias, Table 3: length-bucket robustness", f001.robustness_table(metrics),
         {}, "monotonic_k{k}: 1 when PBS rises strictly from the shortest to the longest of k equal-frequency bins; "
@@ -228,7 +228,7 @@ def paper001_sections(runs: pd.DataFrame, load: RecordsLoader, pairs: Mapping[st
             f"question; report.position.pairs names the matched pairs. Zero differences: `{zero_method}` "
             "(report.position.zero_method; the paper does not say) in p; wilcox drops them, pratt ranks then drops "
             "them, zsplit splits their ranks.",
-            {"n": _count, "zeros": _count} | {c: _p_value for c in ("p", *[f"p_{m}" for m in ZERO_METHODS])}))
+            {"n": _count, "zeros": _count}))
     figures["p001_fig2_length_pbs"] = length_pbs_panels(f001.length_bins(records), metrics)
     for dataset, rows in metrics.groupby("dataset", sort=False):
         labelled = rows.assign(label=rows["model"] + " " + rows["arm"])
@@ -268,19 +268,22 @@ def _truncation_sections(position_runs: pd.DataFrame, load: RecordsLoader) -> tu
     by_position = pd.concat([r["tables"]["truncation_by_position"].assign(configuration=" ".join(key))
                              for key, r in results.items()])
     names = ["trunc_n", "trunc_change_rate_before_ccp", "trunc_change_rate_after_ccp", "trunc_ccp_chi2",
-             "trunc_ccp_chi2_p", "trunc_ccp_perm_n_questions", "trunc_ccp_perm_p"]
+             "trunc_ccp_chi2_p", "trunc_ccp_chi2_log10_p", "trunc_ccp_perm_n_questions", "trunc_ccp_question_diff",
+             "trunc_ccp_perm_p", "trunc_ccp_perm_log10_p"]
     table = pd.DataFrame([{**dict(zip(("model", "arm", "dataset"), key)), **{n: r["metrics"][n] for n in names}}
                           for key, r in results.items()])
     section = _section(
         "p001_truncation", "Position bias, §5.3: before- vs after-CCP change rate, two tests", table,
         {"arm": "Mode", "trunc_n": "continuations", "trunc_change_rate_before_ccp": "change before CCP",
          "trunc_change_rate_after_ccp": "change after CCP", "trunc_ccp_chi2": "χ²", "trunc_ccp_chi2_p": "χ² p",
-         "trunc_ccp_perm_n_questions": "questions", "trunc_ccp_perm_p": "permutation p"},
-        "χ² p: the paper's test (Yates, 2x2), every continuation independent. permutation p: two-sided, before and "
-        "after swapped in whole questions (up to 12 continuations each), questions as the units; exact up to 16 "
-        "questions, else 10,000 seeded relabelings.",
-        {"trunc_n": _count, "trunc_ccp_perm_n_questions": _count, "trunc_ccp_chi2_p": _p_value,
-         "trunc_ccp_perm_p": _p_value})
+         "trunc_ccp_perm_n_questions": "questions", "trunc_ccp_question_diff": "mean question change",
+         "trunc_ccp_perm_p": "sign-flip p"},
+        "χ² p: the paper's test (Yates, 2x2), every continuation independent. sign-flip p: two-sided, questions as "
+        "the units: each question's own after-minus-before change rate (mean question change: their mean), its sign "
+        "flipped at random, so a question that lost its late cuts weighs as much as one that kept them; questions cut "
+        "on one side only are left out; exact up to 16 questions, else probe.truncation.relabelings seeded sign "
+        "vectors. Its size holds at 0.05 where the χ²'s and the pooled relabeling's do not (docs/probes.md).",
+        {"trunc_n": _count, "trunc_ccp_perm_n_questions": _count})
     return [section], {"p001_fig3_truncation": truncation_figure(by_position, by="configuration")}
 
 
@@ -303,14 +306,14 @@ def _with_stars(table: pd.DataFrame) -> pd.DataFrame:
     out = table[["model", "arm"]].copy()
     for column in [c for c in table.columns if c.endswith("_rho")]:
         dataset = column.removesuffix("_rho")
-        out[dataset] = [_starred(rho, p) for rho, p in zip(table[column], table[f"{dataset}_p"])]
+        out[dataset] = [_starred(rho, p) for rho, p in zip(table[column], table[f"{dataset}_log10_p"])]
     return out
 
 
-def _starred(rho: float, p: float) -> str:
+def _starred(rho: float, log10_p: float) -> str:
     if not math.isfinite(rho):
         return "–"
-    stars = "***" if p < 1e-3 else "**" if p < 0.01 else "*" if p < 0.05 else ""
+    stars = "***" if log10_p < -3 else "**" if log10_p < -2 else "*" if log10_p < math.log10(0.05) else ""
     return f"{rho:.2f}{stars}"
 
 
@@ -325,6 +328,3 @@ def _one_decimal(value: float) -> str:
 def _times(value: float) -> str:
     return f"{value:.2f}×" if math.isfinite(value) else render.NA
 
-
-def _p_value(value: float) -> str:
-    return f"{value:.3g}" if math.isfinite(value) else render.NA
