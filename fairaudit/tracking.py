@@ -347,18 +347,22 @@ class SweepCallback(Callback):
         children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
         failed = [child for child in children if child.info.status != "FINISHED"]
         summary = sweeps.children_summary(client, run_id)
-        sweeps.log_summary(client, run_id, summary, Path(config.hydra.sweep.dir))
+        family = sweeps.family_verdict(children, run_id)
+        sweeps.log_summary(client, run_id, summary, Path(config.hydra.sweep.dir), family)
+        verdict = family[0] if family else None
         if not failed:
+            if verdict:
+                client.set_tag(run_id, NOTE_TAG, verdict[:MAX_TAG])
             client.set_terminated(run_id, status="FINISHED")
             if KEY_TAG in parent.data.tags:
                 supersede_ended(client, parent.info.experiment_id, parent.data.tags[KEY_TAG], run_id)
-            sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri)
+            sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri, verdict)
             return
         line = failure_summary(children)
         client.set_tag(run_id, FAILED_JOBS_TAG, line[:MAX_TAG])
         client.set_tag(run_id, NOTE_TAG, line[:MAX_TAG])
         client.set_terminated(run_id, status="FAILED")
-        sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri)
+        sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri, verdict)
         print_error(line)
         sys.exit(1)
 

@@ -134,8 +134,9 @@ def show(report: Report, selection: Selection) -> None:
         print_result(render.rich_table(section.shown, section.title, section.pooled_last))
         if section.note:
             out.print(section.note, style="dim", highlight=False, soft_wrap=True)
-    if any(s.name == "sign_test" for s in report.sections):
-        out.print(report.section("sign_test").note, highlight=False, soft_wrap=True)
+    for name in ("family", "sign_test"):
+        if any(s.name == name for s in report.sections):
+            out.print(report.section(name).note, highlight=False, soft_wrap=True)
     for line in report.missing:
         console.print(f"[yellow]not in this report:[/yellow] {line}", highlight=False, soft_wrap=True)
     if not selection.left_out.empty:

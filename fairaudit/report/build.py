@@ -19,6 +19,7 @@ from fairaudit.analysis.study_figures import checkpoint_curve_figure
 from fairaudit.registry import report_builders
 from fairaudit.numbers import format_p
 from fairaudit.report import render
+from fairaudit.report.family import add_family
 from fairaudit.report.sections import RecordsLoader, Report, Section
 
 
@@ -32,6 +33,7 @@ def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:
     report = Report()
     for add_sections in report_builders(runs["probe"].dropna() if "probe" in runs else []):
         add_sections(report, runs, load_records, cfg)
+    add_family(report, runs, cfg.family)
     if "seed" in study.varying_axes(runs):
         add_seed_summary(report, runs, list(cfg.seeds.metrics), float(cfg.seeds.level))
     add_sign_test(report, runs, cfg.sign_test.greater, cfg.sign_test.than, cfg.sign_test.alternative)
