@@ -159,7 +159,6 @@ def format_metric(name: str, metrics: dict[str, Any]) -> str:
     return format_number(metrics[name])
 
 
-
 def summary_frame_table(title: str, frame: pd.DataFrame) -> Table:
     """A DataFrame as a table, numbers formatted by `format_number`."""
     import pandas as pd

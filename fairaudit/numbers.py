@@ -26,6 +26,13 @@ def cancelled(value, scale):
     return float(out) if out.ndim == 0 else out
 
 
+def cancelled_mean(values) -> float:
+    """The mean of signed differences (pair slopes, P(Yes) differences, NLL deltas), `cancelled` at the scale of
+    the largest: differences that cancel give 0, not their rounding; NaN for none."""
+    values = np.asarray(values, dtype=float)
+    return cancelled(values.mean(), np.abs(values).max()) if values.size else math.nan
+
+
 def log10_sibling(name: str) -> str | None:
     """The name of the log10 twin of p-value metric or column `name`, its last `p` part written `log10_p`:
     mcnemar_p -> mcnemar_log10_p, trunc_ccp_chi2_p_cot -> trunc_ccp_chi2_log10_p_cot, p_pratt -> log10_p_pratt;

@@ -10,7 +10,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import gammaln, logsumexp
 
-from fairaudit.numbers import LOG10_SMALLEST, NOISE
+from fairaudit.numbers import LOG10_SMALLEST, NOISE, cancelled_mean
 
 LN10 = math.log(10.0)
 FEW = 10  # an interval over fewer units than this is flagged (`..._few` metrics, marked in tables)
@@ -226,7 +226,7 @@ def cluster_difference_test(cluster, group, outcome, n_flips: int = 10000, seed:
         return out
     d = sums[both, 1] / counts[both, 1] - sums[both, 0] / counts[both, 0]
     p, exact = sign_flip_p(d, n_flips, seed)
-    return {**out, "diff": float(d.mean()), "p": p, "log10_p": math.log10(p), "exact": float(exact)}
+    return {**out, "diff": cancelled_mean(d), "p": p, "log10_p": math.log10(p), "exact": float(exact)}
 
 
 def sign_flip_p(d: np.ndarray, n_flips: int = 10000, seed: int = 0) -> tuple[float, bool]:

@@ -14,13 +14,14 @@ from mlflow.tracking import MlflowClient
 from fairaudit.analysis.cdpg import _cell_slopes, pair_slopes
 from fairaudit.analysis.contingency import contingency
 from fairaudit.analysis.gap import p_gap
+from fairaudit.analysis.position import monotonic_profile
 from fairaudit.console import format_metric, format_number
 from fairaudit.numbers import cancelled, format_p
 from fairaudit.probes import ProbeResult
 from fairaudit.probes.counterfactual import CounterfactualProbe
 from fairaudit.probes.decisions import paired_metrics
 from fairaudit.report.render import display
-from fairaudit.stats import mcnemar_exact_log10_p
+from fairaudit.stats import cluster_difference_test, mcnemar_exact_log10_p
 from fairaudit.tracking import Tracker
 
 CELLS = {"a": 40, "b": 75, "c": 363, "d": 32}   # paper 000's Qwen3-Adult discordant cells, a and d made small
@@ -112,3 +113,13 @@ def test_signed_p_yes_differences_that_cancel_name_no_favoured_side():
                             "p_yes": [0.4, 0.3, 0.5, 0.3, 0.2, 0.5] + [0.5] * 6})
     assert 0.1 + 0.2 - 0.3 != 0.0                     # (0.4 - 0.3) + (0.5 - 0.3) + (0.2 - 0.5) in floats
     assert p_gap(records, n_boot=50)["p_diff_think"] == 0.0
+
+
+def test_other_differences_that_cancel_are_0_where_they_are_computed():
+    assert monotonic_profile([0.1 + 0.2, 0.5, 0.3])["gradient"] == 0.0        # last bin minus first
+    # ten continuations a side; after - before: 1/10 - 0, 2/10 - 0, 0 - 3/10, which cancel (0.1 + 0.2 - 0.3)
+    cluster, after = np.repeat([1, 2, 3], 20), np.tile(np.r_[[True] * 10, [False] * 10], 3)
+    changed = np.zeros(60)
+    changed[[0, 20, 21, 50, 51, 52]] = 1
+    out = cluster_difference_test(cluster, after, changed)
+    assert out["diff"] == 0.0 and np.mean([0.1, 0.2, -0.3]) != 0.0

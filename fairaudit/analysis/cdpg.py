@@ -17,7 +17,7 @@ import pandas as pd
 from fairaudit.analysis.contingency import CELLS, cell_labels
 from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, SIDES, complete_pairs
 from fairaudit.errors import AuditError
-from fairaudit.numbers import cancelled
+from fairaudit.numbers import cancelled, cancelled_mean
 from fairaudit.stats import FEW, bootstrap_ci, interval_size
 
 GROUP_COLUMNS = ("model", "dataset")
@@ -198,7 +198,7 @@ def _cell_slopes(slopes: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
         values = part["slope"].to_numpy(float)
         scale = np.abs(values).max() if len(values) else 0.0  # pair slopes of either sign that cancel leave rounding
         low, high = bootstrap_ci(lambda i: values[i].mean(), len(values), n_boot, seed)
-        rows.append({"K": K, "cell": cell, "n": len(values), "slope": cancelled(values.mean(), scale),
+        rows.append({"K": K, "cell": cell, "n": len(values), "slope": cancelled_mean(values),
                      "ci_low": cancelled(low, scale), "ci_high": cancelled(high, scale), "few": len(values) < FEW})
     return pd.DataFrame(rows, columns=["K", "cell", "n", "slope", "ci_low", "ci_high", "few"])
 

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from fairaudit.analysis.flags import as_flags
+from fairaudit.numbers import cancelled_mean
 from fairaudit.stats import FEW, interval_size, wilson_interval
 
 DIRECTIONS = ("a_to_b", "b_to_a")
@@ -53,7 +54,7 @@ def influence_rates(contrasts: pd.DataFrame, thresholds: Sequence[float] = THRES
             k, n = int((delta > threshold).sum()), len(delta)
             low, high = wilson_interval(k, n)
             rows.append({"direction": direction, "threshold": float(threshold), "n": n, "k": k, "rate": k / n,
-                         "ci_low": low, "ci_high": high, "mean_delta": float(delta.mean()), "few": n < FEW})
+                         "ci_low": low, "ci_high": high, "mean_delta": cancelled_mean(delta), "few": n < FEW})
     return pd.DataFrame(rows, columns=["direction", "threshold", "n", "k", "rate", "ci_low", "ci_high", "mean_delta", "few"])
 
 
@@ -68,7 +69,7 @@ def control_summary(contrasts: pd.DataFrame) -> pd.DataFrame:
         nat, cf = group["control_nll_nat"].to_numpy(float), group["control_nll_cf"].to_numpy(float)
         zeros = int((cf == nat).sum())
         rows.append({"condition": condition, "direction": direction, "n": len(group), "zero_count": zeros,
-                     "zero_rate": zeros / len(group), "mean_delta": float((cf - nat).mean()),
+                     "zero_rate": zeros / len(group), "mean_delta": cancelled_mean(cf - nat),
                      "nll_min": float(nat.min()), "nll_max": float(nat.max())})
     return pd.DataFrame(rows, columns=["condition", "direction", "n", "zero_count", "zero_rate", "mean_delta",
                                        "nll_min", "nll_max"])
@@ -89,7 +90,7 @@ def _pooled_metrics(scored: pd.DataFrame, condition: str, thresholds: Sequence[f
     """Both directions pooled: the 'overall influence rate' of paper 002 Tables 1-2."""
     delta = scored["delta"].to_numpy(float)
     metrics = {f"n_contrasts_{condition}": len(delta),
-               f"mean_delta_{condition}": float(delta.mean()) if len(delta) else math.nan}
+               f"mean_delta_{condition}": cancelled_mean(delta)}
     for threshold in thresholds:
         k, name = int((delta > threshold).sum()), RATE_NAMES.get(threshold, f"rate_gt{threshold:g}")
         metrics[f"{name}_k_{condition}"] = k
@@ -154,7 +155,7 @@ def _reverse_split(scored: pd.DataFrame, condition: str, thresholds: Sequence[fl
     for origin, part in (("natural", reverse[~bridged]), ("bridge", reverse[bridged])):
         delta = part["delta"].to_numpy(float)
         metrics[f"n_contrasts_b_to_a_{origin}_{condition}"] = len(delta)
-        metrics[f"mean_delta_b_to_a_{origin}_{condition}"] = float(delta.mean()) if len(delta) else math.nan
+        metrics[f"mean_delta_b_to_a_{origin}_{condition}"] = cancelled_mean(delta)
         for threshold in thresholds:
             name, k = RATE_NAMES.get(threshold, f"rate_gt{threshold:g}"), int((delta > threshold).sum())
             metrics[f"{name}_k_b_to_a_{origin}_{condition}"] = k

@@ -17,8 +17,8 @@ from scipy import stats
 
 from fairaudit.prompts.mcq import LETTERS, commitment_change_point, effective_switching, trajectory
 from fairaudit.analysis.flags import as_flags
-from fairaudit.stats import (LN10, PARTIAL_METHODS, cluster_difference_test, p_value, partial_correlation,
-                             wilcoxon_log10_p)
+from fairaudit.numbers import cancelled, cancelled_mean
+from fairaudit.stats import PARTIAL_METHODS, cluster_difference_test, p_value, partial_correlation, wilcoxon_log10_p
 
 N_POSITIONS = 4
 SHARES = [f"share_{letter.lower()}" for letter in LETTERS]
@@ -135,7 +135,7 @@ def monotonic_profile(values) -> dict[str, float]:
     return {
         "monotonic": float(not_rising.size == 0),
         "first_violation": float(not_rising[0] + 2) if not_rising.size else 0.0,
-        "gradient": float(values[-1] - values[0]),
+        "gradient": cancelled(values[-1] - values[0], max(abs(values[-1]), abs(values[0]))),
     }
 
 
@@ -251,7 +251,7 @@ def pbs_wilcoxon(records_a: pd.DataFrame, records_b: pd.DataFrame, alternative: 
     paired = pd.concat({"a": question_pbs(records_a), "b": question_pbs(records_b)}, axis=1, join="inner")
     diff = (paired["a"] - paired["b"]).to_numpy()
     out = {"pbs_wilcoxon_n": len(diff), "pbs_wilcoxon_zeros": int((diff == 0).sum()),
-           "pbs_wilcoxon_mean_diff": float(diff.mean()) if len(diff) else math.nan}
+           "pbs_wilcoxon_mean_diff": cancelled_mean(diff)}
     if not np.any(diff != 0):
         return {**out, "pbs_wilcoxon_statistic": math.nan, "pbs_wilcoxon_p": math.nan, "pbs_wilcoxon_log10_p": math.nan}
     result = stats.wilcoxon(diff, alternative=alternative, zero_method=zero_method)
@@ -336,7 +336,7 @@ def ccp_chi_square(rows: pd.DataFrame) -> tuple[float, float, float]:
     if (table.sum(axis=0) == 0).any() or (table.sum(axis=1) == 0).any():
         return math.nan, math.nan, math.nan
     chi2 = float(stats.chi2_contingency(table)[0])
-    log10_p = min(0.0, float(stats.chi2.logsf(chi2, 1)) / LN10)
+    log10_p = min(0.0, float(stats.chi2.logsf(chi2, 1)) / math.log(10.0))
     return chi2, p_value(log10_p), log10_p
 
 

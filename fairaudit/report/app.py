@@ -127,8 +127,8 @@ def markdown_report(report: Report, selection: Selection, uri: str) -> str:
 
 
 def show(report: Report, selection: Selection) -> None:
-    """On stdout, the main tables (Table 2, the seed summary; else the runs) and the sign test's verdict; on
-    stderr, one line per table the selection could not fill and the runs it left out."""
+    """On stdout, the main tables (Table 2, the seed summary; else the runs) and the verdicts of the family of
+    tests and the sign test; on stderr, one line per table the selection could not fill and the runs it left out."""
     printed = [s for s in report.sections if s.name in ("table2", "seeds")] or [report.section(report.main)]
     for section in printed:
         print_result(render.rich_table(section.shown, section.title, section.pooled_last))
