@@ -1,6 +1,6 @@
 """Size and power of the before/after-CCP tests beside paper 001's truncation intervention, by simulation.
 
-    python benchmarks/cluster_test_size.py [--studies 4000] [--flips 2000] [--seed 0]
+    python benchmarks/cluster_test_size.py [--studies 10000] [--power-studies 2000] [--flips 2000] [--seed 0]
 
 A simulated study has the paper's design (§5.3): 200 questions, each cut at CCP - 0.15, - 0.05, + 0.05 and
 + 0.15 with 3 continuations per cut; a continuation changes its answer with probability
@@ -81,17 +81,20 @@ def study_p_values(rows: pd.DataFrame, flips: int, seed: int) -> dict[str, float
             "sign flip": ccp_cluster_test(rows, flips, seed)["trunc_ccp_perm_p"]}
 
 
-def rejection_rates(studies: int, flips: int, seed: int, scenarios=SCENARIOS) -> pd.DataFrame:
-    """One row per scenario x test x alpha: the share of `studies` simulated studies rejected, and its SE."""
+def rejection_rates(studies: int, flips: int, seed: int, scenarios=SCENARIOS, power_studies: int | None = None
+                    ) -> pd.DataFrame:
+    """One row per scenario x test x alpha: the share of simulated studies rejected (`studies` of each null,
+    `power_studies` of each effect; default `studies`), and its SE."""
     out = []
     for number, (name, (unbalanced, effect)) in enumerate(scenarios.items()):
         rng = np.random.default_rng([seed, number])
-        p = pd.DataFrame([study_p_values(simulate(rng, unbalanced, effect), flips, seed + i) for i in range(studies)])
+        count = studies if effect == 0.0 or power_studies is None else power_studies
+        p = pd.DataFrame([study_p_values(simulate(rng, unbalanced, effect), flips, seed + i) for i in range(count)])
         for test in TESTS:
             for alpha in ALPHAS:
                 rate = float((p[test] <= alpha).mean())
                 out.append({"scenario": name, "test": test, "alpha": alpha, "rejected": rate,
-                            "se": math.sqrt(rate * (1 - rate) / studies), "studies": studies})
+                            "se": math.sqrt(rate * (1 - rate) / count), "studies": count})
     return pd.DataFrame(out)
 
 
@@ -106,14 +109,15 @@ def markdown(rates: pd.DataFrame) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--studies", type=int, default=4000, help="simulated studies per scenario")
+    parser.add_argument("--studies", type=int, default=10000, help="simulated studies per null scenario")
+    parser.add_argument("--power-studies", type=int, default=2000, help="simulated studies per effect scenario")
     parser.add_argument("--flips", type=int, default=2000, help="relabelings / sign flips per test")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     start = time.perf_counter()
-    rates = rejection_rates(args.studies, args.flips, args.seed)
-    print(f"{args.studies} simulated studies per scenario, {args.flips} relabelings per test, seed {args.seed}; "
-          f"Monte Carlo SE of a rate of 0.05: {math.sqrt(0.05 * 0.95 / args.studies):.4f}")
+    rates = rejection_rates(args.studies, args.flips, args.seed, power_studies=args.power_studies)
+    print(f"{args.studies} simulated studies per null, {args.power_studies} per effect, {args.flips} relabelings "
+          f"per test, seed {args.seed}; Monte Carlo SE of a size of 0.05: {math.sqrt(0.05 * 0.95 / args.studies):.4f}")
     print(markdown(rates))
     print(f"{time.perf_counter() - start:.0f} s")
 

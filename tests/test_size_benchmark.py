@@ -34,9 +34,11 @@ def test_on_the_unbalanced_null_the_pooled_tests_reject_far_more_often_than_the_
 
 @pytest.mark.slow
 def test_the_script_prints_the_table_docs_probes_md_shows():
-    done = subprocess.run([sys.executable, "benchmarks/cluster_test_size.py", "--studies", "4", "--flips", "50"],
+    done = subprocess.run([sys.executable, "benchmarks/cluster_test_size.py", "--studies", "4", "--power-studies", "2",
+                           "--flips", "50"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[1].startswith("| scenario | chi-square at 0.05 | chi-square at 0.01 | pooled relabeling at 0.05")
     assert [line.split(" | ")[0].lstrip("| ") for line in lines[3:3 + len(bench.SCENARIOS)]] == list(bench.SCENARIOS)
+    assert lines[0].startswith("4 simulated studies per null, 2 per effect, 50 relabelings per test, seed 0")
