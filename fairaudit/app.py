@@ -23,7 +23,6 @@ from fairaudit.errors import AuditError, audit_cause, failure_line, input_error_
 from fairaudit.interrupt import Interrupted
 from fairaudit.mlflow_ui import where_lines
 from fairaudit.models import ModelFiles
-from fairaudit.numbers import snap_metrics
 from fairaudit.probes import AuditContext, ModelSpec, Probe, ProbeResult
 from fairaudit.prompts.yesno import Arm, Thinking
 from fairaudit.registry import probe_classes
@@ -231,7 +230,6 @@ def run(cfg: DictConfig) -> ProbeResult | None:
     try:
         result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
         result.metrics.update(client.metrics())
-        result.metrics = snap_metrics(result.metrics)
         verdict = job.probe.verdict(result)
         log_run(tracker, cfg, job, result, verdict, run_name)
     except KeyboardInterrupt:

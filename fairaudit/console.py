@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Table
 from rich.text import Text
 
-from fairaudit.numbers import snap
+from fairaudit.numbers import format_p, log10_sibling
 
 WARNING = "warning: "  # the prefix of a verdict line that flags a degenerate result
 
@@ -123,14 +123,14 @@ def print_verdict(lines: list[str]) -> None:
 
 
 def format_number(value: Any) -> str:
-    """A number as people read it: 4 significant digits, no float noise (-5.3e-18 is 0), NaN as n/a."""
+    """A number as people read it: 4 significant digits, 2.2e-46 as 2.2e-46, NaN as n/a (float noise is made 0
+    where it arises: `numbers.cancelled`)."""
     if isinstance(value, (bool, int)) or not isinstance(value, float):
         return str(value)
     if math.isnan(value):
         return "n/a"
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
-    value = snap(value)
     if value == int(value) and abs(value) < 1e15:
         return str(int(value))
     if 1e-4 <= abs(value) < 1e6:
@@ -139,14 +139,24 @@ def format_number(value: Any) -> str:
 
 
 def summary_table(title: str, metrics: dict[str, float], names: list[str]) -> Table:
-    """The headline metrics as a two-column table."""
+    """The headline metrics as a two-column table; a p-value (`<name>_p`) from its `<name>_log10_p`, so one
+    below the smallest double still reads as what it is (10^-485.6)."""
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for name in names:
         if name in metrics:
-            table.add_row(name, format_number(metrics[name]))
+            table.add_row(name, format_metric(name, metrics))
     return table
+
+
+def format_metric(name: str, metrics: dict[str, Any]) -> str:
+    """metrics[name] as `format_number` shows it; a p-value with its log10 beside it (mcnemar_p and mcnemar_log10_p,
+    trunc_ccp_chi2_p_cot and trunc_ccp_chi2_log10_p_cot) as `numbers.format_p` of that log10."""
+    log10_name = log10_sibling(name)
+    if log10_name in metrics:
+        return format_p(float(metrics[log10_name]))
+    return format_number(metrics[name])
 
 
 def summary_frame_table(title: str, frame: pd.DataFrame) -> Table:

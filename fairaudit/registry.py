@@ -32,6 +32,14 @@ def settings(group: str, name: str) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.load(CONF / group / f"{name}.yaml"))
 
 
+@lru_cache(maxsize=None)
+def report_defaults() -> dict[str, Any]:
+    """`conf/report.yaml` as written: the report's defaults (e.g. the `family` a sweep's parent counts)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(CONF / "report.yaml"))
+
+
 def target(group: str, name: str) -> type:
     """The class `conf/<group>/<name>.yaml` names by `_target_` (imported; optional engines stay lazy)."""
     from hydra.utils import get_class

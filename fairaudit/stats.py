@@ -1,15 +1,16 @@
-"""Exact tests in log space, Wilson, Clopper-Pearson and bootstrap intervals, partial correlation, a cluster
-permutation test."""
+"""Exact tests in log space, Wilson, Clopper-Pearson and bootstrap intervals, partial correlation, a clustered
+sign-flip test."""
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
-import pandas as pd
 from scipy import stats
 from scipy.special import gammaln, logsumexp
+
+from fairaudit.numbers import LOG10_SMALLEST, NOISE, cancelled_mean
 
 LN10 = math.log(10.0)
 FEW = 10  # an interval over fewer units than this is flagged (`..._few` metrics, marked in tables)
@@ -38,6 +39,14 @@ def mcnemar_exact_log10_p(b: int, c: int) -> float:
     return min(0.0, log_p / LN10)
 
 
+def p_value(log10_p: float) -> float:
+    """p = 10^log10_p where that is a normal double, else NaN: below the smallest double (1e-308) a p-value lives
+    as its log10 alone (every `*_p` metric has its `*_log10_p` beside it), never as a 0 it is not."""
+    if math.isnan(log10_p) or log10_p < LOG10_SMALLEST:
+        return math.nan
+    return 10.0 ** log10_p
+
+
 def sign_test_log10_p(successes: int, n: int, alternative: str = "greater") -> float:
     """log10 p of the exact sign test: `successes` of `n` non-tied cells in the predicted direction."""
     if alternative == "greater":
@@ -47,6 +56,12 @@ def sign_test_log10_p(successes: int, n: int, alternative: str = "greater") -> f
     else:
         raise ValueError(f"alternative must be 'greater' or 'two-sided', got {alternative!r}")
     return min(0.0, log_p / LN10)
+
+
+def interval_size(name: str, n: int) -> dict[str, float]:
+    """`<name>_ci_n`, the units an interval of metric `name` rests on, and `<name>_ci_few`, 1.0 below FEW of them
+    (where a bootstrap interval covers far less than its level: benchmarks/interval_coverage.py)."""
+    return {f"{name}_ci_n": n, f"{name}_ci_few": float(n < FEW)}
 
 
 def wilson_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -128,18 +143,38 @@ def ratio_interval_exact(c: int, b: int, level: float = 0.95) -> tuple[float, fl
     return (low / (1.0 - low), math.inf if high >= 1.0 else high / (1.0 - high))
 
 
+def wilcoxon_log10_p(diff: np.ndarray, alternative: str, zero_method: str, p: float) -> float:
+    """log10 of scipy's Wilcoxon signed-rank p on `diff`; where that p underflows (only the normal approximation
+    can, past ~470 pairs all one way) from the approximation's z statistic in log space."""
+    if p >= 10.0 ** LOG10_SMALLEST:
+        return math.log10(p)
+    z = float(stats.wilcoxon(diff, alternative=alternative, zero_method=zero_method, method="approx").zstatistic)
+    log_p = {"greater": stats.norm.logsf(z), "less": stats.norm.logcdf(z)}.get(alternative)
+    if log_p is None:  # two-sided
+        log_p = math.log(2.0) + stats.norm.logsf(abs(z))
+    return min(0.0, float(log_p) / LN10)
+
+
 PARTIAL_METHODS = ("pearson", "spearman")
 
 
-def partial_correlation(x, y, covariate, method: str = "pearson") -> tuple[float, float]:
-    """Correlation of x and y controlling for one covariate, and its two-sided p-value.
+class Correlation(NamedTuple):
+    """A correlation, its two-sided p-value (NaN below the smallest double) and that p's log10 (always)."""
+
+    r: float
+    p: float
+    log10_p: float
+
+
+def partial_correlation(x, y, covariate, method: str = "pearson") -> Correlation:
+    """Correlation of x and y controlling for one covariate, its two-sided p-value and log10 p.
 
     Residual method: x and y are each regressed on (1, covariate); the p-value is the t-test
     of the residual correlation on n - 3 degrees of freedom (for Pearson, exactly the OLS t-test of
     x's coefficient in y ~ 1 + x + covariate). method="spearman" does the same on the ranks of x, y
     and the covariate (average ranks for ties), as pingouin's partial_corr does; its p-value is then
-    the usual large-sample approximation. Rows with a NaN are dropped; (NaN, NaN) with fewer than
-    4 rows or a constant residual.
+    the usual large-sample approximation, computed in log space (far below 1e-308 when n is large). Rows with a
+    NaN are dropped; NaN throughout with fewer than 4 rows or a constant residual.
     """
     if method not in PARTIAL_METHODS:
         raise ValueError(f"method must be one of {list(PARTIAL_METHODS)}, got {method!r}")
@@ -147,55 +182,62 @@ def partial_correlation(x, y, covariate, method: str = "pearson") -> tuple[float
     data = data[~np.isnan(data).any(axis=1)]
     n = len(data)
     if n < 4:
-        return math.nan, math.nan
+        return Correlation(math.nan, math.nan, math.nan)
     if method == "spearman":
         data = np.column_stack([stats.rankdata(column) for column in data.T])
     design = np.column_stack([np.ones(n), data[:, 2]])
     fitted = design @ np.linalg.lstsq(design, data[:, :2], rcond=None)[0]
     residuals = data[:, :2] - fitted
     if (residuals.std(axis=0) <= 1e-10 * np.abs(data[:, :2]).max(axis=0)).any():  # x or y explained by the covariate
-        return math.nan, math.nan
+        return Correlation(math.nan, math.nan, math.nan)
     r = float(np.corrcoef(residuals.T)[0, 1])
     dof = n - 3
     t = r * math.sqrt(dof / max(1.0 - r * r, np.finfo(float).tiny))
-    return r, float(2.0 * stats.t.sf(abs(t), dof))
+    log10_p = min(0.0, (math.log(2.0) + float(stats.t.logsf(abs(t), dof))) / LN10)
+    return Correlation(r, p_value(log10_p), log10_p)
 
 
-EXACT_CLUSTERS = 16  # up to 2^16 relabelings are enumerated; more are sampled
+EXACT_CLUSTERS = 16  # up to 2^16 sign vectors are enumerated; more are sampled
 
 
-def cluster_permutation_test(cluster, group, outcome, n_permutations: int = 10000, seed: int = 0) -> dict[str, float]:
-    """Two-sided permutation test of a difference in means between two groups whose observations come in clusters.
+def cluster_difference_test(cluster, group, outcome, n_flips: int = 10000, seed: int = 0) -> dict[str, float]:
+    """Two-sided test of a difference in mean outcome between two groups whose observations come in clusters,
+    each cluster its own control: d_q = its mean outcome in group True minus its mean in group False.
 
-    cluster: the unit (a question); group: bool per observation (True: e.g. after the change point);
-    outcome: 0/1 or any number. Statistic: mean outcome of group True minus group False, pooled over
-    observations. Under the null each cluster's labels are exchangeable as a block: a relabeling swaps
-    True and False in whole clusters, so clusters, not observations, are the independent units (a
-    chi-square on the pooled 2x2 table treats every observation as independent). All 2^Q relabelings
-    are enumerated for Q <= EXACT_CLUSTERS clusters, else `n_permutations` are drawn (seeded) and
-    p = (1 + #{|T*| >= |T|}) / (1 + n_permutations). Returns diff, p, n_clusters, exact (1.0 / 0.0);
-    NaN diff and p when a group is empty.
+    cluster: the unit (a question); group: bool per observation (True: e.g. after the change point); outcome:
+    0/1 or any number. Statistic: the mean of d_q over the clusters holding both groups (one with a single group
+    has no difference of its own and is left out, counted in n_one_sided). Under the null a cluster's labels are
+    exchangeable, so d_q is as likely as -d_q: the test flips the signs of whole clusters, all 2^Q sign vectors
+    for Q <= EXACT_CLUSTERS, else `n_flips` seeded draws with p = (1 + #{|T*| >= |T|}) / (1 + n_flips). Every
+    cluster weighs the same whatever its counts, so its weight does not move when it is flipped, as it does for
+    the pooled difference of rates (whose relabeling test rejects a true null 3 times too often when clusters
+    lose observations on one side: benchmarks/cluster_test_size.py). Returns diff, p, log10_p, n_clusters (with
+    both groups), n_one_sided, exact (1.0 / 0.0); NaN diff and p without a cluster holding both groups.
     """
-    frame = pd.DataFrame({"cluster": np.asarray(cluster), "group": np.asarray(group, dtype=bool),
-                          "outcome": np.asarray(outcome, dtype=float)})
-    out = {"n_clusters": float(frame["cluster"].nunique()), "diff": math.nan, "p": math.nan, "exact": math.nan}
-    if frame["group"].nunique() < 2:
+    ids, index = np.unique(np.asarray(cluster), return_inverse=True)
+    side = np.asarray(group, dtype=bool).astype(int)
+    counts, sums = np.zeros((len(ids), 2)), np.zeros((len(ids), 2))
+    np.add.at(counts, (index, side), 1.0)
+    np.add.at(sums, (index, side), np.asarray(outcome, dtype=float))
+    both = (counts > 0).all(axis=1)
+    out = {"n_clusters": float(both.sum()), "n_one_sided": float((~both).sum()), "diff": math.nan, "p": math.nan,
+           "log10_p": math.nan, "exact": math.nan}
+    if not both.any():
         return out
-    columns = pd.MultiIndex.from_product([["sum", "count"], [False, True]])
-    sums = frame.pivot_table(index="cluster", columns="group", values="outcome", aggfunc=["sum", "count"],
-                             fill_value=0).reindex(columns=columns, fill_value=0)
-    s0, s1, n0, n1 = (sums[(kind, g)].to_numpy(float) for kind, g in (("sum", False), ("sum", True),
-                                                                      ("count", False), ("count", True)))
-    exact = len(sums) <= EXACT_CLUSTERS
+    d = sums[both, 1] / counts[both, 1] - sums[both, 0] / counts[both, 0]
+    p, exact = sign_flip_p(d, n_flips, seed)
+    return {**out, "diff": cancelled_mean(d), "p": p, "log10_p": math.log10(p), "exact": float(exact)}
+
+
+def sign_flip_p(d: np.ndarray, n_flips: int = 10000, seed: int = 0) -> tuple[float, bool]:
+    """Two-sided p of the mean of `d` under random signs, and whether every sign vector was enumerated."""
+    n = len(d)
+    exact = n <= EXACT_CLUSTERS
     if exact:
-        flips = (np.arange(2 ** len(sums))[:, None] >> np.arange(len(sums))[None, :]) & 1
+        flips = (np.arange(2 ** n)[:, None] >> np.arange(n)[None, :]) & 1
     else:
-        flips = np.random.default_rng(seed).integers(0, 2, size=(n_permutations, len(sums)))
-    keep = 1 - flips  # 1: the cluster keeps its labels, 0: its groups are swapped
-    with np.errstate(invalid="ignore", divide="ignore"):
-        diffs = ((keep @ s1 + flips @ s0) / (keep @ n1 + flips @ n0)
-                 - (keep @ s0 + flips @ s1) / (keep @ n0 + flips @ n1))
-    observed = s1.sum() / n1.sum() - s0.sum() / n0.sum()
-    extreme = np.abs(diffs[np.isfinite(diffs)]) >= abs(observed) - 1e-12
-    p = extreme.mean() if exact else (1 + extreme.sum()) / (1 + n_permutations)
-    return {**out, "diff": float(observed), "p": float(p), "exact": float(exact)}
+        flips = np.random.default_rng(seed).integers(0, 2, size=(n_flips, n), dtype=np.int8)
+    means = (d.sum() - 2.0 * (flips.astype(float) @ d)) / n  # a flipped unit (1) adds -d instead of d
+    observed = abs(d.mean()) - NOISE * np.abs(d).mean()  # a relabeling as extreme as the data, up to rounding
+    extreme = int((np.abs(means) >= observed).sum())
+    return (extreme / len(means) if exact else (1 + extreme) / (1 + n_flips)), exact

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-from fairaudit.console import console, print_result, summary_frame_table
+from fairaudit.console import console, out, print_result, summary_frame_table
 
 HEADLINE_TAG = "fairaudit.headline"  # a job's headline metric names (JSON list), set by the job
 SHOWN_METRICS = 6  # headline metrics per job in the console's sweep table
@@ -169,9 +169,31 @@ def step_series(summary: pd.DataFrame) -> list[tuple[str, float, int]]:
     return series
 
 
-def log_summary(client, parent_id: str, summary: pd.DataFrame, sweep_dir: Path) -> None:
+def family_verdict(children: list, parent_id: str) -> tuple[str, dict[str, int]] | None:
+    """The sweep's verdict on its family of tests (`family` of conf/report.yaml, by default every McNemar test):
+    how many of its finished jobs' tests are significant raw and after Holm and Benjamini-Hochberg, and those
+    counts as `family_*` metrics; None when no job logged one of the family's metrics."""
+    from fairaudit.analysis import multiplicity
+    from fairaudit.registry import report_defaults
+
+    metrics, alpha = multiplicity.family_settings(report_defaults()["family"])
+    finished = [child for child in children if child.info.status == "FINISHED"]
+    runs = pd.DataFrame([{"run_id": child.info.run_id, **child.data.metrics} for child in finished])
+    tests = multiplicity.family(runs, metrics, []) if len(runs) else pd.DataFrame()
+    if tests.empty:
+        return None
+    counts = multiplicity.significant(tests, alpha)
+    line = multiplicity.counts_sentence(counts, alpha, f"tests ({', '.join(metrics)}) across the sweep's "
+                                        f"{len(finished)} finished jobs")
+    return (f"{line}; each test's adjusted p: fairaudit report select.parent={parent_id} (its `family` section).",
+            {f"family_{name}": value for name, value in counts.items()})
+
+
+def log_summary(client, parent_id: str, summary: pd.DataFrame, sweep_dir: Path,
+                family: tuple[str, dict[str, int]] | None = None) -> None:
     """The summary table (sweep_summary.json, tables/sweep_summary.parquet) and multirun.yaml on the parent
-    run; for a checkpoint or seed study, the headline metrics by step (`step_series`)."""
+    run; for a checkpoint or seed study, the headline metrics by step (`step_series`); the `family_verdict` as
+    verdict.txt and its counts as metrics."""
     import tempfile
 
     from mlflow.entities import Metric
@@ -184,6 +206,9 @@ def log_summary(client, parent_id: str, summary: pd.DataFrame, sweep_dir: Path) 
             client.log_artifact(parent_id, str(path), "tables")
     timestamp = client.get_run(parent_id).info.start_time
     values = [Metric(key, value, timestamp, step) for key, value, step in step_series(summary)]
+    if family:
+        client.log_text(parent_id, family[0] + "\n", "verdict.txt")
+        values += [Metric(key, value, timestamp, 0) for key, value in family[1].items()]
     for start in range(0, len(values), 500):
         client.log_batch(parent_id, metrics=values[start:start + 500])
     multirun = sweep_dir / "multirun.yaml"
@@ -196,16 +221,18 @@ def metric_key(name: str) -> str:
     return re.sub(r"[^\w\-./ ]", "_", name)[:250]
 
 
-def print_summary(summary: pd.DataFrame, parent_id: str, experiment_id: str, uri: str) -> None:
-    """The sweep's jobs as a table on stdout, then (on stderr) the parent run, where to see it and, when a job
-    finished, the report command."""
+def print_summary(summary: pd.DataFrame, parent_id: str, experiment_id: str, uri: str,
+                  verdict: str | None = None) -> None:
+    """The sweep's jobs as a table and the family's verdict on stdout, then (on stderr) the parent run, where to
+    see it and, when a job finished, the report command."""
     from fairaudit.mlflow_ui import where_lines
 
     if len(summary):
         metrics = [c for c in summary.columns if c not in ("run", "status", *AXIS_TAGS)]
         shown = ["run", "status", *metrics[:SHOWN_METRICS]]
-        print_result(summary_frame_table("sweep jobs (all headline metrics: sweep_summary.json on the parent run)",
-                                         summary[shown]))
+        print_result(summary_frame_table("sweep jobs (all headline metrics: sweep_summary.json on the parent run)", summary[shown]))
+    if verdict:
+        out.print(verdict, highlight=False, soft_wrap=True)
     finished = int((summary["status"] == "FINISHED").sum()) if len(summary) else 0
     console.print(f"sweep parent run [bold]{parent_id}[/bold]: {len(summary)} jobs, {finished} finished",
                   highlight=False)

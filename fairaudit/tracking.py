@@ -20,7 +20,6 @@ from omegaconf import DictConfig, OmegaConf
 from fairaudit import sweeps
 from fairaudit.console import quiet_libraries
 from fairaudit.errors import AuditError
-from fairaudit.numbers import snap, snap_frame
 from fairaudit.tracking_db import create_experiment, prepare_tracking
 
 PARENT_ID_FILE = "mlflow_parent_run_id"
@@ -61,8 +60,9 @@ def flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
 
 
 def finite_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """Metrics MLflow can store as numbers (float noise as 0); the rest (nan, inf) live in metrics.json."""
-    return {k: float(snap(v)) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+    """Metrics MLflow can store as numbers, as they are (a p of 2.2e-46 too); the rest (nan, inf, a p below the
+    smallest double, which is NaN beside its `*_log10_p`) live in metrics.json."""
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
 
 
 def unbounded_note(metrics: dict[str, Any]) -> str | None:
@@ -78,7 +78,7 @@ def json_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     """Metrics as strict JSON values: numbers, null for nan/inf (JSON has neither), strings for the rest."""
     def value(v: Any) -> Any:
         if isinstance(v, (int, float)):
-            return snap(v) if math.isfinite(v) else None
+            return v if math.isfinite(v) else None
         return str(v)
     return {k: value(v) for k, v in metrics.items()}
 
@@ -213,7 +213,6 @@ class Tracker:
             self.mlflow.set_tag(UNBOUNDED_TAG, note[:MAX_TAG])
         with tempfile.TemporaryDirectory() as tmp:
             for name, table in tables.items():
-                table = snap_frame(table)
                 path = Path(tmp) / f"{name}.parquet"
                 table.to_parquet(path)
                 self.mlflow.log_artifact(str(path), "tables")
@@ -354,18 +353,22 @@ class SweepCallback(Callback):
         children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
         failed = [child for child in children if child.info.status != "FINISHED"]
         summary = sweeps.children_summary(client, run_id)
-        sweeps.log_summary(client, run_id, summary, Path(config.hydra.sweep.dir))
+        family = sweeps.family_verdict(children, run_id)
+        sweeps.log_summary(client, run_id, summary, Path(config.hydra.sweep.dir), family)
+        verdict = family[0] if family else None
         if not failed:
+            if verdict:
+                client.set_tag(run_id, NOTE_TAG, verdict[:MAX_TAG])
             client.set_terminated(run_id, status="FINISHED")
             if KEY_TAG in parent.data.tags:
                 supersede_ended(client, parent.info.experiment_id, parent.data.tags[KEY_TAG], run_id)
-            sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri)
+            sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri, verdict)
             return
         line = failure_summary(children)
         client.set_tag(run_id, FAILED_JOBS_TAG, line[:MAX_TAG])
         client.set_tag(run_id, NOTE_TAG, line[:MAX_TAG])
         client.set_terminated(run_id, status="FAILED")
-        sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri)
+        sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri, verdict)
         print_error(line)
         sys.exit(1)
 

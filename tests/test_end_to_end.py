@@ -10,10 +10,13 @@ import time
 
 import pandas as pd
 import pytest
+from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
+from statsmodels.stats.multitest import multipletests
 
 from conftest import DATA_ROOT, REPO, model_results, run_app
 from fairaudit.models import tiny_qwen3_dir
+from fairaudit.report import app as report
 
 pytestmark = pytest.mark.slow
 TINY = ("model=tiny_qwen3", "dataset.n=4")
@@ -115,6 +118,21 @@ def test_multirun_gives_one_parent_and_a_child_per_dataset(tmp_path):
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
     assert sorted(c.data.tags["dataset"] for c in children) == ["adult", "compas", "credit"]
     assert all(r.info.status == "FINISHED" for r in found)
+    # the parent's verdict on the family of McNemar tests, and the report's Holm and BH columns beside each p
+    parent = client.get_run(parents[0].info.run_id)
+    p = [10 ** c.data.metrics["mcnemar_log10_p"] for c in sorted(children, key=lambda c: c.data.tags["dataset"])]
+    holm, bh = (multipletests(p, method=m) for m in ("holm", "fdr_bh"))
+    verdict = (f"3 tests (mcnemar_log10_p) across the sweep's 3 finished jobs: {sum(v <= 0.05 for v in p)} significant "
+               f"at 0.05 uncorrected, {holm[0].sum()} after Holm, {bh[0].sum()} after Benjamini-Hochberg")
+    assert parent.data.tags["mlflow.note.content"].startswith(verdict) and verdict in result.stdout
+    assert parent.data.metrics["family_n_tests"] == 3
+    assert parent.data.metrics["family_n_significant_holm"] == holm[0].sum()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = compose("report", overrides=[f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"output_dir={tmp_path}/r"])
+    report.run(cfg)
+    family = pd.read_csv(tmp_path / "r" / "family.csv").sort_values("dataset")
+    assert family["p_holm"].tolist() == pytest.approx(holm[1]) and family["p_bh"].tolist() == pytest.approx(bh[1])
+    assert "| model | dataset | test | p | Holm p | BH p |" in (tmp_path / "r" / "report.md").read_text()
 
 
 @pytest.mark.long  # kept out of make test's 10 minutes; CI runs it in make test-long

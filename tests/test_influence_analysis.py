@@ -210,6 +210,17 @@ def test_table2_at_both_thresholds_with_counts_and_wilson_intervals():
     assert t2.loc["A-to-B influence rate, Δ > 0.05 (%)", "k"] == 7
     assert t2.loc["Overall influence rate, Δ > 0 (%)", ["k", "n"]].tolist() == [17, 30]
     assert t2.loc["B-to-A mean delta (nats/token)", "value"] == pytest.approx(-0.01)  # the run without B->A weighs 0
+    assert not row["few"] and t2.loc["B-to-A influence rate, Δ > 0 (%)", "few"]      # 22 contrasts, and 8 < FEW
+
+
+def test_table2_marks_its_rows_over_fewer_than_ten_contrasts():
+    report = Report()
+    add_influence_tables(report, small_runs())
+    shown = report.section("influence_table2").shown.set_index("metric")
+    assert shown.loc["B-to-A influence rate, Δ > 0 (%)", "95% CI"].endswith(" †")       # 2 of 8 contrasts
+    assert shown.loc["B-to-A influence rate, Δ > 0 (%)", "k/n"] == "2/8"
+    assert not shown.loc["A-to-B influence rate, Δ > 0 (%)", "95% CI"].endswith("†")    # 15 of 22
+    assert "†: fewer than 10 contrasts" in report.section("influence_table2").note
 
 
 def test_table3_says_no_contrasts_flags_few_and_keeps_settings_apart():

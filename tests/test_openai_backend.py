@@ -20,6 +20,7 @@ from huggingface_hub.utils import filter_repo_objects
 from mlflow.tracking import MlflowClient
 from transformers import AutoTokenizer
 
+from conftest import run_app
 from fairaudit.backends import Capabilities, DepthRequest, GenerationRequest
 from fairaudit.backends.openai import OpenAIBackend
 from fairaudit.client import CachingClient
@@ -27,7 +28,6 @@ from fairaudit.errors import AuditError
 from fairaudit.models import PROMPT_FILES, model_fingerprint, resolve_model_dir, tiny_qwen3_dir
 from fairaudit.registry import backend_classes, probe_classes
 from fairaudit.store import Store
-from conftest import run_app
 from model_server import LoopbackServer
 
 KEY = "sk-test-5ecret-never-logged"

@@ -14,6 +14,7 @@ from fairaudit.analysis.position import (
     OFFSETS,
     _changes,
     ccp_chi_square,
+    ccp_cluster_test,
     length_bins,
     monotonic_profile,
     pbs,
@@ -33,7 +34,7 @@ from fairaudit.prompts.mcq import (
     mcq_messages,
     trajectory,
 )
-from fairaudit.stats import cluster_permutation_test, partial_correlation
+from fairaudit.stats import cluster_difference_test, partial_correlation
 
 SQRT_075 = math.sqrt(0.75)
 
@@ -246,11 +247,12 @@ def test_partial_correlation_matches_recursive_formula_and_ols_t_test():
     z = rng.normal(size=60)
     x = 2 * z + rng.normal(size=60)
     y = 0.5 * x - z + rng.normal(size=60)
-    r, p = partial_correlation(x, y, z)
+    r, p, log10_p = partial_correlation(x, y, z)
     rxy, rxz, ryz = np.corrcoef([x, y, z])[[0, 0, 1], [1, 2, 2]]
     assert r == pytest.approx((rxy - rxz * ryz) / math.sqrt((1 - rxz**2) * (1 - ryz**2)))
     ols = sm.OLS(y, sm.add_constant(np.column_stack([x, z]))).fit()
     assert p == pytest.approx(ols.pvalues[1])  # t-test of x in y ~ 1 + x + z: same statistic, n - 3 df
+    assert log10_p == pytest.approx(math.log10(ols.pvalues[1]))
 
 
 def test_partial_correlation_degenerate_inputs():
@@ -342,24 +344,60 @@ def test_truncation_metrics_on_a_hand_example():
     assert by_offset["n_changed"].tolist() == [1, 1, 0, 2]
 
 
-def test_truncation_reports_the_question_level_permutation_test_beside_the_chi_square():
+def test_truncation_reports_the_question_level_sign_flip_test_beside_the_chi_square():
     two = pd.concat([CONTINUATIONS, CONTINUATIONS.assign(question_id=2, new_answer_position=2)], ignore_index=True)
     m = truncation(two)["metrics"]
     rows = _changes(two)
     after, before = rows[rows["offset"] > 0], rows[rows["offset"] < 0]
     assert m["trunc_ccp_rate_diff"] == pytest.approx(after["changed"].mean() - before["changed"].mean())
-    assert (m["trunc_ccp_perm_n_questions"], m["trunc_ccp_perm_exact"]) == (2, 1.0)
-    expected = cluster_permutation_test(rows["question_id"], rows["offset"] > 0, rows["changed"])["p"]
-    assert m["trunc_ccp_perm_p"] == expected and "trunc_ccp_chi2_p" in m
+    # question 1: after 2/4 - before 2/3; question 2 (new answer 2 = its answer): no change either side
+    assert m["trunc_ccp_question_diff"] == pytest.approx(((2 / 4 - 2 / 3) + 0.0) / 2)
+    assert (m["trunc_ccp_perm_n_questions"], m["trunc_ccp_perm_n_one_sided"], m["trunc_ccp_perm_exact"]) == (2, 0, 1.0)
+    expected = cluster_difference_test(rows["question_id"], rows["offset"] > 0, rows["changed"])
+    assert m["trunc_ccp_perm_p"] == expected["p"] == 1.0 and m["trunc_ccp_perm_log10_p"] == 0.0
+    assert m["trunc_ccp_chi2_log10_p"] == pytest.approx(math.log10(m["trunc_ccp_chi2_p"]))
 
 
 def test_before_after_ccp_chi_square_by_hand():
     rows = pd.DataFrame({"offset": [-0.05] * 40 + [0.05] * 40,
                          "changed": [True] * 30 + [False] * 10 + [True] * 10 + [False] * 30})
-    chi2, p = ccp_chi_square(rows)
+    chi2, p, log10_p = ccp_chi_square(rows)
     assert chi2 == pytest.approx(4 * (10 - 0.5) ** 2 / 20)  # Yates-corrected, all expected counts 20
-    assert p == pytest.approx(stats.chi2.sf(18.05, 1))
+    assert p == pytest.approx(stats.chi2.sf(18.05, 1)) and log10_p == pytest.approx(math.log10(p))
     assert all(math.isnan(v) for v in ccp_chi_square(rows.assign(changed=False)))
+
+
+def test_a_tiny_chi_square_p_is_kept_and_one_below_the_smallest_double_lives_in_its_log10():
+    tiny = pd.DataFrame({"offset": [-0.05] * 400 + [0.05] * 400,
+                         "changed": [True] * 300 + [False] * 400 + [True] * 100})
+    chi2, p, log10_p = ccp_chi_square(tiny)
+    assert p == pytest.approx(stats.chi2.sf(chi2, 1), rel=1e-9) and 1e-300 < p < 1e-40   # 3.2e-14 was logged as 0
+    huge = pd.DataFrame({"offset": [-0.05] * 40000 + [0.05] * 40000,
+                         "changed": [True] * 30000 + [False] * 40000 + [True] * 10000})
+    chi2, p, log10_p = ccp_chi_square(huge)
+    assert stats.chi2.sf(chi2, 1) == 0.0 and math.isnan(p)           # scipy's p underflows; ours is NaN, not 0
+    assert log10_p == pytest.approx(stats.chi2.logsf(chi2, 1) / math.log(10)) and log10_p < -308
+
+
+@pytest.mark.parametrize("dtype", [bool, int, float, "Int64", "boolean"])
+def test_a_0_1_column_reads_the_same_whatever_its_dtype(dtype):
+    rows = pd.DataFrame({"question_id": np.tile(np.arange(20), 4), "offset": np.repeat([-0.15, -0.05, 0.05, 0.15], 20),
+                         "changed": (np.arange(80) % 3 == 0) | (np.arange(80) >= 60)})
+    typed = rows.assign(changed=rows["changed"].astype(dtype))
+    assert ccp_chi_square(typed) == ccp_chi_square(rows) and not math.isnan(ccp_chi_square(typed)[0])
+    assert ccp_cluster_test(typed) == ccp_cluster_test(rows)
+
+
+@pytest.mark.parametrize("values,message", [
+    ([0, 2] * 40, "changed: expected True/False or 1/0, got 2"),
+    (["no", "yes"] * 40, "changed: expected True/False or 1/0, got dtype"),
+    (pd.array([1, None] * 40, dtype="Int64"), "changed: 40 of 80 values are missing")])
+def test_anything_else_in_a_0_1_column_is_refused_in_one_line(values, message):
+    rows = pd.DataFrame({"question_id": np.arange(80), "offset": np.repeat([-0.05, 0.05], 40), "changed": values})
+    for analysis in (ccp_chi_square, ccp_cluster_test):
+        with pytest.raises(ValueError, match=message) as error:
+            analysis(rows)
+        assert "\n" not in str(error.value)
 
 
 # --- figures ----------------------------------------------------------------------------------

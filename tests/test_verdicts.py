@@ -14,7 +14,6 @@ from conftest import run_app
 from fairaudit import registry
 from fairaudit.analysis.degenerate import decision_warnings, depth_warnings, mcq_warnings, thinking_arms
 from fairaudit.analysis.gap import p_gap
-from fairaudit.numbers import snap, snap_frame, snap_metrics
 from fairaudit.probes.decisions import PairedProbe
 
 # P(Yes) per pair (alpha, alpha') under each arm; pair p4 is scored on one side only under think.
@@ -112,19 +111,18 @@ def test_depth_and_mcq_warnings():
         "no answer letter was found in any output: every position metric is undefined"]
 
 
-def test_float_noise_is_zero_before_it_is_logged_or_printed():
+def test_nothing_is_snapped_on_its_way_to_mlflow_or_the_screen():
+    """Float noise is made 0 where a sum cancels (tests/test_numbers.py), never on the way out: a small value,
+    a p of 3.2e-14 above all, is logged and printed as it is."""
     from fairaudit.console import format_number
     from fairaudit.report.render import display
     from fairaudit.tracking import finite_metrics, json_metrics
 
-    assert snap(-5.2567378e-18) == 0.0 and snap(1e-9) == 1e-9 and snap(3) == 3 and math.isnan(snap(math.nan))
-    noise = {"cdpg_slope_c": -5.2567378e-18, "n": 3}
-    assert snap_metrics(noise) == {"cdpg_slope_c": 0.0, "n": 3}
-    assert finite_metrics(noise)["cdpg_slope_c"] == 0.0 and json_metrics(noise)["cdpg_slope_c"] == 0.0
-    assert format_number(-5.2567378e-18) == "0"
-    frame = pd.DataFrame({"slope_k5": [-5.2567378e-18, 0.25], "cell": ["c", "d"]})
-    assert snap_frame(frame)["slope_k5"].tolist() == [0.0, 0.25]
-    assert display(frame)["slope_k5"].tolist() == ["0.000", "0.250"]  # Table 6 printed -0.000
+    small = {"trunc_ccp_chi2_p": 3.2e-14, "partial_rho_length_pbs_p": 1.5e-37, "n": 3}
+    assert finite_metrics(small) == small and json_metrics(small) == small
+    assert format_number(3.2e-14) == "3.2e-14" and format_number(-5.2567378e-18) == "-5.26e-18"
+    shown = display(pd.DataFrame({"slope_k5": [0.0, 0.25], "cell": ["c", "d"]}))
+    assert shown["slope_k5"].tolist() == ["0.000", "0.250"]
 
 
 # ---------------------------------------------------------------- every probe's run, end to end

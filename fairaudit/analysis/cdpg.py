@@ -17,7 +17,8 @@ import pandas as pd
 from fairaudit.analysis.contingency import CELLS, cell_labels
 from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, SIDES, complete_pairs
 from fairaudit.errors import AuditError
-from fairaudit.stats import FEW, bootstrap_ci
+from fairaudit.numbers import cancelled, cancelled_mean
+from fairaudit.stats import FEW, bootstrap_ci, interval_size
 
 GROUP_COLUMNS = ("model", "dataset")
 POOLED = "pooled"
@@ -171,15 +172,19 @@ def pair_slopes(traj: pd.DataFrame, first_k: int = 1) -> pd.DataFrame:
 
     first_k = 1 fits the trace's depths only; first_k = 0 also the baseline arm at k = 0 (the
     paper leaves open which it fitted). Every pair of a K shares the same depths, so a cell's
-    mean of these slopes equals the slope of the cell's mean trajectory.
+    mean of these slopes equals the slope of the cell's mean trajectory. A flat trajectory's slope is 0, not the
+    rounding of its centred sum (-5.3e-18): `numbers.cancelled` at the scale of its |CDPG| over its depth span.
     # -> [model, dataset,] pair_id, K, cell, slope
     """
     keys = [c for c in GROUP_COLUMNS if c in traj] + ["pair_id", "K", "cell"]
     rows = traj[traj["k"] >= first_k]
-    centred = rows["depth"] - rows.groupby(keys)["depth"].transform("mean")
+    by_pair = rows.groupby(keys)
+    centred = rows["depth"] - by_pair["depth"].transform("mean")
     covariance = (centred * rows["abs_cdpg"]).groupby([rows[c] for c in keys]).sum()
     variance = (centred**2).groupby([rows[c] for c in keys]).sum()
-    return (covariance / variance.where(variance > 0)).rename("slope").reset_index()
+    slope = covariance / variance.where(variance > 0)
+    scale = (by_pair["abs_cdpg"].max() / (by_pair["depth"].max() - by_pair["depth"].min())).reindex(slope.index)
+    return pd.Series(cancelled(slope.to_numpy(), scale.to_numpy()), index=slope.index, name="slope").reset_index()
 
 
 def _cell_slopes(slopes: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
@@ -192,9 +197,10 @@ def _cell_slopes(slopes: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
     rows = []
     for (K, cell), part in slopes.groupby(["K", "cell"]):
         values = part["slope"].to_numpy(float)
+        scale = np.abs(values).max() if len(values) else 0.0  # pair slopes of either sign that cancel leave rounding
         low, high = bootstrap_ci(lambda i: values[i].mean(), len(values), n_boot, seed)
-        rows.append({"K": K, "cell": cell, "n": len(values), "slope": values.mean(), "ci_low": low, "ci_high": high,
-                     "few": len(values) < FEW})
+        rows.append({"K": K, "cell": cell, "n": len(values), "slope": cancelled_mean(values),
+                     "ci_low": cancelled(low, scale), "ci_high": cancelled(high, scale), "few": len(values) < FEW})
     return pd.DataFrame(rows, columns=["K", "cell", "n", "slope", "ci_low", "ci_high", "few"])
 
 
@@ -232,7 +238,7 @@ def _slope_metrics(slopes: pd.DataFrame, from0: pd.DataFrame, sensitivity: pd.Da
             m[f"cdpg_slope_{cell}{suffix}"] = lookup(K, cell, "slope")
             m[f"cdpg_slope_{cell}{suffix}_ci_low"] = lookup(K, cell, "ci_low")
             m[f"cdpg_slope_{cell}{suffix}_ci_high"] = lookup(K, cell, "ci_high")
-        m[f"cdpg_slope_{cell}_ci_few"] = float(m[f"cdpg_n_{cell}"] < FEW)  # cdpg_n_<cell> is the intervals' n
+            m |= interval_size(f"cdpg_slope_{cell}{suffix}", m[f"cdpg_n_{cell}"])  # the cell's pairs
         for segments in sorted(set(k_list)):
             m[f"cdpg_slope_{cell}_k{segments}"] = value_k(segments, cell, "slope")
     m["cdpg_n_pairs"] = sum(m[f"cdpg_n_{cell}"] for cell in CELLS)
@@ -275,8 +281,8 @@ def cdpg(
     Returns {"metrics": {...}, "tables": {...}}. Metrics, at the headline K:
     cdpg_n_pairs, cdpg_n_{cell}; cdpg_slope_{cell} (OLS slope of the cell's mean |CDPG_k|
     on k/K over k = 1..K) with cdpg_slope_{cell}_ci_low/_ci_high (percentile bootstrap over
-    the cell's pairs; cdpg_n_{cell} is its n and cdpg_slope_{cell}_ci_few is 1.0 below FEW = 10 pairs,
-    where it undercovers); cdpg_slope_{cell}_from0 (and its interval), the same fit over
+    the cell's pairs; cdpg_slope_{cell}_ci_n = cdpg_n_{cell} is its n and cdpg_slope_{cell}_ci_few is 1.0 below
+    FEW = 10 pairs, where it undercovers); cdpg_slope_{cell}_from0 (and its interval, n and flag), the same fit over
     k = 0..K, the baseline arm included; and cdpg_slope_{cell}_k{K'} for each K' in k_list,
     fitted on `k_sensitivity_subsample` pairs per (model, dataset) when set (all pairs when None).
     Tables: cdpg_by_cell (K, cell, k, depth, n, mean_abs_cdpg; Figs. 3 and 6), cdpg_sides

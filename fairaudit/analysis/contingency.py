@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, answer_accounting, complete_pairs, flips
-from fairaudit.stats import FEW, bootstrap_ci, mcnemar_exact_log10_p, ratio_interval_exact
+from fairaudit.stats import bootstrap_ci, interval_size, mcnemar_exact_log10_p, p_value, ratio_interval_exact
 
 CELLS = ("a", "b", "c", "d")
 
@@ -67,7 +67,7 @@ def contingency(
     m["n_pairs"] = n
     m["n_pairs_total"] = int(records["pair_id"].nunique())
     m["mcnemar_log10_p"] = mcnemar_exact_log10_p(counts["b"], counts["c"])
-    m["mcnemar_p"] = 10.0 ** m["mcnemar_log10_p"]
+    m["mcnemar_p"] = p_value(m["mcnemar_log10_p"])  # NaN below the smallest double: the log10 keeps it
     m["c_b_ratio"] = _ratio(counts["c"], counts["b"])
 
     for arm in (treatment, baseline):
@@ -94,8 +94,9 @@ def _bootstrap(pairs, cells, treatment, baseline, n_boot, seed) -> dict[str, flo
     """Intervals of delta_d_cf and the c/b ratio, each with its n (units) and a `_few` flag (n < FEW).
 
     delta_d_cf: paired bootstrap over pairs (n = pairs). c/b: the paired bootstrap with resamples that
-    hold no b pair kept in as +inf, so it is unbounded above when they exceed the upper tail; and the exact
-    conditional interval (`stats.ratio_interval_exact`); n = the b + c discordant pairs that carry the ratio.
+    hold no b pair kept in as +inf, so it is unbounded above when they exceed the upper tail ([inf, inf] when the
+    data hold no b pair: read the exact one then); and the exact conditional interval
+    (`stats.ratio_interval_exact`); n = the b + c discordant pairs that carry the ratio, for both.
     """
     flip_t = flips(pairs, treatment).to_numpy(float)
     flip_b = flips(pairs, baseline).to_numpy(float)
@@ -108,14 +109,13 @@ def _bootstrap(pairs, cells, treatment, baseline, n_boot, seed) -> dict[str, flo
     return {
         "delta_d_cf_ci_low": delta[0],
         "delta_d_cf_ci_high": delta[1],
-        "delta_d_cf_ci_n": len(pairs),
-        "delta_d_cf_ci_few": float(len(pairs) < FEW),
+        **interval_size("delta_d_cf", len(pairs)),
         "c_b_ratio_ci_low": ratio[0],
         "c_b_ratio_ci_high": ratio[1],
+        **interval_size("c_b_ratio", discordant),
         "c_b_ratio_exact_ci_low": exact[0],
         "c_b_ratio_exact_ci_high": exact[1],
-        "c_b_ratio_ci_n": discordant,
-        "c_b_ratio_ci_few": float(discordant < FEW),
+        **interval_size("c_b_ratio_exact", discordant),
     }
 
 

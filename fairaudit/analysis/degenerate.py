@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fairaudit.analysis.flags import as_flags
+
 
 def thinking_arms(records: pd.DataFrame) -> list[str]:
     """Arms whose rows carry a think trace: `compliant` is null under thinking arms (probes.decisions.decide).
@@ -39,7 +41,7 @@ def trace_problems(records: pd.DataFrame, arm: str) -> list[str]:
         return []
     if (rows["trace_tokens"] == 0).all():
         return [f"every {arm} trace is empty (0 tokens): thinking had nothing to change"]
-    unclosed = int((~rows["think_closed"].astype(bool)).sum())
+    unclosed = int((~as_flags(rows["think_closed"], "think_closed")).sum())
     if not unclosed:
         return []
     forced = int((rows["answer"].notna() & rows["parsed_answer"].isna()).sum())

@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
-from fairaudit.stats import FEW, wilson_interval
+from fairaudit.analysis.flags import as_flags
+from fairaudit.numbers import cancelled_mean
+from fairaudit.stats import FEW, interval_size, wilson_interval
 
 DIRECTIONS = ("a_to_b", "b_to_a")
 THRESHOLDS = (0.0, 0.05)  # inclusive and substantive influence (paper 002 §9)
@@ -51,9 +54,8 @@ def influence_rates(contrasts: pd.DataFrame, thresholds: Sequence[float] = THRES
             k, n = int((delta > threshold).sum()), len(delta)
             low, high = wilson_interval(k, n)
             rows.append({"direction": direction, "threshold": float(threshold), "n": n, "k": k, "rate": k / n,
-                         "ci_low": low, "ci_high": high, "mean_delta": float(delta.mean()), "few": n < FEW})
-    return pd.DataFrame(rows, columns=["direction", "threshold", "n", "k", "rate", "ci_low", "ci_high", "mean_delta",
-                                       "few"])
+                         "ci_low": low, "ci_high": high, "mean_delta": cancelled_mean(delta), "few": n < FEW})
+    return pd.DataFrame(rows, columns=["direction", "threshold", "n", "k", "rate", "ci_low", "ci_high", "mean_delta", "few"])
 
 
 def control_summary(contrasts: pd.DataFrame) -> pd.DataFrame:
@@ -67,7 +69,7 @@ def control_summary(contrasts: pd.DataFrame) -> pd.DataFrame:
         nat, cf = group["control_nll_nat"].to_numpy(float), group["control_nll_cf"].to_numpy(float)
         zeros = int((cf == nat).sum())
         rows.append({"condition": condition, "direction": direction, "n": len(group), "zero_count": zeros,
-                     "zero_rate": zeros / len(group), "mean_delta": float((cf - nat).mean()),
+                     "zero_rate": zeros / len(group), "mean_delta": cancelled_mean(cf - nat),
                      "nll_min": float(nat.min()), "nll_max": float(nat.max())})
     return pd.DataFrame(rows, columns=["condition", "direction", "n", "zero_count", "zero_rate", "mean_delta",
                                        "nll_min", "nll_max"])
@@ -78,7 +80,7 @@ def _rate_metrics(rates: pd.DataFrame, condition: str) -> dict[str, float]:
     for row in rates.itertuples(index=False):
         name = f"{RATE_NAMES.get(row.threshold, f'rate_gt{row.threshold:g}')}_rate_{row.direction}_{condition}"
         metrics.update({name: row.rate, f"{name}_ci_low": row.ci_low, f"{name}_ci_high": row.ci_high,
-                        f"{name.replace('_rate_', '_k_', 1)}": row.k})
+                        **interval_size(name, row.n), f"{name.replace('_rate_', '_k_', 1)}": row.k})
         metrics[f"n_contrasts_{row.direction}_{condition}"] = row.n
         metrics[f"mean_delta_{row.direction}_{condition}"] = row.mean_delta
     return metrics
@@ -88,7 +90,7 @@ def _pooled_metrics(scored: pd.DataFrame, condition: str, thresholds: Sequence[f
     """Both directions pooled: the 'overall influence rate' of paper 002 Tables 1-2."""
     delta = scored["delta"].to_numpy(float)
     metrics = {f"n_contrasts_{condition}": len(delta),
-               f"mean_delta_{condition}": float(delta.mean()) if len(delta) else math.nan}
+               f"mean_delta_{condition}": cancelled_mean(delta)}
     for threshold in thresholds:
         k, name = int((delta > threshold).sum()), RATE_NAMES.get(threshold, f"rate_gt{threshold:g}")
         metrics[f"{name}_k_{condition}"] = k
@@ -99,14 +101,14 @@ def _pooled_metrics(scored: pd.DataFrame, condition: str, thresholds: Sequence[f
 def _diagnostic_metrics(traces: pd.DataFrame, condition: str) -> dict[str, float]:
     """§4 on valid traces: share with a raw / corrected 4-gram overlap (k of n), mean overlaps, canary reproduction."""
     metrics = {}
-    valid = traces[traces["valid"].astype(bool)]
+    valid = traces[as_flags(traces["valid"], "valid")]
     for kind in ("raw", "corrected"):
         overlap = valid[f"ngram_{kind}"].dropna().to_numpy(float)
         k, n = int((overlap > 0).sum()), len(overlap)
         metrics.update({f"ngram_{kind}_k_{condition}": k, f"ngram_{kind}_n_{condition}": n,
                         f"ngram_{kind}_rate_{condition}": k / n if n else math.nan,
                         f"ngram_{kind}_mean_{condition}": float(overlap.mean()) if n else math.nan})
-    canary = valid["canary_reproduced"].dropna().astype(bool)
+    canary = as_flags(valid["canary_reproduced"].dropna(), "canary_reproduced")
     metrics.update({f"canary_k_{condition}": int(canary.sum()), f"canary_n_{condition}": len(canary),
                     f"canary_rate_{condition}": float(canary.mean()) if len(canary) else math.nan})
     return metrics
@@ -134,9 +136,10 @@ def _truncation_metrics(traces: pd.DataFrame, condition: str) -> dict[str, float
     traces: <block>_truncated for the blocks of BLOCKS it has.
     """
     columns = [f"{b}_truncated" for b in BLOCKS if f"{b}_truncated" in traces]
-    flags = traces[columns].astype(float).to_numpy()
+    cut = {c: as_flags(traces[c], c).to_numpy(float) for c in columns}
+    flags = np.concatenate(list(cut.values())) if cut else np.array([])
     metrics = {f"truncated_rate_{condition}": float(flags.mean()) if flags.size else math.nan}
-    metrics.update({f"truncated_rate_{c.removesuffix('_truncated')}_{condition}": float(traces[c].astype(float).mean())
+    metrics.update({f"truncated_rate_{c.removesuffix('_truncated')}_{condition}": float(cut[c].mean())
                     if len(traces) else math.nan for c in columns})
     return metrics
 
@@ -148,12 +151,12 @@ def _reverse_split(scored: pd.DataFrame, condition: str, thresholds: Sequence[fl
     <rate>_k_b_to_a_<origin>_<c>, <rate>_rate_b_to_a_<origin>_<c>, mean_delta_b_to_a_<origin>_<c>.
     """
     reverse = scored[scored["direction"] == "b_to_a"]
-    metrics = {f"bridge_share_{condition}": float(reverse["bridge_used"].mean()) if len(reverse) else math.nan}
-    for origin, part in (("natural", reverse[~reverse["bridge_used"].astype(bool)]),
-                         ("bridge", reverse[reverse["bridge_used"].astype(bool)])):
+    bridged = as_flags(reverse["bridge_used"], "bridge_used")
+    metrics = {f"bridge_share_{condition}": float(bridged.mean()) if len(reverse) else math.nan}
+    for origin, part in (("natural", reverse[~bridged]), ("bridge", reverse[bridged])):
         delta = part["delta"].to_numpy(float)
         metrics[f"n_contrasts_b_to_a_{origin}_{condition}"] = len(delta)
-        metrics[f"mean_delta_b_to_a_{origin}_{condition}"] = float(delta.mean()) if len(delta) else math.nan
+        metrics[f"mean_delta_b_to_a_{origin}_{condition}"] = cancelled_mean(delta)
         for threshold in thresholds:
             name, k = RATE_NAMES.get(threshold, f"rate_gt{threshold:g}"), int((delta > threshold).sum())
             metrics[f"{name}_k_b_to_a_{origin}_{condition}"] = k

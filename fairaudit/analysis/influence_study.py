@@ -89,17 +89,18 @@ def table1(runs: pd.DataFrame, conditions: tuple[str, ...] = ("unmasked", "maske
 
 
 def _rate_row(runs: pd.DataFrame, label: str, k: str, n: str) -> dict:
-    """A Table 2 row of a pooled count: value (%), k, n and the Wilson 95% interval (%)."""
+    """A Table 2 row of a pooled count: value (%), k, n, the Wilson 95% interval (%) and `few` (0 < n < FEW)."""
     total_k, total_n = _total(runs, k), _total(runs, n)
     low, high = (wilson_interval(int(total_k), int(total_n)) if total_n > 0 and math.isfinite(total_k)
                  else (math.nan,) * 2)
     return {"metric": label, "value": 100 * total_k / total_n if total_n else math.nan, "k": total_k, "n": total_n,
-            "ci_low": 100 * low, "ci_high": 100 * high}
+            "ci_low": 100 * low, "ci_high": 100 * high, "few": bool(0 < total_n < FEW)}
 
 
 def table2(runs: pd.DataFrame, condition: str = "masked") -> pd.DataFrame:
     """Table 2: hardened (length-matched) validation on one condition, pooled over runs, every rate at both
-    thresholds with its counts and Wilson interval. Columns metric, value, k, n, ci_low, ci_high (rates in %)."""
+    thresholds with its counts and Wilson interval. Columns metric, value, k, n, ci_low, ci_high (rates in %), few
+    (a rate over fewer than FEW contrasts, where its interval is rough)."""
     c = condition
     rows = [{"metric": "Valid traces", "value": _total(runs, f"n_valid_{c}")},
             {"metric": "Sampled traces", "value": _total(runs, f"n_traces_{c}")}]
@@ -111,7 +112,7 @@ def table2(runs: pd.DataFrame, condition: str = "masked") -> pd.DataFrame:
             rows.append({"metric": f"{label} mean delta (nats/token)",
                          "value": _weighted(runs, f"mean_delta{d}_{c}", f"n_contrasts{d}_{c}")})
     rows.append(_rate_row(runs, "Diagnostic n-gram overlap (%)", f"ngram_corrected_k_{c}", f"ngram_corrected_n_{c}"))
-    return pd.DataFrame(rows, columns=["metric", "value", "k", "n", "ci_low", "ci_high"])
+    return pd.DataFrame(rows, columns=["metric", "value", "k", "n", "ci_low", "ci_high", "few"])
 
 
 def row_axes(runs: pd.DataFrame) -> list[str]:

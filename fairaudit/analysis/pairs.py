@@ -6,6 +6,8 @@ import math
 
 import pandas as pd
 
+from fairaudit.analysis.flags import as_flags
+
 ALPHA, ALPHA_PRIME = "alpha", "alpha_prime"
 SIDES = (ALPHA, ALPHA_PRIME)
 TEXT_COLUMNS = ("prompt", "trace", "text")  # provenance records keep and no analysis reads
@@ -84,9 +86,11 @@ def answer_accounting(records: pd.DataFrame, treatment: str, baseline: str) -> d
                                                else math.nan)
         lost = dropped[dropped["arm"] == arm]
         if "truncated" in records:
-            out[f"n_dropped_truncated_{arm}"] = int(lost.loc[lost["truncated"].astype(bool), "pair_id"].nunique())
+            out[f"n_dropped_truncated_{arm}"] = int(lost.loc[as_flags(lost["truncated"], "truncated", missing=False),
+                                                             "pair_id"].nunique())
         judged = rows["compliant"].dropna() if "compliant" in rows else pd.Series(dtype=object)
         if len(judged):  # arms that do not think; null for thinking arms
-            out[f"compliance_rate_{arm}"] = float(judged.astype(bool).mean())
-            out[f"n_dropped_noncompliant_{arm}"] = int(lost.loc[lost["compliant"].eq(False), "pair_id"].nunique())
+            out[f"compliance_rate_{arm}"] = float(as_flags(judged, "compliant").mean())
+            noncompliant = ~as_flags(lost["compliant"], "compliant", missing=True)  # null: not judged (thinking arms)
+            out[f"n_dropped_noncompliant_{arm}"] = int(lost.loc[noncompliant, "pair_id"].nunique())
     return out

@@ -15,8 +15,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from fairaudit.analysis.flags import as_flags
+from fairaudit.numbers import cancelled, cancelled_mean
 from fairaudit.prompts.mcq import LETTERS, commitment_change_point, effective_switching, trajectory
-from fairaudit.stats import PARTIAL_METHODS, cluster_permutation_test, partial_correlation
+from fairaudit.stats import PARTIAL_METHODS, cluster_difference_test, p_value, partial_correlation, wilcoxon_log10_p
 
 N_POSITIONS = 4
 SHARES = [f"share_{letter.lower()}" for letter in LETTERS]
@@ -133,7 +135,7 @@ def monotonic_profile(values) -> dict[str, float]:
     return {
         "monotonic": float(not_rising.size == 0),
         "first_violation": float(not_rising[0] + 2) if not_rising.size else 0.0,
-        "gradient": float(values[-1] - values[0]),
+        "gradient": cancelled(values[-1] - values[0], max(abs(values[-1]), abs(values[0]))),
     }
 
 
@@ -171,10 +173,11 @@ def _arm_metrics(records: pd.DataFrame, questions: pd.DataFrame, partial_corr: s
     }
     m.update({f"answer_{share}": float(extracted[share].mean()) for share in SHARES})
     for method in PARTIAL_METHODS:
-        m[f"partial_rho_length_pbs_{method}"], m[f"partial_rho_length_pbs_{method}_p"] = partial_correlation(
+        name = f"partial_rho_length_pbs_{method}"
+        m[name], m[f"{name}_p"], m[f"{name}_log10_p"] = partial_correlation(
             complete["length_chars"], complete["pbs"], complete["accuracy"], method)
-    m["partial_rho_length_pbs"] = m[f"partial_rho_length_pbs_{partial_corr}"]
-    m["partial_rho_length_pbs_p"] = m[f"partial_rho_length_pbs_{partial_corr}_p"]
+    for suffix in ("", "_p", "_log10_p"):
+        m[f"partial_rho_length_pbs{suffix}"] = m[f"partial_rho_length_pbs_{partial_corr}{suffix}"]
     tables = [length_bins(complete, k) for k in LENGTH_BIN_COUNTS]
     for k, table in zip(LENGTH_BIN_COUNTS, tables):
         m.update({f"pbs_{name}_k{k}": value for name, value in monotonic_profile(table["pbs_mean"]).items()})
@@ -198,10 +201,10 @@ def position(records: pd.DataFrame, partial_corr: str = "pearson") -> dict:
     answers), pbs (mean per-question Eq. 1 over complete questions; at most sqrt(0.75)),
     ccp, eff_sw, length_chars (means over records), answer_share_a..d, preferred_position,
     pbs_q1..pbs_q4 (length quartiles), pbs_monotonic_k{k}, pbs_first_violation_k{k},
-    pbs_gradient_k{k} for k in 3, 4, 5, 10, and partial_rho_length_pbs(_p): rho(mean length,
+    pbs_gradient_k{k} for k in 3, 4, 5, 10, and partial_rho_length_pbs(_p, _log10_p): rho(mean length,
     PBS | accuracy) over complete questions by `partial_corr` ("pearson" or "spearman"), each method
-    also as partial_rho_length_pbs_pearson(_p) / _spearman(_p). Tables: per_question, pbs_by_length (every k),
-    position_summary (one row per arm, unsuffixed metric names).
+    also as partial_rho_length_pbs_pearson(_p, _log10_p) / _spearman(_p, _log10_p). Tables: per_question,
+    pbs_by_length (every k), position_summary (one row per arm, unsuffixed metric names).
     """
     records = with_trajectory_metrics(records)
     scored, questions = _scored(records), per_question(records)
@@ -240,19 +243,22 @@ def pbs_wilcoxon(records_a: pd.DataFrame, records_b: pd.DataFrame, alternative: 
     PBS(a) > PBS(b). zero_method is scipy's: "wilcox" drops zero differences (scipy's default,
     the paper does not say), "pratt" ranks them and then drops their ranks, "zsplit" splits their
     ranks between the signs. Returns pbs_wilcoxon_n, pbs_wilcoxon_zeros (zero differences),
-    pbs_wilcoxon_mean_diff (a - b over all pairs), pbs_wilcoxon_statistic, pbs_wilcoxon_p (NaN when
-    every difference is zero).
+    pbs_wilcoxon_mean_diff (a - b over all pairs), pbs_wilcoxon_statistic, pbs_wilcoxon_p and
+    pbs_wilcoxon_log10_p (NaN when every difference is zero; p NaN where it is below the smallest double).
     """
     if zero_method not in ZERO_METHODS:
         raise ValueError(f"zero_method must be one of {list(ZERO_METHODS)}, got {zero_method!r}")
     paired = pd.concat({"a": question_pbs(records_a), "b": question_pbs(records_b)}, axis=1, join="inner")
     diff = (paired["a"] - paired["b"]).to_numpy()
     out = {"pbs_wilcoxon_n": len(diff), "pbs_wilcoxon_zeros": int((diff == 0).sum()),
-           "pbs_wilcoxon_mean_diff": float(diff.mean()) if len(diff) else math.nan}
+           "pbs_wilcoxon_mean_diff": cancelled_mean(diff)}
     if not np.any(diff != 0):
-        return {**out, "pbs_wilcoxon_statistic": math.nan, "pbs_wilcoxon_p": math.nan}
+        return {**out, "pbs_wilcoxon_statistic": math.nan, "pbs_wilcoxon_p": math.nan, "pbs_wilcoxon_log10_p": math.nan}
     result = stats.wilcoxon(diff, alternative=alternative, zero_method=zero_method)
-    return {**out, "pbs_wilcoxon_statistic": float(result.statistic), "pbs_wilcoxon_p": float(result.pvalue)}
+    log10_p = wilcoxon_log10_p(diff, alternative, zero_method, float(result.pvalue))
+    return {**out, "pbs_wilcoxon_statistic": float(result.statistic), "pbs_wilcoxon_p": p_value(log10_p),
+            "pbs_wilcoxon_log10_p": log10_p}
+
 
 
 class Cut(NamedTuple):
@@ -315,37 +321,42 @@ def _change_summary(rows: pd.DataFrame, key) -> pd.DataFrame:
     return out.reset_index()
 
 
-def ccp_chi_square(rows: pd.DataFrame) -> tuple[float, float]:
-    """Chi-square (Yates-corrected, scipy's 2x2 default) of changed vs unchanged before vs after CCP.
+def ccp_chi_square(rows: pd.DataFrame) -> tuple[float, float, float]:
+    """Chi-square (Yates-corrected, scipy's 2x2 default) of changed vs unchanged before vs after CCP: chi2, p, log10 p.
 
-    rows: offset, changed; one row per continuation, before = negative offset, after = positive.
-    Cuts that would fall at or beyond an end of the text were never made, so a trajectory
-    with CCP = 0 adds after-CCP continuations only and one with CCP = 1 before-CCP ones only
-    (`truncation_trajectories` leaves both out by default). (NaN, NaN) when a row or column
-    of the 2x2 table is empty.
+    rows: offset, changed (bool, 0/1 or nullable Int64 / boolean without missing values); one row per
+    continuation, before = negative offset, after = positive. Cuts that would fall at or beyond an end of the
+    text were never made, so a trajectory with CCP = 0 adds after-CCP continuations only and one with CCP = 1
+    before-CCP ones only (`truncation_trajectories` leaves both out by default). p is from log10 p, computed
+    in log space (NaN below the smallest double); NaN throughout when a row or column of the 2x2 table is empty.
     """
     rows = rows[rows["offset"] != 0]
-    table = pd.crosstab(rows["offset"] > 0, rows["changed"])
-    table = table.reindex(index=[False, True], columns=[True, False], fill_value=0)
+    after, changed = (rows["offset"] > 0).to_numpy(), as_flags(rows["changed"], "changed").to_numpy()
+    table = np.array([[(side & changed).sum(), (side & ~changed).sum()] for side in (~after, after)])
     if (table.sum(axis=0) == 0).any() or (table.sum(axis=1) == 0).any():
-        return math.nan, math.nan
-    chi2, p, _, _ = stats.chi2_contingency(table.to_numpy())
-    return float(chi2), float(p)
+        return math.nan, math.nan, math.nan
+    chi2 = float(stats.chi2_contingency(table)[0])
+    log10_p = min(0.0, float(stats.chi2.logsf(chi2, 1)) / math.log(10.0))
+    return chi2, p_value(log10_p), log10_p
 
 
 def ccp_cluster_test(rows: pd.DataFrame, relabelings: int = 10000, seed: int = 0) -> dict[str, float]:
-    """The before/after-CCP comparison with questions as the units (`stats.cluster_permutation_test`).
+    """The before/after-CCP comparison with questions as the units (`stats.cluster_difference_test`): each
+    question's own after-minus-before change rate, sign-flipped, so a question that lost its late cuts weighs as
+    much as one that kept them (the chi-square counts its up to 12 continuations as independent).
 
-    rows: question_id, offset, changed (one row per continuation with an extracted answer). The
-    chi-square treats the up to 12 continuations of a question as independent; this test swaps
-    before and after in whole questions. Returns trunc_ccp_rate_diff (after - before change rate),
-    trunc_ccp_perm_p (two-sided), trunc_ccp_perm_n_questions, trunc_ccp_perm_exact.
-    """
+    rows: question_id, offset, changed (as in `ccp_chi_square`). Returns trunc_ccp_rate_diff (pooled after -
+    before rate), trunc_ccp_question_diff (the statistic: the mean of the questions' own differences),
+    trunc_ccp_perm_p, trunc_ccp_perm_log10_p (two-sided), trunc_ccp_perm_n_questions (the units: questions cut
+    on both sides), trunc_ccp_perm_n_one_sided (those left out), trunc_ccp_perm_exact."""
     rows = rows[rows["offset"] != 0]
-    test = cluster_permutation_test(rows["question_id"], rows["offset"] > 0, rows["changed"].astype(float),
-                                    relabelings, seed)
-    return {"trunc_ccp_rate_diff": test["diff"], "trunc_ccp_perm_p": test["p"],
-            "trunc_ccp_perm_n_questions": test["n_clusters"], "trunc_ccp_perm_exact": test["exact"]}
+    after, changed = rows["offset"] > 0, as_flags(rows["changed"], "changed")
+    test = cluster_difference_test(rows["question_id"], after, changed.astype(float), relabelings, seed)
+    pooled = changed[after].mean() - changed[~after].mean() if after.any() and (~after).any() else math.nan
+    return {"trunc_ccp_rate_diff": float(pooled), "trunc_ccp_question_diff": test["diff"],
+            "trunc_ccp_perm_p": test["p"], "trunc_ccp_perm_log10_p": test["log10_p"],
+            "trunc_ccp_perm_n_questions": test["n_clusters"], "trunc_ccp_perm_n_one_sided": test["n_one_sided"],
+            "trunc_ccp_perm_exact": test["exact"]}
 
 
 def truncation(continuations: pd.DataFrame, buckets=POSITION_BUCKETS, relabelings: int = 10000, seed: int = 0) -> dict:
@@ -357,9 +368,9 @@ def truncation(continuations: pd.DataFrame, buckets=POSITION_BUCKETS, relabeling
     an extracted answer are excluded. Metrics: trunc_n_questions, trunc_n_continuations, trunc_extraction_rate,
     trunc_n, trunc_change_rate, trunc_directional_shift (share of changes that land on the
     preferred position), trunc_change_rate_before_ccp / _after_ccp (offset < 0 / > 0),
-    trunc_ccp_chi2, trunc_ccp_chi2_p (the paper's test, continuations as independent) and, next to it,
-    `ccp_cluster_test`'s (questions as the units; `relabelings`, `seed`). Tables: truncation_by_position
-    (buckets of absolute position, [low, high)) and truncation_by_offset.
+    trunc_ccp_chi2, trunc_ccp_chi2_p, trunc_ccp_chi2_log10_p (the paper's test, continuations as independent)
+    and, next to it, `ccp_cluster_test`'s (questions as the units; `relabelings`, `seed`). Tables:
+    truncation_by_position (buckets of absolute position, [low, high)) and truncation_by_offset.
     """
     rows = _changes(continuations)
     edges = list(buckets)
@@ -369,7 +380,7 @@ def truncation(continuations: pd.DataFrame, buckets=POSITION_BUCKETS, relabeling
     by_position.insert(1, "position_low", edges[:-1])
     by_position.insert(2, "position_high", edges[1:])
     before, after = rows[rows["offset"] < 0], rows[rows["offset"] > 0]
-    chi2, p = ccp_chi_square(rows)
+    chi2, p, log10_p = ccp_chi_square(rows)
     n_changed = int(rows["changed"].sum())
     metrics = {
         "trunc_n_questions": int(continuations["question_id"].nunique()),
@@ -382,6 +393,7 @@ def truncation(continuations: pd.DataFrame, buckets=POSITION_BUCKETS, relabeling
         "trunc_change_rate_after_ccp": float(after["changed"].mean()) if len(after) else math.nan,
         "trunc_ccp_chi2": chi2,
         "trunc_ccp_chi2_p": p,
+        "trunc_ccp_chi2_log10_p": log10_p,
         **ccp_cluster_test(rows, relabelings, seed),
     }
     tables = {"truncation_by_position": by_position, "truncation_by_offset": _change_summary(rows, "offset")}

@@ -15,7 +15,8 @@ from fairaudit.analysis.position import LENGTH_BIN_COUNTS, ZERO_METHODS, pbs_wil
 
 CONFIGURATION = ["model", "arm", "dataset"]
 SUMMARY_COLUMNS = ["n_records", "accuracy", "pbs", "ccp", "eff_sw", "length_chars", "extraction_rate",
-                   "fallback_rate", "partial_rho_length_pbs", "partial_rho_length_pbs_p"]
+                   "fallback_rate", "partial_rho_length_pbs", "partial_rho_length_pbs_p",
+                   "partial_rho_length_pbs_log10_p"]
 ROBUSTNESS_BINS = tuple(k for k in LENGTH_BIN_COUNTS if k != 4)  # Appendix C: 3, 5, 10
 
 
@@ -54,15 +55,15 @@ def partial_correlation_table(metrics: pd.DataFrame, method: str | None = None) 
     """Table 1: partial rho(length, PBS | accuracy) and its p per (model, mode), one column pair per benchmark.
 
     method: "pearson" or "spearman" (None: the metrics' partial_rho_length_pbs, whichever method made it).
-    Columns model, arm, then {dataset}_rho and {dataset}_p for each benchmark.
+    Columns model, arm, then {dataset}_rho, {dataset}_p and {dataset}_log10_p for each benchmark.
     """
     datasets = list(dict.fromkeys(metrics["dataset"]))
     rho = "partial_rho_length_pbs" + (f"_{method}" if method else "")
     wide = metrics.pivot_table(index=["model", "arm"], columns="dataset", sort=False, dropna=False,
-                               values=[rho, f"{rho}_p"])
-    names = {rho: "rho", f"{rho}_p": "p"}
+                               values=[rho, f"{rho}_p", f"{rho}_log10_p"])
+    names = {rho: "rho", f"{rho}_p": "p", f"{rho}_log10_p": "log10_p"}
     wide.columns = [f"{dataset}_{names[value]}" for value, dataset in wide.columns]
-    return wide.reindex(columns=[f"{d}_{v}" for d in datasets for v in ("rho", "p")]).reset_index()
+    return wide.reindex(columns=[f"{d}_{v}" for d in datasets for v in ("rho", "p", "log10_p")]).reset_index()
 
 
 def robustness_table(metrics: pd.DataFrame, bins: Sequence[int] = ROBUSTNESS_BINS) -> pd.DataFrame:
@@ -84,8 +85,8 @@ def wilcoxon_table(records: pd.DataFrame, pairs: Mapping[str, str], reasoning_ar
     For each pair, benchmark and reference mode: n questions paired, the zero differences among
     them, mean PBS difference (reasoning − reference) and p for the alternative reasoning PBS >
     reference PBS under `zero_method`, then p under each of scipy's three zero methods.
-    Columns family, dataset, comparison, n, zeros, mean_diff, p, p_wilcox, p_pratt, p_zsplit;
-    combinations without records are skipped.
+    Columns family, dataset, comparison, n, zeros, mean_diff, p, p_wilcox, p_pratt, p_zsplit and the log10 of
+    each p (log10_p, log10_p_<method>); combinations without records are skipped.
     """
     rows = []
     for reasoning, instruct in pairs.items():
@@ -101,6 +102,9 @@ def wilcoxon_table(records: pd.DataFrame, pairs: Mapping[str, str], reasoning_ar
                 rows.append({"family": reasoning, "dataset": dataset, "comparison": f"{reasoning_arm} > {reference}",
                              "n": test["pbs_wilcoxon_n"], "zeros": test["pbs_wilcoxon_zeros"],
                              "mean_diff": test["pbs_wilcoxon_mean_diff"], "p": test["pbs_wilcoxon_p"],
-                             **{f"p_{m}": t["pbs_wilcoxon_p"] for m, t in tests.items()}})
+                             **{f"p_{m}": t["pbs_wilcoxon_p"] for m, t in tests.items()},
+                             "log10_p": test["pbs_wilcoxon_log10_p"],
+                             **{f"log10_p_{m}": t["pbs_wilcoxon_log10_p"] for m, t in tests.items()}})
     return pd.DataFrame(rows, columns=["family", "dataset", "comparison", "n", "zeros", "mean_diff", "p",
-                                       *[f"p_{m}" for m in ZERO_METHODS]])
+                                       *[f"p_{m}" for m in ZERO_METHODS], "log10_p",
+                                       *[f"log10_p_{m}" for m in ZERO_METHODS]])

@@ -13,6 +13,7 @@ from typing import Callable
 import pandas as pd
 
 from fairaudit.analysis.contingency import CELLS, cell_labels
+from fairaudit.analysis.flags import as_flags
 from fairaudit.analysis.pairs import complete_pairs
 
 COMPLETE = "_complete"  # suffix of a metric computed on the pairs without a truncated trace
@@ -22,7 +23,8 @@ def truncated_pairs(records: pd.DataFrame) -> pd.Index:
     """pair_ids with at least one record whose generation hit the token budget. # records: pair_id, truncated"""
     if "truncated" not in records:
         return pd.Index([], name="pair_id")
-    return pd.Index(records.loc[records["truncated"].fillna(False).astype(bool), "pair_id"].unique(), name="pair_id")
+    cut = as_flags(records["truncated"], "truncated", missing=False)  # null: a record that generated nothing
+    return pd.Index(records.loc[cut, "pair_id"].unique(), name="pair_id")
 
 
 def completed(records: pd.DataFrame) -> pd.DataFrame:

@@ -22,6 +22,7 @@ from fairaudit.probes.decisions import (
     answer_choices,
     answer_parts_all,
     arm_names,
+    few_units,
     gap_sentence,
     interval,
     paired_metrics,
@@ -91,8 +92,8 @@ class CDPGProbe(PairedProbe):
         m, records = result.metrics, result.records["records"]
         t, b = arm_names(records)
         alpha, alpha_prime = sides(records)
-        slopes = [f"{cell} ({CELL_NAMES[cell]}, {_pairs(m[f'cdpg_n_{cell}'])}) {interval(m, f'cdpg_slope_{cell}')}"
-                  for cell in CELLS if m[f"cdpg_n_{cell}"]]
+        slopes = [f"{cell} ({CELL_NAMES[cell]}, {_pairs(m[f'cdpg_n_{cell}'])}{few_units(m, f'cdpg_slope_{cell}')}) "
+                  f"{interval(m, f'cdpg_slope_{cell}')}" for cell in CELLS if m[f"cdpg_n_{cell}"]]
         empty = [cell for cell in CELLS if not m[f"cdpg_n_{cell}"]]
         found = (f"CDPG on {pairs_phrase(records, m['cdpg_n_pairs'])}: |P(Yes | {alpha}) - P(Yes | {alpha_prime})| "
                  f"re-read after each of K={self.K} equal segments of the {t} trace; the slope of its mean against "

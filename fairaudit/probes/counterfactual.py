@@ -5,20 +5,24 @@ from __future__ import annotations
 
 from fairaudit.analysis.contingency import cell_disparity_table, contingency, contingency_table
 from fairaudit.analysis.contingency_figures import disparity_shift_figure
+from fairaudit.console import WARNING
 from fairaudit.console import format_number as num
+from fairaudit.numbers import format_p
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.probes.decisions import (
     PairedProbe,
     arm_names,
     check_resampling,
     gap_sentence,
+    interval,
     paired_metrics,
     paired_records,
     pairs_phrase,
     warnings_of,
 )
+from fairaudit.stats import FEW
 
-HEADLINE = ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "d_cf_{t}", "d_cf_{b}",
+HEADLINE = ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "mcnemar_p", "d_cf_{t}", "d_cf_{b}",
             "delta_d_cf", "p_gap_{t}", "p_gap_{b}", "delta_p_gap", "delta_d_group", "d_disp_c_{t}", "asym_c",
             "parse_rate_{t}", "parse_rate_{b}", "compliance_rate_{b}", "n_dropped_truncated_{t}",
             "n_dropped_truncated_{b}", "n_dropped_noncompliant_{b}"]
@@ -64,12 +68,30 @@ class CounterfactualProbe(PairedProbe):
         return paired_metrics(lambda r: contingency(r, treatment=t, baseline=b, n_boot=0), rows, t, b, n_boot=0)
 
     def verdict(self, result: ProbeResult) -> list[str]:
-        """Flips created and resolved with McNemar's p, the P(Yes) gap, a legend of the cells, warnings."""
+        """Flips created and resolved with McNemar's p, the P(Yes) gap, c/b, a legend of the cells, warnings."""
         m, records = result.metrics, result.records["records"]
         t, b = arm_names(records)
         found = (f"{t} against {b} on {pairs_phrase(records, m['n_pairs'])}: {t} created {num(m['cell_c'])} and "
-                 f"resolved {num(m['cell_b'])} counterfactual flips (McNemar p = {num(m['mcnemar_p'])}); "
+                 f"resolved {num(m['cell_b'])} counterfactual flips (McNemar p = {format_p(m['mcnemar_log10_p'])}); "
                  f"{num(m['cell_d'])} pairs flip under both arms, {num(m['cell_a'])} under neither.")
         legend = (f"cells: a = no flip under either arm, b = a {b} flip that {t} resolved, c = a flip {t} created, "
                   "d = a flip under both; a flip = the two sides of a pair get different answers.")
-        return [found, gap_sentence(m, records, t, b) + ".", legend, *warnings_of(records, t, b)]
+        ratio, unbounded = ratio_lines(m)
+        return [found, gap_sentence(m, records, t, b) + ".", *ratio, legend, *warnings_of(records, t, b), *unbounded]
+
+
+def ratio_lines(m: dict[str, float]) -> tuple[list[str], list[str]]:
+    """(sentences, warnings): c/b with its two intervals over the discordant pairs; with b = 0 instead a warning
+    that the bootstrap interval is [inf, inf] and the exact one is the one to read; nothing without discordant pairs."""
+    n = m["c_b_ratio_ci_n"]
+    if not n:
+        return [], []
+    exact = "[{}, {}]".format(num(m["c_b_ratio_exact_ci_low"]), num(m["c_b_ratio_exact_ci_high"]))
+    pairs = f"the {num(n)} discordant pairs" + (f" (fewer than {FEW}: the bootstrap interval is rough, the exact one "
+                                                 "holds at any n)" if m.get("c_b_ratio_ci_few") == 1.0 else "")
+    if m["cell_b"]:
+        return [f"created per resolved flip, c/b = {interval(m, 'c_b_ratio')} (95% paired bootstrap; exact "
+                f"conditional {exact}; over {pairs})."], []
+    return [], [f"{WARNING}no pair in cell b, so c/b = inf and its paired bootstrap interval is [inf, inf] (every "
+                f"resample lacks a b pair): read the exact conditional interval beside it, c_b_ratio_exact_ci {exact}, "
+                f"over {pairs}"]

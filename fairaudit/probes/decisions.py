@@ -23,6 +23,7 @@ from fairaudit.prompts.yesno import (
     split_output,
     think_prompt_prefix,
 )
+from fairaudit.stats import FEW
 from fairaudit.validate import MIN_BOOT, arm_rules, check_fields, integer
 
 RESAMPLING = {"n_boot": integer(MIN_BOOT), "seed": integer(0, 2**32 - 1)}  # the paired bootstrap's settings
@@ -192,6 +193,12 @@ def interval(metrics: dict[str, float], name: str) -> str:
     return f"{num(metrics[name])} [{num(metrics[name + '_ci_low'])}, {num(metrics[name + '_ci_high'])}]"
 
 
+def few_units(metrics: dict[str, float], name: str, units: str = "pairs", what: str = "a rough interval") -> str:
+    """", fewer than 10 pairs: a rough interval" where metric `name`'s interval has its `_ci_few` flag (its
+    `_ci_n` under stats.FEW units, where it covers far less than 95%), else ""."""
+    return f", fewer than {FEW} {units}: {what}" if metrics.get(f"{name}_ci_few") == 1.0 else ""
+
+
 def gap_sentence(metrics: dict[str, float], records: pd.DataFrame, treatment: str, baseline: str) -> str:
     """The P(Yes) gap per arm with its interval, and which side P(Yes) favours."""
     alpha, alpha_prime = sides(records)
@@ -202,8 +209,9 @@ def gap_sentence(metrics: dict[str, float], records: pd.DataFrame, treatment: st
             favoured.setdefault(alpha if diff > 0 else alpha_prime, []).append(arm)
     lean = "; ".join(f"P(Yes) is higher for {side} on average under "
                      f"{' and '.join(arms) if len(arms) < 2 else 'both arms'}" for side, arms in favoured.items())
+    rough = few_units(metrics, "delta_p_gap", what="rough intervals")
     return (f"P(Yes) gap, mean |P(Yes | {alpha}) - P(Yes | {alpha_prime})| over {num(metrics['n_pairs_scored'])} pairs "
-            f"(95% paired bootstrap): {treatment} {interval(metrics, f'p_gap_{treatment}')}, {baseline} "
+            f"(95% paired bootstrap{rough}): {treatment} {interval(metrics, f'p_gap_{treatment}')}, {baseline} "
             f"{interval(metrics, f'p_gap_{baseline}')}; difference {interval(metrics, 'delta_p_gap')}"
             + (f"; {lean}" if lean else ""))
 

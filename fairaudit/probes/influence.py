@@ -21,6 +21,7 @@ from fairaudit.analysis.influence_figures import influence_rates_figure
 from fairaudit.console import WARNING
 from fairaudit.console import format_number as num
 from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
+from fairaudit.probes.decisions import few_units
 from fairaudit.probes.influence_contrasts import ContrastScorer, Donors
 from fairaudit.probes.influence_diagnostics import trace_records
 from fairaudit.probes.influence_samples import TRANSCRIPTS
@@ -127,7 +128,8 @@ class InfluenceProbe(Probe):
             directions = "; ".join(
                 f"{label}: {num(g(f'influence_k_{d}_{c}'))} of {num(g(f'n_contrasts_{d}_{c}'))} donor swaps raised the "
                 f"target's NLL, rate {num(g(f'influence_rate_{d}_{c}'))} [{num(g(f'influence_rate_{d}_{c}_ci_low'))}, "
-                f"{num(g(f'influence_rate_{d}_{c}_ci_high'))}], by more than 0.05 nats/token "
+                f"{num(g(f'influence_rate_{d}_{c}_ci_high'))}]"
+                f"{few_units(result.metrics, f'influence_rate_{d}_{c}', 'contrasts')}, by more than 0.05 nats/token "
                 f"{num(g(f'substantive_rate_{d}_{c}'))}" for d, label in (("a_to_b", "A->B"), ("b_to_a", "B->A")))
             lines.append(f"graph {c}: {num(g(f'n_valid_{c}'))} of {num(g(f'n_traces_{c}'))} transcripts valid; "
                          f"{directions}; the graph-cut control left the NLL unchanged in "

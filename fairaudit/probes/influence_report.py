@@ -9,8 +9,9 @@ import pandas as pd
 
 from fairaudit.analysis import influence_study as tables
 from fairaudit.analysis.influence_figures import checkpoint_rates_figure, influence_rates_figure
+from fairaudit.numbers import format_p
 from fairaudit.probes.influence_transcripts import GRAPHS
-from fairaudit.report.render import NA, p_from_log10
+from fairaudit.report.render import NA
 from fairaudit.report.sections import RecordsLoader, Report, Section
 from fairaudit.report.selection import Settings, shared
 from fairaudit.validate import check_fields, one_of
@@ -102,10 +103,13 @@ def add_table2(report: Report, runs: pd.DataFrame, condition: str, note: str) ->
                           "95% CI": [f"[{lo:.1f}, {hi:.1f}]" if math.isfinite(lo) else "" for lo, hi in
                                      zip(t2["ci_low"], t2["ci_high"])],
                           "k/n": [f"{k:.0f}/{n:.0f}" if math.isfinite(n) else "" for k, n in zip(t2["k"], t2["n"])]})
+    few = t2["few"].eq(True)
+    shown.loc[few, "95% CI"] = shown.loc[few, "95% CI"] + FEW_MARK
     shown.loc[t2["n"].eq(0) & t2["metric"].str.contains("rate"), "value"] = NO_CONTRASTS
     report.sections.append(Section("influence_table2", f"Table 2: length-matched validation ({condition}), "
                                                         "at both thresholds", t2, shown,
-                                   "Rates in % of the pooled contrasts with Wilson 95% intervals. " + note))
+                                   "Rates in % of the pooled contrasts with Wilson 95% intervals; †: fewer than "
+                                   f"{tables.FEW} contrasts (or items), a rough interval. " + note))
 
 
 def _rate_cell(rate: float, low: float, high: float, n: float) -> str:
@@ -152,7 +156,7 @@ def add_table5(report, runs: pd.DataFrame, condition: str, rate: str) -> None:
     total[shown.columns[0]] = "All cells"
     total["A>B by rate"], total["A>B by Δ"] = (f"{tests[k][0]}/{tests[k][1]}" for k in ("by_rate", "by_delta"))
     shown = pd.concat([shown, pd.DataFrame([total])], ignore_index=True)
-    note = "; ".join(f"sign test {k.replace('_', ' ')}: {s}/{n} cells, one-sided p = {p_from_log10(p)}"
+    note = "; ".join(f"sign test {k.replace('_', ' ')}: {s}/{n} cells, one-sided p = {format_p(p)}"
                      for k, (s, n, p) in tests.items())
     report.sections.append(Section("influence_table5", f"Table 5: seed-level statistics at Δ_NLL "
                                                         f"{THRESHOLDS.get(rate, rate)} ({condition})", t5, shown,

@@ -31,6 +31,7 @@ from fairaudit.backends import GenerationRequest
 from fairaudit.console import WARNING
 from fairaudit.console import format_number as num
 from fairaudit.errors import AuditError
+from fairaudit.numbers import format_p
 from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import encode
 from fairaudit.probes.position_samples import QUESTIONS
@@ -171,7 +172,10 @@ class PositionProbe(Probe):
             lines.append(f"truncation: {num(m['trunc_n'])} continuations resampled from CCP + offset changed the "
                          f"answer in {num(m['trunc_change_rate'])} of cases "
                          f"({num(m['trunc_change_rate_before_ccp'])} before the CCP, "
-                         f"{num(m['trunc_change_rate_after_ccp'])} after).")
+                         f"{num(m['trunc_change_rate_after_ccp'])} after; chi-square p = "
+                         f"{format_p(m['trunc_ccp_chi2_log10_p'])} counting every continuation, sign-flip p = "
+                         f"{format_p(m['trunc_ccp_perm_log10_p'])} over "
+                         f"{num(m['trunc_ccp_perm_n_questions'])} questions as the units).")
         return lines + [WARNING + line for line in mcq_warnings(records)]
 
     def answer(self, ctx: AuditContext, variants: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, ...]]]:

@@ -12,7 +12,7 @@ import pandas as pd
 from fairaudit.analysis import position_tables as f001
 from fairaudit.analysis.position import ZERO_METHODS, truncation
 from fairaudit.analysis.position_figures import length_pbs_panels, pbs_length_figure, truncation_figure
-from fairaudit.report.render import count, p_value, section
+from fairaudit.report.render import count, section
 from fairaudit.report.sections import RecordsLoader, Report
 from fairaudit.report.selection import Settings, shared, stacked
 from fairaudit.stats import PARTIAL_METHODS
@@ -52,7 +52,7 @@ def paper001_sections(runs: pd.DataFrame, load: RecordsLoader, pairs: Mapping[st
         POSITION_HEADERS | {"partial_rho_length_pbs": f"partial ρ ({partial_corr})"},
         "Acc over extracted answers; PBS over questions with all four permutations extracted "
         "(at most √0.75); extraction = the A.2 cascade alone (App. B), fallback reported apart.",
-        {"n_records": count, "length_chars": count, "partial_rho_length_pbs_p": p_value}))
+        {"n_records": count, "length_chars": count}))
     sections.append(section(
         "p001_table3", "Position bias, Table 3: length-bucket robustness", f001.robustness_table(metrics),
         {}, "monotonic_k{k}: 1 when PBS rises strictly from the shortest to the longest of k equal-frequency bins; "
@@ -69,7 +69,7 @@ def paper001_sections(runs: pd.DataFrame, load: RecordsLoader, pairs: Mapping[st
             f"question; {key}.pairs names the matched pairs. Zero differences: `{zero_method}` "
             f"({key}.zero_method; the paper does not say) in p; wilcox drops them, pratt ranks then drops "
             "them, zsplit splits their ranks.",
-            {"n": count, "zeros": count} | {c: p_value for c in ("p", *[f"p_{m}" for m in ZERO_METHODS])}))
+            {"n": count, "zeros": count}))
     figures["p001_fig2_length_pbs"] = length_pbs_panels(f001.length_bins(records), metrics)
     for dataset, rows in metrics.groupby("dataset", sort=False):
         labelled = rows.assign(label=rows["model"] + " " + rows["arm"])
@@ -100,7 +100,7 @@ def _partial_correlation_sections(metrics: pd.DataFrame, method: str, key: str) 
 
 
 def _truncation_sections(position_runs: pd.DataFrame, load: RecordsLoader) -> tuple[list, dict]:
-    """§5.3 per configuration: change rates before and after CCP, the paper's chi-square and the permutation
+    """§5.3 per configuration: change rates before and after CCP, the paper's chi-square and the sign-flip
     test over questions beside it, and Fig. 3."""
     counts = [c for c in position_runs if c.startswith("trunc_n_continuations")]
     truncated = position_runs[position_runs[counts].gt(0).any(axis=1)] if counts else position_runs.iloc[0:0]
@@ -111,19 +111,22 @@ def _truncation_sections(position_runs: pd.DataFrame, load: RecordsLoader) -> tu
     by_position = pd.concat([r["tables"]["truncation_by_position"].assign(configuration=" ".join(key))
                              for key, r in results.items()])
     names = ["trunc_n", "trunc_change_rate_before_ccp", "trunc_change_rate_after_ccp", "trunc_ccp_chi2",
-             "trunc_ccp_chi2_p", "trunc_ccp_perm_n_questions", "trunc_ccp_perm_p"]
+             "trunc_ccp_chi2_p", "trunc_ccp_chi2_log10_p", "trunc_ccp_perm_n_questions", "trunc_ccp_question_diff",
+             "trunc_ccp_perm_p", "trunc_ccp_perm_log10_p"]
     table = pd.DataFrame([{**dict(zip(("model", "arm", "dataset"), key)), **{n: r["metrics"][n] for n in names}}
                           for key, r in results.items()])
     table_section = section(
         "p001_truncation", "Position bias, §5.3: before- vs after-CCP change rate, two tests", table,
         {"arm": "Mode", "trunc_n": "continuations", "trunc_change_rate_before_ccp": "change before CCP",
          "trunc_change_rate_after_ccp": "change after CCP", "trunc_ccp_chi2": "χ²", "trunc_ccp_chi2_p": "χ² p",
-         "trunc_ccp_perm_n_questions": "questions", "trunc_ccp_perm_p": "permutation p"},
-        "χ² p: the paper's test (Yates, 2x2), every continuation independent. permutation p: two-sided, before and "
-        "after swapped in whole questions (up to 12 continuations each), questions as the units; exact up to 16 "
-        "questions, else 10,000 seeded relabelings.",
-        {"trunc_n": count, "trunc_ccp_perm_n_questions": count, "trunc_ccp_chi2_p": p_value,
-         "trunc_ccp_perm_p": p_value})
+         "trunc_ccp_perm_n_questions": "questions", "trunc_ccp_question_diff": "mean question change",
+         "trunc_ccp_perm_p": "sign-flip p"},
+        "χ² p: the paper's test (Yates, 2x2), every continuation independent. sign-flip p: two-sided, questions as "
+        "the units: each question's own after-minus-before change rate (mean question change: their mean), its sign "
+        "flipped at random, so a question that lost its late cuts weighs as much as one that kept them; questions cut "
+        "on one side only are left out; exact up to 16 questions, else probe.truncation.relabelings seeded sign "
+        "vectors. Its size holds at 0.05 where the χ²'s and the pooled relabeling's do not (docs/probes.md).",
+        {"trunc_n": count, "trunc_ccp_perm_n_questions": count})
     return [table_section], {"p001_fig3_truncation": truncation_figure(by_position, by="configuration")}
 
 
@@ -138,14 +141,14 @@ def _with_stars(table: pd.DataFrame) -> pd.DataFrame:
     out = table[["model", "arm"]].copy()
     for column in [c for c in table.columns if c.endswith("_rho")]:
         dataset = column.removesuffix("_rho")
-        out[dataset] = [_starred(rho, p) for rho, p in zip(table[column], table[f"{dataset}_p"])]
+        out[dataset] = [_starred(rho, p) for rho, p in zip(table[column], table[f"{dataset}_log10_p"])]
     return out
 
 
-def _starred(rho: float, p: float) -> str:
+def _starred(rho: float, log10_p: float) -> str:
     if not math.isfinite(rho):
         return "–"
-    stars = "***" if p < 1e-3 else "**" if p < 0.01 else "*" if p < 0.05 else ""
+    stars = "***" if log10_p < -3 else "**" if log10_p < -2 else "*" if log10_p < math.log10(0.05) else ""
     return f"{rho:.2f}{stars}"
 
 

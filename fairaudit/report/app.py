@@ -146,15 +146,17 @@ def markdown_report(report: Report, selection: Selection, uri: str) -> str:
 
 
 def show(report: Report, selection: Selection) -> None:
-    """On stdout, the main tables (Table 2, the seed summary; else the runs) and the sign test's verdict; on
-    stderr, one line per table the selection could not fill and the runs it left out."""
+    """On stdout, the main tables (Table 2, the seed summary, the engines'; else the runs) and the verdicts of the
+    family of tests and the sign test; on stderr, one line per table the selection could not fill and the runs it
+    left out."""
     printed = [s for s in report.sections if s.name in ("table2", "seeds", "engines")] or [report.section(report.main)]
     for section in printed:
         print_result(render.rich_table(section.shown, section.title, section.pooled_last))
         if section.note:
             out.print(section.note, style="dim", highlight=False, soft_wrap=True)
-    if any(s.name == "sign_test" for s in report.sections):
-        out.print(report.section("sign_test").note, highlight=False, soft_wrap=True)
+    for name in ("family", "sign_test"):
+        if any(s.name == name for s in report.sections):
+            out.print(report.section(name).note, highlight=False, soft_wrap=True)
     for line in report.missing:
         console.print(f"[yellow]not in this report:[/yellow] {line}", highlight=False, soft_wrap=True)
     if not selection.left_out.empty:

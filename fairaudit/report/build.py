@@ -1,5 +1,6 @@
-"""Assemble a study report from a runs frame: the sections each probe registers, then seed summaries, the
-sign test, checkpoint curves and the source runs, as the runs allow.
+"""Assemble a study report from a runs frame: the sections each probe registers, then the family of tests
+corrected for multiple comparisons, seed summaries, the sign test, checkpoint curves and the source runs, as the
+runs allow.
 
 A probe registers its sections under `report:` in its `conf/probe/<name>.yaml`: `sections`, dotted
 names of functions `(report, runs, load_records, settings) -> None` that add sections, figures and
@@ -17,24 +18,28 @@ import pandas as pd
 
 from fairaudit.analysis import study
 from fairaudit.analysis.study_figures import checkpoint_curve_figure
+from fairaudit.numbers import format_p
 from fairaudit.registry import report_builders
 from fairaudit.report import render
 from fairaudit.report.engines import add_engine_sensitivity
+from fairaudit.report.family import add_family
 from fairaudit.report.sections import RecordsLoader, Report, Section
 from fairaudit.report.selection import runs_of
 
 
 def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:
-    """The probes' sections, seed summaries, the sign test and checkpoint curves, as the runs allow.
+    """The probes' sections, the multiple-comparison family, seed summaries, the sign test and checkpoint curves,
+    as the runs allow.
 
     runs: one row per job run (run_id, run_name, status, study.AXES, baseline, metrics...).
-    cfg: the report config (seeds, sign_test, curves, and each probe's settings under probes).
+    cfg: the report config (family, seeds, sign_test, curves, and each probe's settings under probes).
     """
     report = Report()
     for add_sections, probes in report_builders(runs["probe"].dropna() if "probe" in runs else []).items():
         add_sections(report, runs_of(runs, probes), load_records, {probe: cfg.probes[probe] for probe in probes})
     if "engine" in study.varying_axes(runs):
         add_engine_sensitivity(report, runs, load_records, cfg)
+    add_family(report, runs, cfg.family)
     if "seed" in study.varying_axes(runs):
         add_seed_summary(report, runs, list(cfg.seeds.metrics), float(cfg.seeds.level))
     add_sign_test(report, runs, cfg.sign_test.greater, cfg.sign_test.than, cfg.sign_test.alternative)
@@ -79,7 +84,7 @@ def add_sign_test(report: Report, runs: pd.DataFrame, greater: str, than: Any, a
     sided = "one-sided" if alternative == "greater" else "two-sided"
     note = (f"{greater} > {than} in {result['successes']} of {result['n']} non-tied cells "
             f"({result['n_ties']} ties dropped); exact sign test, {sided}: "
-            f"p = {render.p_from_log10(result['log10_p'])} (log10 p = {result['log10_p']:.3f}).")
+            f"p = {format_p(result['log10_p'])} (log10 p = {result['log10_p']:.3f}).")
     report.sections.append(Section("sign_test", "Sign test over cells", counts, shown, note, pooled_last=True))
     cells = comparisons[[*study.cell_axes(runs), "run_id", "greater", "than", "outcome"]]
     report.sections.append(Section("sign_test_cells", "Sign test: every cell", cells))

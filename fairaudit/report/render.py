@@ -10,25 +10,12 @@ import pandas as pd
 from rich.table import Table
 
 from fairaudit.analysis.study import AXES
-from fairaudit.numbers import snap
+from fairaudit.numbers import format_p, log10_sibling
 from fairaudit.report.sections import Section
 
 NA = "n/a"
 
 COUNTS = re.compile(r"^(n|n_pairs|n_seeds|successes|ties|cell_[abcd]|[cd]_alpha(_prime)?_up)$")
-
-
-def p_from_log10(log10_p: float) -> str:
-    """A p-value from its log10, exact far below float range: -45.43 -> "3.7e-46", 0 -> "1"."""
-    if not math.isfinite(log10_p):
-        return NA
-    if log10_p >= -3:
-        return f"{10.0 ** log10_p:.3g}"
-    exponent = math.floor(log10_p)
-    mantissa = 10.0 ** (log10_p - exponent)
-    if round(mantissa, 1) >= 10.0:
-        mantissa, exponent = mantissa / 10.0, exponent + 1
-    return f"{mantissa:.1f}e{exponent}"
 
 
 def _fixed(digits: int, signed: bool = False, scale: float = 1.0) -> Callable[[float], str]:
@@ -41,8 +28,8 @@ def number_format(column: str) -> Callable[[float], str]:
     """The display format of a metric column (counts, p from log10, signed deltas, delta_c in %)."""
     if COUNTS.match(column):
         return lambda v: f"{int(round(v))}"
-    if column == "mcnemar_log10_p":
-        return p_from_log10
+    if column.endswith("log10_p"):
+        return format_p
     if column == "delta_c":
         return _fixed(2, signed=True, scale=100.0)
     if column.startswith("delta_"):
@@ -55,20 +42,28 @@ def _cell(value, fmt: Callable[[float], str]) -> str:
         return value
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return NA
-    return fmt(snap(float(value)))  # float noise prints 0.000, never -0.000
+    return fmt(float(value))
 
 
 def display(table: pd.DataFrame, headers: dict[str, str] | None = None,
             formats: dict[str, Callable[[float], str]] | None = None) -> pd.DataFrame:
-    """`table` as strings: each numeric column in its metric's format, columns renamed by `headers`."""
+    """`table` as strings: each numeric column in its metric's format, columns renamed by `headers`. A p column
+    with its log10 twin in the table (`trunc_ccp_chi2_p`, `trunc_ccp_chi2_log10_p`) shows the twin, by `format_p`,
+    so a p below the smallest double reads as 10^-485.6; the twin is not shown again."""
     headers, formats = headers or {}, formats or {}
+    twins = {column: log10_sibling(column) for column in table.columns if log10_sibling(column) in table.columns}
     out = pd.DataFrame(index=table.index)
     for column in table.columns:
+        if column in twins.values():
+            continue
         if column in AXES:
             out[headers.get(column, column)] = table[column].astype(str)
             continue
-        fmt = formats.get(column) or number_format(column)
-        out[headers.get(column, column)] = [_cell(v, fmt) for v in table[column]]
+        if column in twins:
+            source, fmt = twins[column], format_p
+        else:
+            source, fmt = column, formats.get(column) or number_format(column)
+        out[headers.get(column, column)] = [_cell(v, fmt) for v in table[source]]
     return out
 
 
@@ -90,10 +85,6 @@ def one_decimal(value: float) -> str:
 def times(value: float) -> str:
     """A ratio as a factor: 1.25×."""
     return f"{value:.2f}×" if math.isfinite(value) else NA
-
-
-def p_value(value: float) -> str:
-    return f"{value:.3g}" if math.isfinite(value) else NA
 
 
 def paper_headers(treatment: str, baseline: str) -> dict[str, str]:
