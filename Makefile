@@ -116,9 +116,10 @@ test-vllm: $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest tests/test_conformance.py -k "vllm or coincide" $(ARGS)
 
 # The llama.cpp tests (tests/llamacpp/, not collected where llama-cpp-python is absent) and the conformance
-# suite, whose llamacpp entry runs here, in .venv-llamacpp.
+# suite's llamacpp entries (the other entries run in `make test`), in .venv-llamacpp.
 test-llamacpp: $(LLAMACPP_STAMP)
-	$(LLAMACPP_PY) -m pytest tests/llamacpp tests/test_conformance.py $(ARGS)
+	$(LLAMACPP_PY) -m pytest tests/llamacpp $(ARGS)
+	$(LLAMACPP_PY) -m pytest tests/test_conformance.py -k "llamacpp or coincide" $(ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/cdpg_depth.py
