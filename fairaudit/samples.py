@@ -5,6 +5,7 @@ defines: what one item gathers (a counterfactual pair's sides and arms, an MCQ q
 permutations, a role-channel transcript), what labels it (a contingency cell, a count of correct
 answers, a graph) and one item's HTML, built with `item`, `esc` and `slug`. Pages are pure HTML and
 CSS, so they work in MLflow's sandboxed artifact viewer: radio buttons show one value of a facet (arm, side).
+Every page carries a content-security policy (`POLICY`) that allows no script at all.
 A run whose items fit one page gets one samples.html whose radio buttons also filter by label. A
 larger one gets pages of at most PAGE_BYTES, each holding one label's items: samples.html is the
 first, the others are samples/<label>-<n>.html, linked from every page (the filter over all
@@ -30,6 +31,9 @@ SLICE = 500              # items whose records are read out of the frame at a ti
 PAGER_SPAN = 5           # page links shown either side of the current one
 
 STYLE = (Path(__file__).parent / "samples.css").read_text()  # inlined into every page
+# Model text and data fields are escaped into the pages; the policy is the second wall: no script, no fetch, no
+# form, no base URL of any kind, styles only inline (the <style> element and the few style attributes).
+POLICY = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,8 @@ class Page:
     def _document(self, rules: list[str], controls: str, body: str) -> str:
         facet_rules = [f"body:has(#{f}-{slug(v)}:checked) .{f}:not(.{f}-{slug(v)}){{display:none}}"
                        for f, values in self.facets.items() for v in values]
-        return (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{esc(self.title)}</title>"
+        return (f"<!DOCTYPE html><html><head><meta charset=utf-8>"
+                f"<meta http-equiv=Content-Security-Policy content=\"{POLICY}\"><title>{esc(self.title)}</title>"
                 f"<style>{STYLE}{''.join(rules + facet_rules)}</style></head><body><h1>{esc(self.title)}</h1>"
                 f"<div class=filters>{controls}{self._facet_radios()}</div><main>{body}</main></body></html>")
 
