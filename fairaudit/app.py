@@ -26,6 +26,7 @@ from fairaudit.models import ModelFiles
 from fairaudit.numbers import snap_metrics
 from fairaudit.probes import AuditContext, ModelSpec, Probe, ProbeResult
 from fairaudit.prompts.yesno import Arm, Thinking
+from fairaudit.redact import scrub_hydra_files
 from fairaudit.registry import probe_classes
 from fairaudit.store import Store
 from fairaudit.sweeps import AXIS_TAGS as AXES  # the grid's axes: tags, and short params
@@ -273,6 +274,7 @@ def run_sweep_job(cfg: DictConfig) -> None:
     """One job of a multirun. A failing job never stops the sweep: it is one error line here (a
     traceback too when it is not bad input) and a FAILED child run carrying that line."""
     try:
+        scrub_hydra_files(cfg)
         run(cfg)
     except KeyboardInterrupt as stop:
         stop_sweep(cfg, getattr(stop, "kept", 0))

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from fairaudit.redact import scrub
+
 
 class AuditError(Exception):
-    """Bad input or an unusable resource, reported as one line before any model loads."""
+    """Bad input or an unusable resource, reported as one line before any model loads; a password in its
+    message (a URL's, or one this process has seen) is hidden as it is raised."""
+
+    def __init__(self, message: str = ""):
+        super().__init__(scrub(str(message)))
 
 
 def audit_cause(error: BaseException | None) -> AuditError | None:
@@ -34,8 +40,8 @@ def input_error_line(error: BaseException) -> str | None:
 
 
 def one_line(message: str) -> str:
-    """`message` with its whitespace (newlines included) collapsed."""
-    return " ".join(message.split())
+    """`message` with its whitespace (newlines included) collapsed and its passwords hidden (`redact.scrub`)."""
+    return scrub(" ".join(message.split()))
 
 
 def failure_line(error: BaseException) -> str:

@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from fairaudit.console import warn
 from fairaudit.errors import AuditError
+from fairaudit.redact import hide_password
 
 STORE_VERSION = 1
 PROBABILITY_KINDS = ("choice_probs", "depth_choice_probs")  # values whose innermost rows are distributions
@@ -94,17 +95,19 @@ class Store:
         try:
             backend = sa.engine.make_url(self.url).get_backend_name()
             if backend not in INSERTS:
-                raise AuditError(f"store.url {self.url!r}: only sqlite and postgresql stores are supported")
+                raise AuditError(f"store.url {hide_password(self.url)!r}: only sqlite and postgresql stores are "
+                             "supported")
             self.engine = sa.create_engine(self.url, **_engine_options(backend))
         except (sa.exc.ArgumentError, ImportError) as error:
-            raise AuditError(f"store.url {self.url!r} is not usable: {error}") from None
+            raise AuditError(f"store.url {hide_password(self.url)!r} is not usable: {error}") from None
         self._insert = INSERTS[backend]
         if backend == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_wal)
         try:
             self._create_table()
         except sa.exc.DBAPIError as error:
-            raise AuditError(f"store.url {self.url!r} cannot be opened: {' '.join(str(error.orig).split())}") from None
+            raise AuditError(f"store.url {hide_password(self.url)!r} cannot be opened: "
+                             f"{' '.join(str(error.orig).split())}") from None
 
     def _create_table(self) -> None:
         """The table, once (serialised across processes on PostgreSQL); a pre-checksum sqlite store gains the column."""

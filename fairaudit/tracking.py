@@ -21,6 +21,7 @@ from fairaudit import sweeps
 from fairaudit.console import quiet_libraries
 from fairaudit.errors import AuditError
 from fairaudit.numbers import snap, snap_frame
+from fairaudit.redact import hide_password, remember_config, scrub, scrub_file, scrub_tree
 from fairaudit.tracking_db import create_experiment, prepare_tracking
 
 PARENT_ID_FILE = "mlflow_parent_run_id"
@@ -43,8 +44,8 @@ def tracking_failure(error: BaseException, uri: str) -> AuditError | None:
 
     if isinstance(error, MlflowException) and uri.startswith(("http://", "https://")):
         first_line = str(error).strip().splitlines()[0][:300]
-        return AuditError(f"tracking.uri {uri} failed mid-run ({first_line}); the results computed so far are in "
-                          "the store, a re-run logs them without model calls")
+        return AuditError(f"tracking.uri {hide_password(uri)} failed mid-run ({first_line}); the results computed so "
+                          "far are in the store, a re-run logs them without model calls")
     return None
 
 
@@ -100,8 +101,9 @@ def experiment_id(client, name: str) -> str:
 
 
 def config_key(*parts: Any) -> str:
-    """A stable hash naming a job (its resolved config and overrides) or a sweep (its overrides)."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    """A stable hash naming a job (its resolved config and overrides) or a sweep (its overrides); computed with
+    passwords hidden, so a job is the same job whatever its password (and the hash reveals nothing of it)."""
+    return hashlib.sha256(scrub(json.dumps(parts, sort_keys=True, default=str)).encode()).hexdigest()[:20]
 
 
 def _process_start(pid: int) -> str:
@@ -186,7 +188,8 @@ class Tracker:
               parent_run_id: str | None = None) -> str:
         """Open the job's run (as a child of `parent_run_id` in a sweep) and log tags and params."""
         self.key = tags.get(KEY_TAG)
-        self.run = self.mlflow.start_run(run_name=run_name, experiment_id=self.experiment_id,
+        tags, params = scrub_tree(tags), scrub_tree(params)
+        self.run = self.mlflow.start_run(run_name=scrub(run_name), experiment_id=self.experiment_id,
                                          parent_run_id=parent_run_id, tags={**tags, **process_tags()})
         run_id = self.run.info.run_id
         if self.key:
@@ -200,8 +203,8 @@ class Tracker:
 
     def log_config(self, cfg: DictConfig, overrides: list[str]) -> None:
         """The resolved config and the command-line overrides, so the run can be repeated exactly."""
-        self.mlflow.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config/config.yaml")
-        self.mlflow.log_text("\n".join(overrides) + "\n", "config/overrides.txt")
+        self.mlflow.log_text(scrub(OmegaConf.to_yaml(cfg, resolve=True)), "config/config.yaml")
+        self.mlflow.log_text(scrub("\n".join(overrides) + "\n"), "config/overrides.txt")
 
     def log_result(self, metrics: dict[str, float], tables: dict[str, pd.DataFrame], figures: dict[str, Any],
                    records: dict[str, pd.DataFrame]) -> None:
@@ -227,7 +230,7 @@ class Tracker:
             self.mlflow.log_figure(figure, f"figures/{name}.png")
 
     def set_tags(self, tags: dict[str, str]) -> None:
-        self.mlflow.set_tags(tags)
+        self.mlflow.set_tags(scrub_tree(tags))
 
     def log_dataset(self, frame: pd.DataFrame, name: str, source: str) -> None:
         """The job's data set as an MLflow input (the runs table's Dataset column): its sampled rows' digest,
@@ -243,7 +246,7 @@ class Tracker:
     def log_texts(self, texts: dict[str, str]) -> None:
         """Text artifacts by file name (e.g. samples.html, samples.jsonl)."""
         for name, text in texts.items():
-            self.mlflow.log_text(text, name)
+            self.mlflow.log_text(scrub(text), name)
 
     def log_samples(self, records: pd.DataFrame, layout, title: str) -> None:
         """The per-sample pages and samples.jsonl of `records` in `layout` (a `fairaudit.samples.Layout`),
@@ -261,6 +264,7 @@ class Tracker:
             return
         run_id = self.run.info.run_id
         self.run = None
+        error = scrub(error) if error else error
         if killed:
             with contextlib.suppress(Exception):
                 self.mlflow.set_tags({ERROR_TAG: error or "interrupted", NOTE_TAG: error or "interrupted"})
@@ -303,6 +307,7 @@ class SweepCallback(Callback):
 
         HydraConfig.instance().set_config(config)  # so ${hydra:runtime.cwd} in tracking.uri resolves
         quiet_libraries()
+        remember_config(config)  # the parent's tags, params and overrides.txt are logged with passwords hidden
         try:
             validate_tracking(config.tracking.uri, config.tracking.experiment)
         except AuditError as error:
@@ -323,11 +328,11 @@ class SweepCallback(Callback):
             sys.exit(2)
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        overrides = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
+        overrides = scrub_tree(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
         key = config_key("sweep", overrides, config.tracking.experiment)
         probe = sweeps.swept_of(config.hydra).get("probe") or config.hydra.runtime.choices.get("probe", "")
-        run = client.create_run(experiment, run_name=sweeps.sweep_run_name(
-            sweeps.swept_of(config.hydra), probe=config.hydra.runtime.choices.get("probe")), tags={
+        run = client.create_run(experiment, run_name=scrub(sweeps.sweep_run_name(
+            sweeps.swept_of(config.hydra), probe=config.hydra.runtime.choices.get("probe"))), tags={
             "fairaudit.kind": "sweep", "fairaudit.sweep_dir": str(sweep_dir),
             "fairaudit.overrides": json.dumps(overrides),
             "mlflow.source.git.commit": sweeps.git_commit(config.hydra.runtime.cwd), KEY_TAG: key, PROBE_TAG: probe,
@@ -354,6 +359,7 @@ class SweepCallback(Callback):
         children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
         failed = [child for child in children if child.info.status != "FINISHED"]
         summary = sweeps.children_summary(client, run_id)
+        scrub_file(Path(config.hydra.sweep.dir) / "multirun.yaml")  # Hydra's copy of the sweep, logged below
         sweeps.log_summary(client, run_id, summary, Path(config.hydra.sweep.dir))
         if not failed:
             client.set_terminated(run_id, status="FINISHED")
