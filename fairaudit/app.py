@@ -22,6 +22,7 @@ from fairaudit.console import console, print_error, print_result, print_verdict,
 from fairaudit.errors import AuditError, audit_cause, failure_line, input_error_line
 from fairaudit.interrupt import Interrupted
 from fairaudit.mlflow_ui import where_lines
+from fairaudit.model_checks import check_model_folder
 from fairaudit.models import ModelFiles
 from fairaudit.numbers import snap_metrics
 from fairaudit.probes import AuditContext, ModelSpec, Probe, ProbeResult
@@ -143,7 +144,10 @@ def model_dir_for(cfg: DictConfig, weights: bool = True) -> Path:
     checkpoint = checkpoint_spec(cfg.model)
     files = ModelFiles(cfg.model.source, checkpoint["path"] or cfg.model.path,
                        checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"))
-    return get_class(cfg.backend._target_).resolve_model(files, cfg.backend, weights=weights)
+    backend_class = get_class(cfg.backend._target_)
+    folder = backend_class.resolve_model(files, cfg.backend, weights=weights)
+    check_model_folder(folder, weights=weights and backend_class.capabilities.loads_weights)
+    return folder
 
 
 def checkpoint_spec(model: DictConfig) -> dict:
@@ -212,8 +216,10 @@ def run(cfg: DictConfig) -> ProbeResult | None:
     if cfg.dry_run:
         return preview(cfg, job)
     hydra_cfg = HydraConfig.get()
-    backend = build(cfg.backend, model_dir=str(model_dir_for(cfg)), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
-    client = CachingClient(backend, Store(cfg.store.url), chunk_size=cfg.model.batch_size)
+    model_dir = model_dir_for(cfg)  # its files checked
+    store = Store(cfg.store.url)  # a database server that refuses: one line before the backend reads the model
+    backend = build(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
+    client = CachingClient(backend, store, chunk_size=cfg.model.batch_size)
 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     parent = parent_run_id(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None

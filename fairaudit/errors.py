@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 from fairaudit.redact import scrub
 
 
@@ -47,3 +50,11 @@ def one_line(message: str) -> str:
 def failure_line(error: BaseException) -> str:
     """Any error as one line: the input error's own line, else its type and message."""
     return input_error_line(error) or one_line(f"{type(error).__name__}: {error}")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one `error:` line (naming --help) and exit code 2."""
+
+    def error(self, message: str):
+        print(f"error: {self.prog}: {one_line(message)} (`{self.prog} --help` shows the usage)", file=sys.stderr)
+        sys.exit(2)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fairaudit.errors import AuditError
+from fairaudit.model_checks import check_gguf
 
 EMBEDDED_SMOLLM2 = "embedded:smollm2"
 EMBEDDED_TINY_QWEN3 = "embedded:tiny_qwen3"
@@ -140,6 +141,7 @@ def gguf_folder(gguf: Path, label: str) -> Path:
     name = f"{label}-{hashlib.sha256(str(gguf).encode()).hexdigest()[:12]}"
 
     def build(out: Path) -> None:
+        check_gguf(gguf)
         _prompt_files(gguf, out)
         (out / GGUF_NAME).symlink_to(gguf)
 
@@ -154,6 +156,7 @@ def gguf_model_dir(repo: str, gguf_file: str, revision: str | None = None) -> Pa
     models ran as Q4_K_M GGUF under llama.cpp; this loads the same quantised weights into transformers.
     """
     path = hub_file(repo, gguf_file, revision)
+    check_gguf(path)
     name = f"gguf-{hashlib.sha256(f'{repo}/{gguf_file}/{revision}'.encode()).hexdigest()[:12]}-{Path(gguf_file).stem}"
     return _materialise(cache_root() / "models" / name, lambda out: _convert_gguf(path.parent, path.name, out))
 
@@ -199,6 +202,9 @@ def resolve_model_dir(source: str, path: str | None = None, revision: str | None
     """
     if path:
         local = Path(path).expanduser()
+        if local.suffix == ".gguf" and local.is_file():
+            raise AuditError(f"model.path {str(local)!r} is a GGUF file: backend=llamacpp reads it as it is (this "
+                             "backend reads a Hugging Face folder, or a hub repository's model.gguf_file)")
         if not (local / "config.json").exists():
             raise AuditError(f"model.path {str(local)!r} is not a model folder (no config.json there)")
         return local

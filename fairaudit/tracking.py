@@ -303,7 +303,7 @@ class SweepCallback(Callback):
         from hydra.core.hydra_config import HydraConfig
 
         from fairaudit.console import print_error
-        from fairaudit.validate import validate_tracking
+        from fairaudit.validate import sweep_value_problems, validate_tracking
 
         HydraConfig.instance().set_config(config)  # so ${hydra:runtime.cwd} in tracking.uri resolves
         quiet_libraries()
@@ -313,8 +313,8 @@ class SweepCallback(Callback):
         except AuditError as error:
             print_error(str(error))
             sys.exit(2)
-        # before any run opens: a grid that cannot read its data starts nothing
-        problems = sweeps.grid_data_problems(config)
+        # before any run opens: a grid with a bad value in any job, or that cannot read its data, starts nothing
+        problems = sweep_value_problems(config) or sweeps.grid_data_problems(config)
         for line in problems:
             print_error(line)
         if problems:
