@@ -19,6 +19,7 @@ from fairaudit import __version__, dry_run, interrupt
 from fairaudit.backends import WHAT, Backend, Capabilities, backends_with, require_implemented
 from fairaudit.client import CachingClient
 from fairaudit.console import console, print_error, print_result, print_verdict, summary_table
+from fairaudit.disk import artifacts_full
 from fairaudit.errors import AuditError, audit_cause, failure_line, input_error_line
 from fairaudit.interrupt import Interrupted
 from fairaudit.mlflow_ui import where_lines
@@ -33,6 +34,7 @@ from fairaudit.store import Store
 from fairaudit.sweeps import AXIS_TAGS as AXES  # the grid's axes: tags, and short params
 from fairaudit.sweeps import HEADLINE_TAG, swept_in
 from fairaudit.tracking import KEY_TAG, MAX_TAG, NOTE_TAG, Tracker, config_key, flatten, parent_run_id, tracking_failure
+from fairaudit.tracking_db import database_full
 from fairaudit.validate import validate
 
 AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",), "seed": ("dataset.seed",),
@@ -237,8 +239,10 @@ def run(cfg: DictConfig) -> ProbeResult | None:
         tracker.end(killed=True, error=f"interrupted (Ctrl-C) after {client.model_calls} new results, all kept in the store")
         raise Interrupted(client.model_calls) from None
     except BaseException as error:
-        tracker.end(failed=True, error=failure_line(error))
-        raise tracking_failure(error, cfg.tracking.uri) or error
+        failure = (tracking_failure(error, cfg.tracking.uri) or database_full(error, cfg.tracking.uri)
+                   or artifacts_full(error, tracker.run.info.artifact_uri, tracker.writing))
+        tracker.end(failed=True, error=failure_line(failure or error))
+        raise failure or error
     tracker.end()
     print_summary(run_name, result, verdict, run_id, tracker.experiment_id, cfg.tracking.uri)
     return result

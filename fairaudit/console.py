@@ -37,6 +37,8 @@ def quiet_libraries() -> None:
 
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # its database errors are raised to fairaudit, which makes them one line; its own log of them holds a traceback
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_warning()

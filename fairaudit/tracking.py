@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -19,10 +18,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from fairaudit import sweeps
 from fairaudit.console import quiet_libraries
+from fairaudit.disk import size_of
 from fairaudit.errors import AuditError
 from fairaudit.numbers import snap, snap_frame
 from fairaudit.redact import hide_password, remember_config, scrub, scrub_file, scrub_tree
-from fairaudit.tracking_db import create_experiment, prepare_tracking
+from fairaudit.tracking_db import close_on_a_full_disk, create_experiment, prepare_tracking
 
 PARENT_ID_FILE = "mlflow_parent_run_id"
 KEY_TAG = "fairaudit.key"                  # hash of a job's resolved config and overrides (a sweep's: its overrides)
@@ -183,6 +183,7 @@ class Tracker:
         self.client.set_experiment_tag(self.experiment_id, "mlflow.experimentKind", "custom_model_development")
         self.run = None
         self.key: str | None = None
+        self.writing = ("", 0)  # the artifact being logged and its bytes, named when its disk fills
 
     def start(self, run_name: str, tags: dict[str, str], params: dict[str, str],
               parent_run_id: str | None = None) -> str:
@@ -203,7 +204,9 @@ class Tracker:
 
     def log_config(self, cfg: DictConfig, overrides: list[str]) -> None:
         """The resolved config and the command-line overrides, so the run can be repeated exactly."""
-        self.mlflow.log_text(scrub(OmegaConf.to_yaml(cfg, resolve=True)), "config/config.yaml")
+        config = scrub(OmegaConf.to_yaml(cfg, resolve=True))
+        self.writing = ("config/config.yaml", len(config.encode()))
+        self.mlflow.log_text(config, "config/config.yaml")
         self.mlflow.log_text(scrub("\n".join(overrides) + "\n"), "config/overrides.txt")
 
     def log_result(self, metrics: dict[str, float], tables: dict[str, pd.DataFrame], figures: dict[str, Any],
@@ -219,12 +222,14 @@ class Tracker:
                 table = snap_frame(table)
                 path = Path(tmp) / f"{name}.parquet"
                 table.to_parquet(path)
+                self.writing = (f"tables/{path.name}", path.stat().st_size)
                 self.mlflow.log_artifact(str(path), "tables")
                 self.mlflow.log_table(data=table.reset_index() if _has_named_index(table) else table,
                                       artifact_file=f"tables/{name}.json")
             for name, frame in records.items():
                 path = Path(tmp) / f"{name}.parquet"
                 frame.to_parquet(path)
+                self.writing = (f"records/{path.name}", path.stat().st_size)
                 self.mlflow.log_artifact(str(path), "records")
         for name, figure in figures.items():
             self.mlflow.log_figure(figure, f"figures/{name}.png")
@@ -255,6 +260,7 @@ class Tracker:
 
         with tempfile.TemporaryDirectory() as tmp:
             samples.write(records, layout, title, Path(tmp))
+            self.writing = ("the samples pages and samples.jsonl", size_of(Path(tmp)))
             self.mlflow.log_artifacts(tmp)
 
     def end(self, failed: bool = False, error: str | None = None, killed: bool = False) -> None:
@@ -265,20 +271,18 @@ class Tracker:
         run_id = self.run.info.run_id
         self.run = None
         error = scrub(error) if error else error
-        if killed:
-            with contextlib.suppress(Exception):
-                self.mlflow.set_tags({ERROR_TAG: error or "interrupted", NOTE_TAG: error or "interrupted"})
-                self.mlflow.end_run(status="KILLED")
-            return
-        if not failed:
+        if not failed and not killed:
             self.mlflow.end_run(status="FINISHED")
             if self.key:
                 supersede_ended(self.client, self.experiment_id, self.key, run_id)
             return
-        with contextlib.suppress(Exception):
-            if error:
-                self.mlflow.set_tags({ERROR_TAG: error[:MAX_TAG], NOTE_TAG: error[:MAX_TAG]})
-            self.mlflow.end_run(status="FAILED")
+        line = (error or ("interrupted" if killed else ""))[:MAX_TAG]
+
+        def close() -> None:
+            if line:
+                self.mlflow.set_tags({ERROR_TAG: line, NOTE_TAG: line})
+            self.mlflow.end_run(status="KILLED" if killed else "FAILED")
+        close_on_a_full_disk(self.uri, close)
 
 
 def _has_named_index(table: pd.DataFrame) -> bool:
