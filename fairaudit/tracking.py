@@ -258,10 +258,10 @@ class Tracker:
         written to a temporary folder a page at a time and logged as the run's top-level artifacts."""
         from fairaudit import samples
 
-        with tempfile.TemporaryDirectory() as tmp:
-            samples.write(records, layout, title, Path(tmp))
-            self.writing = ("the samples pages and samples.jsonl", size_of(Path(tmp)))
-            self.mlflow.log_artifacts(tmp)
+        with samples.scratch() as tmp:  # one a killed job left is removed
+            samples.write(records, layout, title, tmp)
+            self.writing = ("the samples pages and samples.jsonl", size_of(tmp))
+            self.mlflow.log_artifacts(str(tmp))
 
     def end(self, failed: bool = False, error: str | None = None, killed: bool = False) -> None:
         """Close the run (KILLED when `killed`: stopped by the user); `error` (one line) becomes its error tag

@@ -164,6 +164,7 @@ def test_kill_9_at_each_moment_then_the_rerun_resumes_and_equals_an_uninterrupte
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     seconds = time.time() - start
     assert integrity(tmp_path / "store.sqlite") == "ok" and integrity(tmp_path / "mlflow.db") == "ok"
+    assert not list((tmp_path / "tmp").iterdir())  # the killed job's temporary pages removed by the re-run
     _, runs = the_run(tmp_path)
     statuses = sorted(r.info.status for r in runs)
     assert statuses == ["FINISHED", "KILLED"]  # the killed one closed by the re-run, none left RUNNING
