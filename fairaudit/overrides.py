@@ -37,14 +37,14 @@ def values_of(override) -> list[str]:
 
 def group_problem(override, options: list[str] | None = None) -> str | None:
     """An option that its group (one of ours, or `options`) does not have."""
-    group = override.key_or_group
-    options = group_options(group) if options is None else options
+    group, ours = override.key_or_group, options is None
+    options = group_options(group) if ours else options
     if options is None or override.is_delete() or override.value() is None:
         return None
     for value in values_of(override):
         if value not in options:
-            return (f"{override.input_line}: there is no {group} named {value!r}{nearest(value, options)} "
-                    "(`fairaudit list` shows them all)")
+            listed = " (`fairaudit list` shows them all)" if ours else ""
+            return f"{override.input_line}: there is no {group} named {value!r}{nearest(value, options)}{listed}"
     return None
 
 
