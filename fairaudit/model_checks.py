@@ -1,11 +1,13 @@
 """A model's files checked before anything loads, each problem one line naming the file: JSON files that do not
 parse (config, tokenizer, index), weight files cut short (an interrupted download), shards the index names but the
 folder lacks, a tokenizer without a chat template (every probe renders its prompts with it), and GGUF files that
-are cut short, are no GGUF at all, or hold no language model transformers can read (e.g. a vision projector)."""
+are cut short, are no GGUF at all, or hold no language model transformers can read (e.g. a vision projector).
+Beside them, the GGUF metadata reader (`gguf_metadata`) that the checks and `backends.gguf` share."""
 
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 from fairaudit.errors import AuditError
@@ -84,23 +86,61 @@ def check_gguf(path: Path) -> None:
     import gguf
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-    with open(path, "rb") as handle:
-        if handle.read(4) != b"GGUF":
-            raise AuditError(f"{path} is not a GGUF file (it does not start with the GGUF magic)")
     try:
+        architecture = gguf_metadata(path, "general.architecture") or "unknown"  # no GGUF at all: its own line
         reader = gguf.GGUFReader(path)
-    except Exception as error:  # the reader fails in many ways on a file cut short
+    except AuditError:
+        raise
+    except Exception as error:  # the readers fail in many ways on a file cut short
         raise AuditError(f"GGUF file {path} is damaged or cut short ({type(error).__name__}: {error}): "
                          f"{AGAIN}") from None
     size = path.stat().st_size
     expected = max((t.data_offset + t.n_bytes for t in reader.tensors), default=reader.data_offset)
     if size < expected:
         raise AuditError(f"GGUF file {path} is cut short: {size:,} of {expected:,} bytes: {AGAIN}")
-    field = reader.fields.get("general.architecture")
-    architecture = bytes(field.parts[field.data[0]]).decode() if field else "unknown"
     known = {a.replace("_", "") for a in GGUF_SUPPORTED_ARCHITECTURES}
     if architecture.replace("_", "").replace("-", "") not in known:
         hint = " (a vision projector, mmproj file: point model.path at the language model's GGUF)" \
             if architecture == "clip" else ""
         raise AuditError(f"GGUF file {path} holds a {architecture!r} model{hint}; the GGUF architectures "
                          f"fairaudit reads prompts from: {', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))}")
+
+
+# GGUF metadata value types as struct codes (8: string, 9: array)
+SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+STRING, ARRAY = 8, 9
+
+
+def _read_string(handle) -> str:
+    (length,) = struct.unpack("<Q", handle.read(8))
+    return handle.read(length).decode("utf-8", "replace")
+
+
+def _read_value(handle, kind: int):
+    """One GGUF metadata value; arrays of scalars are skipped over (None), not read."""
+    if kind == STRING:
+        return _read_string(handle)
+    if kind == ARRAY:
+        item, count = struct.unpack("<IQ", handle.read(12))
+        if item in SCALARS:
+            handle.seek(count * struct.calcsize(SCALARS[item]), 1)
+            return None
+        return [_read_value(handle, item) for _ in range(count)]
+    code = SCALARS[kind]
+    return struct.unpack("<" + code, handle.read(struct.calcsize(code)))[0]
+
+
+def gguf_metadata(gguf: Path, key: str):
+    """One metadata value of a GGUF file (v2 or later), read from its header up to that key; None when absent."""
+    with open(gguf, "rb") as handle:
+        head = handle.read(24)
+        magic, version, _, n_kv = struct.unpack("<4sIQQ", head) if len(head) == 24 else (head[:4], 0, 0, 0)
+        if magic != b"GGUF" or version < 2:
+            raise AuditError(f"{str(gguf)!r} is not a GGUF file of version 2 or later")
+        for _ in range(n_kv):
+            name = _read_string(handle)
+            (kind,) = struct.unpack("<I", handle.read(4))
+            value = _read_value(handle, kind)
+            if name == key:
+                return value
+    return None

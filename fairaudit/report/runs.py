@@ -12,6 +12,7 @@ import pandas as pd
 
 from fairaudit.analysis.study import AXES
 from fairaudit.errors import AuditError
+from fairaudit.sweeps import HEADLINE_TAG
 from fairaudit.tracking import MAX_TAG, PROBE_TAG, STUDY_TAG, SUPERSEDED_TAG, finite_metrics, parent_run_id
 
 BASELINE_PARAM = "probe.baseline_arm.name"
@@ -118,6 +119,7 @@ def runs_frame(runs: Iterable) -> pd.DataFrame:
         row["baseline"] = run.data.params.get(BASELINE_PARAM)
         row.update({k: v for k, v in run.data.params.items() if k.startswith(SETTING_PARAMS)})
         row["superseded_by"] = tags.get(SUPERSEDED_TAG)
+        row["headline"] = tags.get(HEADLINE_TAG)
         row.update(run.data.metrics)
         rows.append(row)
     return pd.DataFrame(rows)
