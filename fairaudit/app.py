@@ -19,22 +19,27 @@ from fairaudit import __version__, dry_run, interrupt
 from fairaudit.backends import WHAT, Backend, Capabilities, backends_with, require_implemented
 from fairaudit.client import CachingClient
 from fairaudit.console import console, print_error, print_result, print_verdict, summary_table
+from fairaudit.disk import artifacts_full
 from fairaudit.errors import AuditError, audit_cause, failure_line, input_error_line
 from fairaudit.interrupt import Interrupted
 from fairaudit.mlflow_ui import where_lines
+from fairaudit.model_checks import check_model_folder
 from fairaudit.models import ModelFiles
 from fairaudit.probes import AuditContext, ModelSpec, Probe, ProbeResult
 from fairaudit.prompts.yesno import Arm, Thinking
+from fairaudit.redact import scrub_hydra_files
 from fairaudit.registry import probe_classes
 from fairaudit.store import Store
 from fairaudit.sweeps import AXIS_TAGS as AXES  # the grid's axes: tags, and short params
 from fairaudit.sweeps import HEADLINE_TAG, swept_in
 from fairaudit.tracking import KEY_TAG, MAX_TAG, NOTE_TAG, Tracker, config_key, flatten, parent_run_id, tracking_failure
+from fairaudit.tracking_db import database_full
 from fairaudit.validate import validate
 
-AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",), "seed": ("dataset.seed",),
-             "checkpoint": ("model.checkpoint", "model.checkpoint.label"),
-             "engine": ("backend", "model.dtype", "experiment/engines/engine")}  # grid axis -> override keys that set it
+# grid axis -> override keys that set it
+AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",),
+             "seed": ("dataset.seed",), "checkpoint": ("model.checkpoint", "model.checkpoint.label"),
+             "engine": ("backend", "model.dtype", "experiment/engines/engine")}
 ENGINE_TAG = "engine"  # the backend and its numerics (engine_label), set once the backend is built
 PROBE_META = ("report",)  # keys of conf/probe/*.yaml that `fairaudit report` reads, not the probe's constructor
 
@@ -75,7 +80,8 @@ def check_fit(probe: Probe, probe_name: str, arms: list[Arm], dataset, spec: Mod
     """The data set and every arm are of the probe's family, and the model can run each arm."""
     family = probe.needs.family
     if dataset.family != family:
-        raise AuditError(f"probe {probe_name!r} takes {family} datasets; dataset {dataset.name!r} is a {dataset.family} dataset")
+        raise AuditError(f"probe {probe_name!r} takes {family} datasets; "
+                         f"dataset {dataset.name!r} is a {dataset.family} dataset")
     for arm in arms:
         if arm.family != family:
             raise AuditError(f"probe {probe_name!r} takes {family} arms; arm {arm.name!r} is a {arm.family} arm")
@@ -90,7 +96,8 @@ def check_capabilities(probe: Probe, probe_name: str, backend: str, capabilities
     if not lacking:
         return
     able = [b for b in backends_with(lacking[0]) if b != backend and all(b in backends_with(c) for c in lacking[1:])]
-    runnable = [name for name, cls in probe_classes().items() if all(capabilities.has(c) for c in cls.needs.capabilities)]
+    runnable = [name for name, cls in probe_classes().items()
+                if all(capabilities.has(c) for c in cls.needs.capabilities)]
     raise AuditError(f"probe {probe_name!r} needs a backend that can {' and '.join(WHAT[c] for c in lacking)}; "
                      f"backend={backend} cannot{f' ({capabilities.limits})' if capabilities.limits else ''}. "
                      f"Backends that can: {', '.join(f'backend={b}' for b in able) or 'none shipped'}; "
@@ -143,7 +150,10 @@ def model_dir_for(cfg: DictConfig, weights: bool = True) -> Path:
     checkpoint = checkpoint_spec(cfg.model)
     files = ModelFiles(cfg.model.source, checkpoint["path"] or cfg.model.path,
                        checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"))
-    return get_class(cfg.backend._target_).resolve_model(files, cfg.backend, weights=weights)
+    backend_class = get_class(cfg.backend._target_)
+    folder = backend_class.resolve_model(files, cfg.backend, weights=weights)
+    check_model_folder(folder, weights=weights and backend_class.capabilities.loads_weights)
+    return folder
 
 
 def checkpoint_spec(model: DictConfig) -> dict:
@@ -218,8 +228,10 @@ def run(cfg: DictConfig) -> ProbeResult | None:
     if cfg.dry_run:
         return preview(cfg, job)
     hydra_cfg = HydraConfig.get()
-    backend = build(cfg.backend, model_dir=str(model_dir_for(cfg)), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
-    client = CachingClient(backend, Store(cfg.store.url), chunk_size=cfg.model.batch_size)
+    model_dir = model_dir_for(cfg)  # its files checked
+    store = Store(cfg.store.url)  # a database server that refuses: one line before the backend reads the model
+    backend = build(cfg.backend, model_dir=str(model_dir), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
+    client = CachingClient(backend, store, chunk_size=cfg.model.batch_size)
 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     parent = parent_run_id(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
@@ -233,17 +245,21 @@ def run(cfg: DictConfig) -> ProbeResult | None:
         verdict = job.probe.verdict(result)
         log_run(tracker, cfg, job, result, verdict, run_name)
     except KeyboardInterrupt:
-        tracker.end(killed=True, error=f"interrupted (Ctrl-C) after {client.model_calls} new results, all kept in the store")
+        tracker.end(killed=True,
+                    error=f"interrupted (Ctrl-C) after {client.model_calls} new results, all kept in the store")
         raise Interrupted(client.model_calls) from None
     except BaseException as error:
-        tracker.end(failed=True, error=failure_line(error))
-        raise tracking_failure(error, cfg.tracking.uri) or error
+        failure = (tracking_failure(error, cfg.tracking.uri) or database_full(error, cfg.tracking.uri)
+                   or artifacts_full(error, tracker.run.info.artifact_uri, tracker.writing))
+        tracker.end(failed=True, error=failure_line(failure or error))
+        raise failure or error
     tracker.end()
     print_summary(run_name, result, verdict, run_id, tracker.experiment_id, cfg.tracking.uri)
     return result
 
 
-def log_run(tracker: Tracker, cfg: DictConfig, job: Job, result: ProbeResult, verdict: list[str], run_name: str) -> None:
+def log_run(tracker: Tracker, cfg: DictConfig, job: Job, result: ProbeResult, verdict: list[str],
+            run_name: str) -> None:
     """Everything a finished probe logs: config, data set input, metrics, tables, figures, records, the
     per-sample views, and the verdict (as verdict.txt and the run's description)."""
     title_figures(result.figures, f"{job.spec.name}, {job.dataset.name}: {' vs '.join(a.name for a in job.arms)}")
@@ -279,6 +295,7 @@ def run_sweep_job(cfg: DictConfig) -> None:
     """One job of a multirun. A failing job never stops the sweep: it is one error line here (a
     traceback too when it is not bad input) and a FAILED child run carrying that line."""
     try:
+        scrub_hydra_files(cfg)
         run(cfg)
     except KeyboardInterrupt as stop:
         stop_sweep(cfg, getattr(stop, "kept", 0))
@@ -321,7 +338,8 @@ def record_failed_job(cfg: DictConfig, line: str) -> None:
     tracker.end(failed=True, error=line)
 
 
-def print_summary(title: str, result: ProbeResult, verdict: list[str], run_id: str, experiment_id: str, uri: str) -> None:
+def print_summary(title: str, result: ProbeResult, verdict: list[str], run_id: str, experiment_id: str,
+                  uri: str) -> None:
     """The verdict and the headline metrics on stdout; the run id and where to see it on stderr."""
     print_verdict(verdict)
     print_result(summary_table(title, result.metrics, result.headline + ["model_calls"]))

@@ -161,9 +161,14 @@ COMMANDS = {"list": list_configs, "data": data_command, "store": store_command, 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `fairaudit` console script."""
+    import os
+
     from fairaudit import interrupt
+    from fairaudit.redact import remember, scrub_logs
 
     argv = sys.argv[1:] if argv is None else argv
+    remember([*argv, os.environ.get("MLFLOW_TRACKING_URI", "")])  # hidden in whatever this process prints or logs
+    scrub_logs()
     if argv and argv[0] in ("-h", "--help", "help"):
         print(HELP, end="")
         return 0

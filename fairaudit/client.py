@@ -182,10 +182,11 @@ class CachingClient:
         todo = [i for i in absent if first_of_key.setdefault(keys[i], i) == i]
         pending: list[tuple[str, object]] = []
         streams = self.capabilities.streaming
+        calls_before = self.model_calls
 
         def commit() -> None:
-            if pending:
-                self.store.put_many(kind, self.fingerprint, pending)
+            if pending:  # left: those of `todo` not computed yet
+                self.store.put_many(kind, self.fingerprint, pending, left=len(todo) - self.model_calls + calls_before)
                 pending.clear()
 
         with progress(label, total=len(todo), done_before=len(keys) - len(absent)) as advance:

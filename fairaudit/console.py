@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -14,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fairaudit.numbers import format_p, log10_sibling
+from fairaudit.redact import scrub, scrub_hydra_files
 
 WARNING = "warning: "  # the prefix of a verdict line that flags a degenerate result
 
@@ -30,8 +32,13 @@ def quiet_libraries() -> None:
 
     import mlflow  # noqa: F401  (its import sets its logger to INFO, so it must come first)
 
+    # fairaudit prints where a run is itself; MLflow's own "View run at" lines would repeat the server's URL on stdout
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # its database errors are raised to fairaudit, which makes them one line; its own log of them holds a traceback
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_warning()
@@ -47,6 +54,7 @@ def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
 
     quiet_libraries()
     try:
+        scrub_hydra_files(cfg)
         job(cfg)
     except KeyboardInterrupt as stop:
         console.print(interrupt.message(getattr(stop, "kept", 0)), highlight=False, soft_wrap=True)
@@ -61,12 +69,12 @@ def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
 
 def print_error(line: str) -> None:
     """One `error:` line; the text is escaped, so `pip install '.[vllm]'` keeps its brackets."""
-    console.print(f"[bold red]error:[/bold red] {escape(line)}", highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/bold red] {escape(scrub(line))}", highlight=False, soft_wrap=True)
 
 
 def warn(message: str) -> None:
     """One `warning:` line: something was wrong and has been dealt with."""
-    console.print(f"[bold yellow]warning:[/bold yellow] {escape(message)}", highlight=False, soft_wrap=True)
+    console.print(f"[bold yellow]warning:[/bold yellow] {escape(scrub(message))}", highlight=False, soft_wrap=True)
 
 
 class RateColumn(ProgressColumn):

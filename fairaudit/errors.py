@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
+
+from fairaudit.redact import scrub
+
 
 class AuditError(Exception):
-    """Bad input or an unusable resource, reported as one line before any model loads."""
+    """Bad input or an unusable resource, reported as one line before any model loads; a password in its
+    message (a URL's, or one this process has seen) is hidden as it is raised."""
+
+    def __init__(self, message: str = ""):
+        super().__init__(scrub(str(message)))
 
 
 def audit_cause(error: BaseException | None) -> AuditError | None:
@@ -34,10 +43,18 @@ def input_error_line(error: BaseException) -> str | None:
 
 
 def one_line(message: str) -> str:
-    """`message` with its whitespace (newlines included) collapsed."""
-    return " ".join(message.split())
+    """`message` with its whitespace (newlines included) collapsed and its passwords hidden (`redact.scrub`)."""
+    return scrub(" ".join(message.split()))
 
 
 def failure_line(error: BaseException) -> str:
     """Any error as one line: the input error's own line, else its type and message."""
     return input_error_line(error) or one_line(f"{type(error).__name__}: {error}")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one `error:` line (naming --help) and exit code 2."""
+
+    def error(self, message: str):
+        print(f"error: {self.prog}: {one_line(message)} (`{self.prog} --help` shows the usage)", file=sys.stderr)
+        sys.exit(2)

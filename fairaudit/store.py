@@ -20,7 +20,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from fairaudit.console import warn
+from fairaudit.disk import full_error, is_full, megabytes
 from fairaudit.errors import AuditError
+from fairaudit.redact import hide_password
 
 STORE_VERSION = 1
 PROBABILITY_KINDS = ("choice_probs", "depth_choice_probs")  # values whose innermost rows are distributions
@@ -94,17 +96,19 @@ class Store:
         try:
             backend = sa.engine.make_url(self.url).get_backend_name()
             if backend not in INSERTS:
-                raise AuditError(f"store.url {self.url!r}: only sqlite and postgresql stores are supported")
+                raise AuditError(f"store.url {hide_password(self.url)!r}: only sqlite and postgresql stores are "
+                             "supported")
             self.engine = sa.create_engine(self.url, **_engine_options(backend))
         except (sa.exc.ArgumentError, ImportError) as error:
-            raise AuditError(f"store.url {self.url!r} is not usable: {error}") from None
+            raise AuditError(f"store.url {hide_password(self.url)!r} is not usable: {error}") from None
         self._insert = INSERTS[backend]
         if backend == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_wal)
         try:
             self._create_table()
         except sa.exc.DBAPIError as error:
-            raise AuditError(f"store.url {self.url!r} cannot be opened: {' '.join(str(error.orig).split())}") from None
+            raise AuditError(f"store.url {hide_password(self.url)!r} cannot be opened: "
+                             f"{' '.join(str(error.orig).split())}") from None
 
     def _create_table(self) -> None:
         """The table, once (serialised across processes on PostgreSQL); a pre-checksum sqlite store gains the column."""
@@ -140,23 +144,44 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(RESULTS.delete().where(RESULTS.c.key == row.key, RESULTS.c.value == row.value))
 
-    def put_many(self, kind: str, model: str, items: Sequence[tuple[str, object]]) -> None:
-        """Insert results and commit at once; a key already stored keeps its first value."""
+    def put_many(self, kind: str, model: str, items: Sequence[tuple[str, object]], left: int = 0) -> None:
+        """Insert results and commit at once; a key already stored keeps its first value. `left`: how many more
+        the caller has to compute (named with the space they need, should the disk be full)."""
         now = time.time()
         rows = []
         for key, value in items:
             text = json.dumps(value, separators=(",", ":"))
             rows.append({"key": key, "kind": kind, "model": model, "value": text, "checksum": checksum(key, text),
                          "created": now})
-        self.put_rows(rows)
+        self.put_rows(rows, left)
 
-    def put_rows(self, rows: Sequence[dict]) -> int:
+    def put_rows(self, rows: Sequence[dict], left: int = 0) -> int:
         """Insert whole rows (checksums included); returns how many keys were new."""
         if not rows:
             return 0
-        with self.engine.begin() as conn:
-            insert = self._insert(RESULTS).on_conflict_do_nothing(index_elements=["key"]).returning(RESULTS.c.key)
-            return len(conn.execute(insert, list(rows)).all())
+        try:
+            with self.engine.begin() as conn:
+                insert = self._insert(RESULTS).on_conflict_do_nothing(index_elements=["key"]).returning(RESULTS.c.key)
+                return len(conn.execute(insert, list(rows)).all())
+        except sa.exc.DBAPIError as error:
+            if not is_full(error):
+                raise
+            raise self._full(rows, left) from None
+
+    def _full(self, rows: Sequence[dict], left: int) -> AuditError:
+        """The one line for a commit refused for want of space: the store's folder, what the commit and the `left`
+        results still to come need (rows written twice: to the write-ahead log, then into the database; at the
+        failed commit's bytes per row), and how many results are kept."""
+        per_row = 2 * sum(len(r["value"]) + 200 for r in rows) / len(rows)
+        need = f"about {megabytes(int(per_row * len(rows)))} needed for the commit of {len(rows)} results"
+        if left:
+            need += f", {megabytes(int(per_row * (len(rows) + left)))} with the {left:,} more this step computes"
+        kept = f"the {self.count() - self.count('encode'):,} model results committed so far are kept"
+        url = sa.engine.make_url(self.url)
+        if url.get_backend_name() != "sqlite":
+            return AuditError(f"the store's database server is out of space (store.url {hide_password(self.url)!r}); "
+                              f"{kept}: free space on the server and run the same command to resume")
+        return full_error(Path(url.database).parent, "the store, store.url", need, kept)
 
     def rows(self, batch: int = 1000) -> Iterator[sa.Row]:
         """Every stored row, in key order, a batch at a time."""

@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from fairaudit.console import console, warn
-from fairaudit.errors import AuditError
+from fairaudit.errors import AuditError, OneLineParser
 from fairaudit.store import Store, damage
 
 DEFAULT_STORE = ".fairaudit/store.sqlite"
@@ -73,7 +73,7 @@ def existing(location: str) -> str:
 
 def parser() -> argparse.ArgumentParser:
     """The command line of `fairaudit store` (also read by tab completion)."""
-    parser = argparse.ArgumentParser(prog="fairaudit store", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="fairaudit store", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     for name, help_text in [("verify", "check every stored value"),
                             ("export", "copy the store's results into a local sqlite file"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -19,8 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from fairaudit import sweeps
 from fairaudit.console import quiet_libraries
+from fairaudit.disk import size_of
 from fairaudit.errors import AuditError
-from fairaudit.tracking_db import create_experiment, prepare_tracking
+from fairaudit.redact import hide_password, remember_config, scrub, scrub_file, scrub_tree
+from fairaudit.tracking_db import close_on_a_full_disk, create_experiment, prepare_tracking
 
 PARENT_ID_FILE = "mlflow_parent_run_id"
 KEY_TAG = "fairaudit.key"                  # hash of a job's resolved config and overrides (a sweep's: its overrides)
@@ -42,8 +43,8 @@ def tracking_failure(error: BaseException, uri: str) -> AuditError | None:
 
     if isinstance(error, MlflowException) and uri.startswith(("http://", "https://")):
         first_line = str(error).strip().splitlines()[0][:300]
-        return AuditError(f"tracking.uri {uri} failed mid-run ({first_line}); the results computed so far are in "
-                          "the store, a re-run logs them without model calls")
+        return AuditError(f"tracking.uri {hide_password(uri)} failed mid-run ({first_line}); the results computed so "
+                          "far are in the store, a re-run logs them without model calls")
     return None
 
 
@@ -100,8 +101,9 @@ def experiment_id(client, name: str) -> str:
 
 
 def config_key(*parts: Any) -> str:
-    """A stable hash naming a job (its resolved config and overrides) or a sweep (its overrides)."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    """A stable hash naming a job (its resolved config and overrides) or a sweep (its overrides); computed with
+    passwords hidden, so a job is the same job whatever its password (and the hash reveals nothing of it)."""
+    return hashlib.sha256(scrub(json.dumps(parts, sort_keys=True, default=str)).encode()).hexdigest()[:20]
 
 
 def _process_start(pid: int) -> str:
@@ -181,12 +183,14 @@ class Tracker:
         self.client.set_experiment_tag(self.experiment_id, "mlflow.experimentKind", "custom_model_development")
         self.run = None
         self.key: str | None = None
+        self.writing = ("", 0)  # the artifact being logged and its bytes, named when its disk fills
 
     def start(self, run_name: str, tags: dict[str, str], params: dict[str, str],
               parent_run_id: str | None = None) -> str:
         """Open the job's run (as a child of `parent_run_id` in a sweep) and log tags and params."""
         self.key = tags.get(KEY_TAG)
-        self.run = self.mlflow.start_run(run_name=run_name, experiment_id=self.experiment_id,
+        tags, params = scrub_tree(tags), scrub_tree(params)
+        self.run = self.mlflow.start_run(run_name=scrub(run_name), experiment_id=self.experiment_id,
                                          parent_run_id=parent_run_id, tags={**tags, **process_tags()})
         run_id = self.run.info.run_id
         if self.key:
@@ -200,8 +204,10 @@ class Tracker:
 
     def log_config(self, cfg: DictConfig, overrides: list[str]) -> None:
         """The resolved config and the command-line overrides, so the run can be repeated exactly."""
-        self.mlflow.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config/config.yaml")
-        self.mlflow.log_text("\n".join(overrides) + "\n", "config/overrides.txt")
+        config = scrub(OmegaConf.to_yaml(cfg, resolve=True))
+        self.writing = ("config/config.yaml", len(config.encode()))
+        self.mlflow.log_text(config, "config/config.yaml")
+        self.mlflow.log_text(scrub("\n".join(overrides) + "\n"), "config/overrides.txt")
 
     def log_result(self, metrics: dict[str, float], tables: dict[str, pd.DataFrame], figures: dict[str, Any],
                    records: dict[str, pd.DataFrame]) -> None:
@@ -215,18 +221,20 @@ class Tracker:
             for name, table in tables.items():
                 path = Path(tmp) / f"{name}.parquet"
                 table.to_parquet(path)
+                self.writing = (f"tables/{path.name}", path.stat().st_size)
                 self.mlflow.log_artifact(str(path), "tables")
                 self.mlflow.log_table(data=table.reset_index() if _has_named_index(table) else table,
                                       artifact_file=f"tables/{name}.json")
             for name, frame in records.items():
                 path = Path(tmp) / f"{name}.parquet"
                 frame.to_parquet(path)
+                self.writing = (f"records/{path.name}", path.stat().st_size)
                 self.mlflow.log_artifact(str(path), "records")
         for name, figure in figures.items():
             self.mlflow.log_figure(figure, f"figures/{name}.png")
 
     def set_tags(self, tags: dict[str, str]) -> None:
-        self.mlflow.set_tags(tags)
+        self.mlflow.set_tags(scrub_tree(tags))
 
     def log_dataset(self, frame: pd.DataFrame, name: str, source: str) -> None:
         """The job's data set as an MLflow input (the runs table's Dataset column): its sampled rows' digest,
@@ -242,16 +250,17 @@ class Tracker:
     def log_texts(self, texts: dict[str, str]) -> None:
         """Text artifacts by file name (e.g. samples.html, samples.jsonl)."""
         for name, text in texts.items():
-            self.mlflow.log_text(text, name)
+            self.mlflow.log_text(scrub(text), name)
 
     def log_samples(self, records: pd.DataFrame, layout, title: str) -> None:
         """The per-sample pages and samples.jsonl of `records` in `layout` (a `fairaudit.samples.Layout`),
         written to a temporary folder a page at a time and logged as the run's top-level artifacts."""
         from fairaudit import samples
 
-        with tempfile.TemporaryDirectory() as tmp:
-            samples.write(records, layout, title, Path(tmp))
-            self.mlflow.log_artifacts(tmp)
+        with samples.scratch() as tmp:  # one a killed job left is removed
+            samples.write(records, layout, title, tmp)
+            self.writing = ("the samples pages and samples.jsonl", size_of(tmp))
+            self.mlflow.log_artifacts(str(tmp))
 
     def end(self, failed: bool = False, error: str | None = None, killed: bool = False) -> None:
         """Close the run (KILLED when `killed`: stopped by the user); `error` (one line) becomes its error tag
@@ -260,20 +269,19 @@ class Tracker:
             return
         run_id = self.run.info.run_id
         self.run = None
-        if killed:
-            with contextlib.suppress(Exception):
-                self.mlflow.set_tags({ERROR_TAG: error or "interrupted", NOTE_TAG: error or "interrupted"})
-                self.mlflow.end_run(status="KILLED")
-            return
-        if not failed:
+        error = scrub(error) if error else error
+        if not failed and not killed:
             self.mlflow.end_run(status="FINISHED")
             if self.key:
                 supersede_ended(self.client, self.experiment_id, self.key, run_id)
             return
-        with contextlib.suppress(Exception):
-            if error:
-                self.mlflow.set_tags({ERROR_TAG: error[:MAX_TAG], NOTE_TAG: error[:MAX_TAG]})
-            self.mlflow.end_run(status="FAILED")
+        line = (error or ("interrupted" if killed else ""))[:MAX_TAG]
+
+        def close() -> None:
+            if line:
+                self.mlflow.set_tags({ERROR_TAG: line, NOTE_TAG: line})
+            self.mlflow.end_run(status="KILLED" if killed else "FAILED")
+        close_on_a_full_disk(self.uri, close)
 
 
 def _has_named_index(table: pd.DataFrame) -> bool:
@@ -298,17 +306,18 @@ class SweepCallback(Callback):
         from hydra.core.hydra_config import HydraConfig
 
         from fairaudit.console import print_error
-        from fairaudit.validate import validate_tracking
+        from fairaudit.validate import sweep_value_problems, validate_tracking
 
         HydraConfig.instance().set_config(config)  # so ${hydra:runtime.cwd} in tracking.uri resolves
         quiet_libraries()
+        remember_config(config)  # the parent's tags, params and overrides.txt are logged with passwords hidden
         try:
             validate_tracking(config.tracking.uri, config.tracking.experiment)
         except AuditError as error:
             print_error(str(error))
             sys.exit(2)
-        # before any run opens: a grid that cannot read its data starts nothing
-        problems = sweeps.grid_data_problems(config)
+        # before any run opens: a grid with a bad value in any job, or that cannot read its data, starts nothing
+        problems = sweep_value_problems(config) or sweeps.grid_data_problems(config)
         for line in problems:
             print_error(line)
         if problems:
@@ -322,11 +331,11 @@ class SweepCallback(Callback):
             sys.exit(2)
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        overrides = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
+        overrides = scrub_tree(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
         key = config_key("sweep", overrides, config.tracking.experiment)
         probe = sweeps.swept_of(config.hydra).get("probe") or config.hydra.runtime.choices.get("probe", "")
-        run = client.create_run(experiment, run_name=sweeps.sweep_run_name(
-            sweeps.swept_of(config.hydra), probe=config.hydra.runtime.choices.get("probe")), tags={
+        run = client.create_run(experiment, run_name=scrub(sweeps.sweep_run_name(
+            sweeps.swept_of(config.hydra), probe=config.hydra.runtime.choices.get("probe"))), tags={
             "fairaudit.kind": "sweep", "fairaudit.sweep_dir": str(sweep_dir),
             "fairaudit.overrides": json.dumps(overrides),
             "mlflow.source.git.commit": sweeps.git_commit(config.hydra.runtime.cwd), KEY_TAG: key, PROBE_TAG: probe,
@@ -354,6 +363,7 @@ class SweepCallback(Callback):
         failed = [child for child in children if child.info.status != "FINISHED"]
         summary = sweeps.children_summary(client, run_id)
         family = sweeps.family_verdict(children, run_id)
+        scrub_file(Path(config.hydra.sweep.dir) / "multirun.yaml")  # Hydra's copy of the sweep, logged below
         sweeps.log_summary(client, run_id, summary, Path(config.hydra.sweep.dir), family)
         verdict = family[0] if family else None
         if not failed:

@@ -1,12 +1,16 @@
-"""A local sqlite tracking database: MLflow's schema built or migrated once under a lock, and its artifacts
-kept beside it (`mlartifacts/`), whatever folder a command runs from."""
+"""A local sqlite tracking database: MLflow's schema built or migrated once under a lock, its artifacts kept
+beside it (`mlartifacts/`), whatever folder a command runs from, and a reserve of space beside it
+(`mlflow.db.reserve`), given up when its disk fills so that the failing run can still be closed FAILED."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
 from pathlib import Path
+
+RESERVE_BYTES = 1 << 20  # room for sqlite's journal and a run's closing tags on a full disk
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -71,6 +75,7 @@ def prepare_tracking(uri: str) -> None:
     path = sqlite_path(uri)
     if path is None:
         return
+    keep_reserve(path)
     head = _schema_head()
     if _revision(path) == head:
         return
@@ -107,3 +112,46 @@ def create_experiment(client, name: str) -> str:
         return store.create_experiment(name)
     finally:
         store.engine.dispose()
+
+
+def _reserve(path: Path) -> Path:
+    return path.with_name(path.name + ".reserve")
+
+
+def keep_reserve(path: Path) -> None:
+    """RESERVE_BYTES of zeros beside the database, written once (best effort: a full disk leaves it out)."""
+    reserve = _reserve(path)
+    if reserve.exists() and reserve.stat().st_size == RESERVE_BYTES:
+        return
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = reserve.with_name(f".{reserve.name}.{os.getpid()}")
+        partial.write_bytes(bytes(RESERVE_BYTES))
+        os.replace(partial, reserve)
+
+
+def close_on_a_full_disk(uri: str, close) -> None:
+    """close() (the run's closing tags and status); when it fails on a full disk, again once the reserve beside a
+    sqlite database is given up. Best effort: a failing run's database may itself be the failure."""
+    from fairaudit.disk import is_full
+
+    try:
+        close()
+    except Exception as error:
+        path = sqlite_path(uri)
+        if path is None or not is_full(error) or not _reserve(path).exists():
+            return
+        _reserve(path).unlink()
+        with contextlib.suppress(Exception):
+            close()
+
+
+def database_full(error: BaseException, uri: str):
+    """The one-line AuditError for a local tracking database whose disk filled mid-run, or None."""
+    from fairaudit.disk import failure_text, full_error, is_full
+
+    path = sqlite_path(uri)
+    if path is None or not is_full(error) or "database or disk is full" not in failure_text(error):
+        return None
+    return full_error(path.parent, "MLflow's database, tracking.uri", "room needed for this run's params, tags and "
+                      "metrics", "the results are in the store, runs logged before are intact")

@@ -256,7 +256,7 @@ def store_problem(url: str) -> str | None:
     if url.startswith("sqlite:///"):
         url = url[len("sqlite:///"):]
     elif "://" in url:
-        return None if url.split("://")[0].split("+")[0] in SQL_SERVER_SCHEMES else \
+        return None if url.split("://")[0].split("+")[0] == "postgresql" else \
             f"store.url={url!r}: only sqlite files and postgresql servers are supported"
     return sqlite_problem("store.url", Path(url).expanduser())
 
@@ -331,3 +331,23 @@ def validate_tracking(uri: Any, experiment: Any) -> None:
     problems += [p for p in [None if problems else tracking_problem(uri)] if p]
     if problems:
         raise AuditError("; ".join(problems))
+
+
+def sweep_value_problems(config: DictConfig) -> list[str]:
+    """One line per sweep job whose typed values `validate` would refuse (a typo in a list's third item), found
+    before the sweep's parent run opens: each job's config composed as Hydra's sweeper will launch it."""
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from fairaudit.sweeps import sweep_jobs, swept_of
+
+    loader, varied, problems = GlobalHydra.instance().config_loader(), set(swept_of(config.hydra)), []
+    for num, overrides in enumerate(sweep_jobs(config.hydra)):
+        job = loader.load_sweep_config(config, list(overrides))
+        try:  # the job's own keys: its hydra node holds values known only once it is launched (hydra.job.num)
+            found = value_problems(OmegaConf.masked_copy(job, [key for key in job if key != "hydra"]))
+        except Exception as error:  # an interpolation that does not resolve
+            found = [f"config does not resolve: {' '.join(str(error).split())}"]
+        own = " ".join(o for o in overrides if o.lstrip("+~").split("=", 1)[0] in varied)
+        problems += [f"job {num} ({own}): {'; '.join(found)}"] if found else []
+    return problems

@@ -50,9 +50,10 @@ def stop_pid(pid: int, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
 
 
 class PostgresServer:
-    """initdb + pg_ctl as the `postgres` user (the tests run as root), trust auth on a loopback port."""
+    """initdb + pg_ctl as the `postgres` user (the tests run as root) on a loopback port: trust auth, or with
+    auth="scram-sha-256" a password for every TCP login (`admin_url`, over the server's socket, needs none)."""
 
-    def __init__(self):
+    def __init__(self, auth: str = "trust"):
         if not (PG_BIN / "initdb").exists():
             pytest.skip(f"PostgreSQL binaries not found under {PG_BIN} (apt-get install postgresql)")
         self.root = root = Path(tempfile.mkdtemp(prefix="fairaudit-pg-"))  # outside pytest's root-only tmp tree
@@ -60,7 +61,9 @@ class PostgresServer:
         self.data = root / "pgdata"
         self.port = free_port()
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
-        self._as_postgres([str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync"])
+        self.admin_url = f"postgresql+psycopg://postgres@/postgres?host={root}&port={self.port}"
+        self._as_postgres([str(PG_BIN / "initdb"), "-D", str(self.data), "--auth-local=trust", f"--auth-host={auth}",
+                           "-U", "postgres", "--no-sync"])
         self._as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "-l", str(root / "pg.log"), "-o",
                            f"-p {self.port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"])
         self.pid = int((self.data / "postmaster.pid").read_text().split()[0])

@@ -80,9 +80,10 @@ def test_a_gguf_models_dry_run_without_its_file_in_the_hub_cache_is_one_line_nam
 
 @pytest.fixture
 def hub(monkeypatch, tmp_path):
-    """The hub, out of reach here, stood in for: every call is noted; a snapshot is an empty folder, a file the
-    embedded SmolLM2 GGUF."""
+    """The hub, out of reach here, stood in for: every call is noted; a snapshot is a folder holding only a chat
+    template (the model files' check asks for one), a file the embedded SmolLM2 GGUF."""
     asked = []
+    (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
 
     def snapshot_download(repo_id, revision=None, allow_patterns=None):
         asked.append(("snapshot", repo_id, revision, allow_patterns))

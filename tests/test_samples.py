@@ -24,7 +24,7 @@ def test_pair_cells_follow_the_contingency_definition():
 def test_page_shows_both_sides_both_arms_escaped_and_one_filter_per_cell():
     files = artifacts(decision_records(), PAIRS, "adult | counterfactual smollm2 think")
     page = files["samples.html"]
-    assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "http" not in page  # self-contained
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "://" not in page  # self-contained
     assert page.count("<section class='item") == 3
     assert "cell c" in page and "cell d" in page and "cell unparsed" in page
     for cell in ("c", "d", "unparsed"):

@@ -13,10 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
 from pathlib import Path
 
 from fairaudit.errors import AuditError
+from fairaudit.model_checks import gguf_metadata
 from fairaudit.models import (
     EMBEDDED_GEMMA3,
     EMBEDDED_SMOLLM2,
@@ -89,7 +89,8 @@ def qwen3_gguf_dir(source: Path) -> Path:
     from fairaudit.models import model_fingerprint
 
     (cache_root() / "gguf").mkdir(parents=True, exist_ok=True)
-    return _materialise(cache_root() / "gguf" / f"qwen3-f32-{model_fingerprint(source)}", lambda out: _write_qwen3(source, out))
+    return _materialise(cache_root() / "gguf" / f"qwen3-f32-{model_fingerprint(source)}",
+                        lambda out: _write_qwen3(source, out))
 
 
 def tiny_qwen3_gguf_dir() -> Path:
@@ -138,45 +139,6 @@ def gguf_digest(gguf: Path) -> str:
     tmp.write_text(digest.hexdigest())
     tmp.rename(memo)  # atomic: a concurrent job reads the whole digest or none
     return digest.hexdigest()
-
-
-# GGUF metadata value types as struct codes (8: string, 9: array)
-SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-STRING, ARRAY = 8, 9
-
-
-def _read_string(handle) -> str:
-    (length,) = struct.unpack("<Q", handle.read(8))
-    return handle.read(length).decode("utf-8", "replace")
-
-
-def _read_value(handle, kind: int):
-    """One GGUF metadata value; arrays of scalars are skipped over (None), not read."""
-    if kind == STRING:
-        return _read_string(handle)
-    if kind == ARRAY:
-        item, count = struct.unpack("<IQ", handle.read(12))
-        if item in SCALARS:
-            handle.seek(count * struct.calcsize(SCALARS[item]), 1)
-            return None
-        return [_read_value(handle, item) for _ in range(count)]
-    code = SCALARS[kind]
-    return struct.unpack("<" + code, handle.read(struct.calcsize(code)))[0]
-
-
-def gguf_metadata(gguf: Path, key: str):
-    """One metadata value of a GGUF file (v2 or later), read from its header up to that key; None when absent."""
-    with open(gguf, "rb") as handle:
-        magic, version, _, n_kv = struct.unpack("<4sIQQ", handle.read(24))
-        if magic != b"GGUF" or version < 2:
-            raise AuditError(f"{str(gguf)!r} is not a GGUF file of version 2 or later")
-        for _ in range(n_kv):
-            name = _read_string(handle)
-            (kind,) = struct.unpack("<I", handle.read(4))
-            value = _read_value(handle, kind)
-            if name == key:
-                return value
-    return None
 
 
 def gguf_file_type(gguf: Path) -> str:

@@ -28,6 +28,7 @@ import pandas as pd
 
 from fairaudit.data.files import CHECKSUMS, MANIFEST, accepted_checksums, data_root, sha256_of
 from fairaudit.data.mcq import format_options, parse_questions
+from fairaudit.errors import OneLineParser
 from fairaudit.prompts.mcq import LETTERS
 
 UCI = ("FAIRAUDIT_UCI_URL", "https://archive.ics.uci.edu/ml/machine-learning-databases")
@@ -227,8 +228,7 @@ def check_command(names: list[str], root: Path, named: bool = True) -> int:
 
 def parser() -> argparse.ArgumentParser:
     """The command line of `fairaudit data` (also read by tab completion)."""
-    parser = argparse.ArgumentParser(prog="fairaudit data",
-                                     description="Get and verify the data sets the loaders read.")
+    parser = OneLineParser(prog="fairaudit data", description="Get and verify the data sets the loaders read.")
     parser.add_argument("action", choices=["fetch", "check"])
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"data sets (default: all): {', '.join(DATASETS)}")
     parser.add_argument("--root", help="data root (default: $FAIRAUDIT_DATA, else ~/.cache/fairaudit/data)")

@@ -22,7 +22,7 @@ def question_item(rows: list[dict], group: str) -> str:
     """A question: its permutations side by side."""
     head = "".join(f"<th>permutation {r['permutation']} (gold {LETTERS[int(r['gold_position'])]})</th>" for r in rows)
     body = "".join(question_cell(r) for r in rows)
-    return item(group, f"question {rows[0]['question_id']}<span class=tag>{esc(group)}</span>"
+    return item(group, f"question {esc(rows[0]['question_id'])}<span class=tag>{esc(group)}</span>"
                 f"<span class=tag>arm {esc(rows[0]['arm'])}</span>", f"<table><tr>{head}</tr><tr>{body}</tr></table>")
 
 

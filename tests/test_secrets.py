@@ -1,0 +1,117 @@
+"""A password in `store.url` or `tracking.uri` never leaves the process: against a real PostgreSQL on loopback that
+asks every TCP login for a password, a job, a sweep, a report and two failing starts with the password in both URLs
+leave it in no output, no MLflow param, tag or artifact, no store row, no report file and no Hydra output folder;
+libpq's PGPASSWORD and ~/.pgpass keep it off the command line altogether."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import sqlalchemy as sa
+from mlflow.tracking import MlflowClient
+
+from conftest import DATA_ROOT, REPO
+from servers import PostgresServer
+
+pytestmark = pytest.mark.cluster
+JOB = ("backend=mock", "model=tiny_qwen3", "dataset.n=3", "model.max_think_tokens=64", "backend.trace_tokens.median=20",
+       "probe.n_boot=100")
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A PostgreSQL server whose role `audit` logs in with a password holding '@' and '/' (percent-encoded in URLs)
+    and owns two databases: the store and the MLflow tracking database."""
+    pg = PostgresServer(auth="scram-sha-256")
+    pg.password = f"hu@nt/{secrets.token_hex(8)}"
+    admin = sa.create_engine(pg.admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"CREATE ROLE audit LOGIN PASSWORD '{pg.password}'"))
+        for name in ("store", "tracking"):
+            conn.execute(sa.text(f"CREATE DATABASE {name} OWNER audit"))
+    admin.dispose()
+    yield pg
+    pg.stop()
+
+
+def url(pg: PostgresServer, database: str, password: str | None = None, port: int | None = None) -> str:
+    login = "audit" if password is None else f"audit:{quote(password, safe='')}"
+    return f"postgresql+psycopg://{login}@127.0.0.1:{port or pg.port}/{database}"
+
+
+def fairaudit(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO),
+           **(env or {})}
+    return subprocess.run([sys.executable, "-m", "fairaudit", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+def database_text(address: str) -> str:
+    """Every row of every table of a database, as text."""
+    engine = sa.create_engine(address)
+    with engine.connect() as conn:
+        tables = conn.execute(sa.text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")).scalars().all()
+        rows = [str(row) for table in tables for row in conn.execute(sa.text(f'SELECT t::text FROM "{table}" t'))]
+    engine.dispose()
+    assert len(tables) > 1 or "results" in tables
+    return "\n".join(rows)
+
+
+def test_a_password_in_both_urls_is_in_no_output_log_artifact_row_report_or_hydra_folder(tmp_path, server):
+    token = server.password.rsplit("/", 1)[1]  # in every form the password may take: as typed, encoded, decoded
+    store, tracking = url(server, "store", server.password), url(server, "tracking", server.password)
+    places = (f"store.url={store}", f"tracking.uri={tracking}")
+    done = {
+        "job": fairaudit(tmp_path, *JOB, *places, f"hydra.run.dir={tmp_path}/outputs/job"),
+        "sweep": fairaudit(tmp_path, *JOB, *places, f"hydra.sweep.dir={tmp_path}/multirun", "-m",
+                           "dataset=adult,compas"),
+        "report": fairaudit(tmp_path, "report", f"tracking.uri={tracking}", "select.parent=null",
+                            f"hydra.run.dir={tmp_path}/outputs/report"),
+        "server down": fairaudit(tmp_path, *JOB, f"store.url={url(server, 'store', server.password, port=1)}",
+                                 f"tracking.uri={tracking}", f"hydra.run.dir={tmp_path}/outputs/down"),
+        "wrong password": fairaudit(tmp_path, *JOB, f"store.url={url(server, 'store', server.password + 'x')}",
+                                    f"tracking.uri={tracking}", f"hydra.run.dir={tmp_path}/outputs/wrong"),
+    }
+    assert [done[name].returncode for name in done] == [0, 0, 0, 2, 2], {n: d.stderr[-2000:] for n, d in done.items()}
+    for name in ("server down", "wrong password"):
+        (line,) = [line for line in done[name].stderr.splitlines() if line.startswith("error:")]
+        assert "store.url 'postgresql+psycopg://audit:***@127.0.0.1:" in line, line
+    leaks = {name: out for name, result in done.items() for out in (result.stdout, result.stderr) if token in out}
+    assert leaks == {}
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.match("*/.hydra/overrides.yaml") for p in files) and any(p.name == "report.md" for p in files)
+    assert any(p.match("mlruns/*/*/artifacts/config/config.yaml") for p in files)
+    assert [p for p in files if token.encode() in p.read_bytes()] == []  # Hydra's folders, artifacts, the report
+    for database in ("store", "tracking"):
+        assert token not in database_text(url(server, database, server.password))
+
+    client = MlflowClient(tracking)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert {r.data.tags.get("fairaudit.kind") for r in runs} == {"job", "sweep", "report"}
+    job = next(r for r in runs if r.data.tags.get("fairaudit.kind") == "job")
+    assert job.data.params["store.url"] == f"postgresql+psycopg://audit:***@127.0.0.1:{server.port}/store"
+    config = Path(client.download_artifacts(job.info.run_id, "config/config.yaml", str(tmp_path / "back")))
+    assert "postgresql+psycopg://audit:***@127.0.0.1" in config.read_text()
+
+
+def test_pgpassword_and_pgpass_keep_the_password_off_the_command_line(tmp_path, server):
+    places = (f"store.url={url(server, 'store')}", f"tracking.uri={url(server, 'tracking')}")
+    pgpass = Path(server.root) / "pgpass"
+    pgpass.write_text(f"127.0.0.1:{server.port}:*:audit:{server.password}\n")
+    pgpass.chmod(0o600)
+    by_env = fairaudit(tmp_path, *JOB, *places, f"hydra.run.dir={tmp_path}/a", env={"PGPASSWORD": server.password})
+    by_file = fairaudit(tmp_path, *JOB, *places, "dataset.seed=1", f"hydra.run.dir={tmp_path}/b",
+                        env={"PGPASSFILE": str(pgpass)})
+    without = fairaudit(tmp_path, *JOB, *places, f"hydra.run.dir={tmp_path}/c",
+                        env={"PGPASSFILE": str(tmp_path / "none")})
+    assert (by_env.returncode, by_file.returncode) == (0, 0), (by_env.stderr[-2000:], by_file.stderr[-2000:])
+    assert "model_calls" in by_env.stdout and "model_calls" in by_file.stdout
+    assert without.returncode == 2
+    (line,) = [line for line in without.stderr.splitlines() if line.startswith("error:")]
+    assert "password" in line and server.password not in line
