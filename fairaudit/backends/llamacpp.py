@@ -105,10 +105,11 @@ class LlamaCppBackend(Backend):
     requires = ENGINE
 
     @classmethod
-    def resolve_model(cls, files: ModelFiles, settings: Mapping, weights: bool = True) -> Path:
+    def resolve_model(cls, files: ModelFiles, settings: Mapping, weights: bool = True,
+                      fetch: bool = True) -> Path | None:
         """The model's GGUF folder (`backends.gguf.resolve_gguf_dir`): the file as it ships, never converted, so a
-        dry run (weights=False) takes the same folder, built from the file's metadata."""
-        return resolve_gguf_dir(files)
+        dry run (weights=False) takes the same folder, built from the file's metadata; fetch=False: the check alone."""
+        return resolve_gguf_dir(files, fetch)
 
     @classmethod
     def require_engine(cls) -> None:
