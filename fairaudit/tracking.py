@@ -31,6 +31,7 @@ ERROR_TAG = "fairaudit.error"
 STUDY_TAG = "fairaudit.study"              # a sweep's overrides but the probe's: one grid's sweeps under several probes
 PROBE_TAG = "fairaudit.probe"              # the probe(s) a sweep runs, e.g. "cdpg" or "counterfactual,btm"
 FAILED_JOBS_TAG = "fairaudit.failed_jobs"
+JOBS_TAG = "fairaudit.jobs"                # a sweep's jobs, each named by what it varies (JSON list, by job number)
 UNBOUNDED_TAG = "fairaudit.unbounded_metrics"  # infinite metrics (an interval unbounded above): MLflow skips them
 NOTE_TAG = "mlflow.note.content"           # the run's description in the MLflow UI
 PROCESS_TAGS = ("fairaudit.host", "fairaudit.pid", "fairaudit.pid_start")
@@ -337,6 +338,9 @@ class SweepCallback(Callback):
         if killed:
             client.set_tag(run.info.run_id, RESUMES_TAG, ",".join(killed))
         (sweep_dir / PARENT_ID_FILE).write_text(run.info.run_id)
+        jobs = json.dumps([sweeps.job_label(config.hydra, job) for job in sweeps.sweep_jobs(config.hydra)])
+        if len(jobs) <= MAX_TAG:  # so a report on a sweep cut short names the jobs that did not finish
+            client.set_tag(run.info.run_id, JOBS_TAG, jobs)
         for name, value in sweeps.override_params(overrides).items():
             client.log_param(run.info.run_id, name, value)
         client.log_text(run.info.run_id, "\n".join(overrides) + "\n", "config/overrides.txt")
@@ -351,23 +355,22 @@ class SweepCallback(Callback):
             return
         client = MlflowClient(config.tracking.uri)
         parent = client.get_run(run_id)
-        children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
-        failed = [child for child in children if child.info.status != "FINISHED"]
-        summary = sweeps.children_summary(client, run_id)
+        children = sweeps.sweep_children(client, run_id)
+        summary = sweeps.children_summary(client, run_id, children)
         sweeps.log_summary(client, run_id, summary, Path(config.hydra.sweep.dir))
-        if not failed:
-            client.set_terminated(run_id, status="FINISHED")
-            if KEY_TAG in parent.data.tags:
-                supersede_ended(client, parent.info.experiment_id, parent.data.tags[KEY_TAG], run_id)
-            sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri)
-            return
-        line = failure_summary(children)
-        client.set_tag(run_id, FAILED_JOBS_TAG, line[:MAX_TAG])
-        client.set_tag(run_id, NOTE_TAG, line[:MAX_TAG])
-        client.set_terminated(run_id, status="FAILED")
-        sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri)
-        print_error(line)
-        sys.exit(1)
+        verdict = sweeps.sweep_verdict(summary, children)
+        failed = failure_summary(children) if any(c.info.status != "FINISHED" for c in children) else None
+        client.set_tag(run_id, NOTE_TAG, "\n\n".join(verdict + ([failed] if failed else []))[:MAX_TAG])
+        view = sweeps.save_view(client, parent, summary)
+        if failed:
+            client.set_tag(run_id, FAILED_JOBS_TAG, failed[:MAX_TAG])
+        client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+        if not failed and KEY_TAG in parent.data.tags:
+            supersede_ended(client, parent.info.experiment_id, parent.data.tags[KEY_TAG], run_id)
+        sweeps.print_summary(summary, verdict, run_id, parent.info.experiment_id, config.tracking.uri, view)
+        if failed:
+            print_error(failed)
+            sys.exit(1)
 
 
 def failure_summary(children: list) -> str:
