@@ -17,7 +17,7 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from fairaudit import sweeps
+from fairaudit import interrupt, sweeps
 from fairaudit.console import quiet_libraries
 from fairaudit.errors import AuditError
 from fairaudit.numbers import snap, snap_frame
@@ -32,6 +32,7 @@ STUDY_TAG = "fairaudit.study"              # a sweep's overrides but the probe's
 PROBE_TAG = "fairaudit.probe"              # the probe(s) a sweep runs, e.g. "cdpg" or "counterfactual,btm"
 FAILED_JOBS_TAG = "fairaudit.failed_jobs"
 JOBS_TAG = "fairaudit.jobs"                # a sweep's jobs, each named by what it varies (JSON list, by job number)
+COMMAND_TAG = "fairaudit.command"          # the command that started a sweep (and resumes it)
 UNBOUNDED_TAG = "fairaudit.unbounded_metrics"  # infinite metrics (an interval unbounded above): MLflow skips them
 NOTE_TAG = "mlflow.note.content"           # the run's description in the MLflow UI
 PROCESS_TAGS = ("fairaudit.host", "fairaudit.pid", "fairaudit.pid_start")
@@ -339,8 +340,9 @@ class SweepCallback(Callback):
             client.set_tag(run.info.run_id, RESUMES_TAG, ",".join(killed))
         (sweep_dir / PARENT_ID_FILE).write_text(run.info.run_id)
         jobs = json.dumps([sweeps.job_label(config.hydra, job) for job in sweeps.sweep_jobs(config.hydra)])
-        if len(jobs) <= MAX_TAG:  # so a report on a sweep cut short names the jobs that did not finish
+        if len(jobs) <= MAX_TAG:  # so a report on a sweep cut short names the jobs that did not finish ...
             client.set_tag(run.info.run_id, JOBS_TAG, jobs)
+        client.set_tag(run.info.run_id, COMMAND_TAG, interrupt.command_line()[:MAX_TAG])  # ... and how to resume it
         for name, value in sweeps.override_params(overrides).items():
             client.log_param(run.info.run_id, name, value)
         client.log_text(run.info.run_id, "\n".join(overrides) + "\n", "config/overrides.txt")

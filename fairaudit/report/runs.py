@@ -13,6 +13,7 @@ import pandas as pd
 from fairaudit.analysis.study import AXES
 from fairaudit.errors import AuditError
 from fairaudit.tracking import (
+    COMMAND_TAG,
     JOBS_TAG,
     MAX_TAG,
     PROBE_TAG,
@@ -148,12 +149,14 @@ def select_runs(client, select) -> Selection:
     except Exception as error:
         raise AuditError(f"MLflow search failed for filter {filter_str!r}: {error}") from error
     unfinished = [line for line in (unfinished_sweep(client, parent) for parent in parents) if line]
+    narrowed = bool(select.filter) or any(v is not None for v in (select.tags or {}).values())
+    why = "" if narrowed or not unfinished else "; ".join(unfinished)  # the sweep's own jobs, not a filter, are why
     if frame.empty:
-        raise AuditError("; ".join(unfinished) or f"no job runs match {filter_str!r} in {client.tracking_uri}")
+        raise AuditError(why or f"no job runs match {filter_str!r} in {client.tracking_uri}")
     keep = frame["status"] == select.status if select.status else pd.Series(True, index=frame.index)
     keep &= (frame["status"] != "KILLED") & frame["superseded_by"].isna()  # a later run of the same job replaced them
     if not keep.any():
-        raise AuditError("; ".join(unfinished) or f"{len(frame)} job runs match {filter_str!r} but none has status "
+        raise AuditError(why or f"{len(frame)} job runs match {filter_str!r} but none has status "
                          f"{select.status or 'other than KILLED'} without being superseded by a later run of the "
                          "same job")
     kept, dropped = frame[keep].reset_index(drop=True), frame[~keep].reset_index(drop=True)
@@ -177,10 +180,14 @@ def unfinished_sweep(client, parent_id: str) -> str | None:
             if status.get(str(num)) != "FINISHED"]
     if not jobs:  # a sweep logged before its jobs were tagged: the runs it opened
         left = [f"job {num} ({state})" for num, state in sorted(status.items()) if state != "FINISHED"]
+    if not left:
+        return None
     overrides = json.loads(parent.data.tags.get("fairaudit.overrides", "[]"))
-    command = " ".join(["fairaudit", *map(shlex.quote, overrides), "-m"])
-    return (f"sweep {parent.info.run_name!r} ({parent_id}) ended {parent.info.status}: {len(left)} of "
-            f"{len(jobs) or len(status)} jobs did not finish: {', '.join(left)}; resume it with: {command}")
+    command = parent.data.tags.get(COMMAND_TAG) or " ".join(["fairaudit", *map(shlex.quote, overrides), "-m"])
+    ended = "has not ended (it runs, or its process died)" if parent.info.status == "RUNNING" else \
+        f"ended {parent.info.status}"
+    return (f"sweep {parent.info.run_name!r} ({parent_id}) {ended}: {len(left)} of {len(jobs) or len(status)} jobs "
+            f"did not finish: {', '.join(left)}; resume it with: {command}")
 
 
 def left_out_summary(left_out: pd.DataFrame) -> str:
