@@ -76,9 +76,10 @@ def test_a_gguf_models_dry_run_without_its_file_shows_the_pairs_then_one_line_na
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines == [f"error: dry run: the 2 messages above are the data it would send, but it cannot render them "
-                     f"into prompts: cannot get {GGUF_FILE!r} from {REPO_ID!r} (model {GGUF_MODEL}: about 4.9 GB): it is "
-                     f"not in the hub cache {empty / 'hub'} and HF_HUB_OFFLINE=1 forbids downloading it; download it "
-                     f"with `hf download {REPO_ID} {GGUF_FILE}` where the hub is reachable, or set model.path to a "
+                     f"into prompts: cannot get {GGUF_FILE!r} from {REPO_ID!r} (model {GGUF_MODEL}: about 4.9 GB): "
+                     f"it is not in the hub cache {empty / 'hub'} and HF_HUB_OFFLINE=1 forbids downloading it; "
+                     f"download it with `hf download {REPO_ID} {GGUF_FILE}` where the hub is reachable, or set "
+                     "model.path to a "
                      "local copy"], result.stderr[-2000:]
     assert result.stdout.count("=== pair adult-") == 2 and result.stdout.count("This person is a") == 2
     assert "no chat template applied" in result.stdout and "<|" not in result.stdout
