@@ -312,13 +312,15 @@ def record_failed_job(cfg: DictConfig, line: str) -> None:
     if opened:
         return
     overrides = list(hydra_cfg.overrides.task)
+    label = job_label(hydra_cfg.sweep.dir, overrides)  # e.g. "dataset.n=999999": what sets it apart
     try:
         tags = {**job_tags(cfg, dict(hydra_cfg.runtime.choices)), **job_identity(cfg)}
         name = job_run_name(tags, varied_keys(hydra_cfg))
+        name = f"{label} | {name}" if label and " | " not in name else name  # a sweep over keys that are no axis
     except Exception:  # a config that does not even resolve: the failure is still recorded
         tags = {"fairaudit.kind": "job", "fairaudit.job_num": str(hydra_cfg.job.num),
                 "fairaudit.job_overrides": " ".join(overrides)}
-        name = job_label(hydra_cfg.sweep.dir, overrides) or " ".join(overrides) or f"job {hydra_cfg.job.num}"
+        name = label or " ".join(overrides) or f"job {hydra_cfg.job.num}"
     tracker.start(name[:250], tags, {}, parent)
     tracker.end(failed=True, error=line)
 

@@ -111,3 +111,14 @@ def test_a_tracking_folder_is_the_sqlite_database_in_it(tmp_path):
     (run,) = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
     assert run.info.status == "FINISHED" and (folder / "mlartifacts").is_dir()
     assert f"--backend-store-uri sqlite:///{folder}/mlflow.db" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_failed_sweep_job_is_named_by_what_it_varies(tmp_path):
+    result = run_app(tmp_path, "model=tiny_qwen3", "model.max_think_tokens=4", "-m", "dataset.n=1,999999")
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "error: dataset.n=999999: dataset.n=999999 is out of range for 'adult'" in result.stderr
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id],
+                              "tags.`fairaudit.kind` = 'job' AND attributes.status = 'FAILED'")
+    assert [run.info.run_name for run in runs] == ["dataset.n=999999 | tiny_qwen3 adult counterfactual think"]
