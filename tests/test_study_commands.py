@@ -122,3 +122,17 @@ def test_a_failed_sweep_job_is_named_by_what_it_varies(tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id],
                               "tags.`fairaudit.kind` = 'job' AND attributes.status = 'FAILED'")
     assert [run.info.run_name for run in runs] == ["dataset.n=999999 | tiny_qwen3 adult counterfactual think"]
+
+
+def test_a_tracking_folder_on_the_command_line_is_rewritten_and_one_in_a_config_is_one_line(tmp_path):
+    from fairaudit.overrides import tracking_database
+    from fairaudit.validate import tracking_problem
+
+    assert tracking_database([f"tracking.uri={tmp_path}/runs", "dataset=adult"]) == [
+        f"tracking.uri=sqlite:///{tmp_path}/runs/mlflow.db", "dataset=adult"]
+    assert tracking_database([f"tracking.uri=file://{tmp_path}/m.db"]) == [f"tracking.uri=sqlite:///{tmp_path}/m.db"]
+    kept = ["tracking.uri=http://127.0.0.1:5000", f"tracking.uri=sqlite:///{tmp_path}/x.db"]
+    assert tracking_database(kept) == kept
+    assert tracking_problem(str(tmp_path)) == (f"tracking.uri={str(tmp_path)!r} is a folder, and MLflow 3 keeps no "
+                                               f"runs in folders: write tracking.uri=sqlite:///{tmp_path}/mlflow.db "
+                                               "(what a folder on the command line means)")
