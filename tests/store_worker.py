@@ -34,9 +34,9 @@ class TimedStore(Store):
 
 
 class SlowModel(Backend):
-    """Echoes the prompt ids, 50 ms per item; notes what it computed and the read before it."""
+    """Copies the prompt ids, 50 ms per item; notes what it computed and the read before it."""
 
-    fingerprint = "slow-echo"
+    fingerprint = "slow-copy"
     tokenizer = None
 
     def __init__(self, store: TimedStore):
@@ -48,7 +48,7 @@ class SlowModel(Backend):
         for r in requests:
             self.computed.append((r.prompt_ids[0], self.store.read_started))
             time.sleep(0.05)
-            out.append(Completion(text=f"echo {r.prompt_ids[0]}", token_ids=r.prompt_ids, finish_reason="stop"))
+            out.append(Completion(text=f"copy {r.prompt_ids[0]}", token_ids=r.prompt_ids, finish_reason="stop"))
         return out
 
 

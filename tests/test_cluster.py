@@ -87,7 +87,7 @@ def test_four_processes_on_overlapping_keys_lose_nothing_and_recompute_nothing_c
     assert [proc.wait(timeout=300) for proc in procs] == [0, 0, 0, 0]
     logs = [json.loads((tmp_path / f"log{p}.json").read_text()) for p in range(4)]
 
-    key = {i: generation_key("slow-echo", GenerationRequest(prompt_ids=(i,), max_new_tokens=1)) for i in range(35)}
+    key = {i: generation_key("slow-copy", GenerationRequest(prompt_ids=(i,), max_new_tokens=1)) for i in range(35)}
     committed = {}
     for log in logs:
         for k, t in log["committed"].items():
@@ -96,20 +96,20 @@ def test_four_processes_on_overlapping_keys_lose_nothing_and_recompute_nothing_c
                   if committed[key[i]] < read_started]
     assert recomputed == []
     for ids, log in zip(id_sets, logs):
-        assert log["texts"] == [f"echo {i}" for i in ids]
+        assert log["texts"] == [f"copy {i}" for i in ids]
     store = Store(pg_url)
     assert store.count() == 35
     with store.engine.connect() as conn:
         assert {k: v for k, v in conn.execute(sa.select(RESULTS.c.key, RESULTS.c.value))} == {
-            key[i]: json.dumps({"text": f"echo {i}", "token_ids": [i], "finish_reason": "stop"}, separators=(",", ":"))
+            key[i]: json.dumps({"text": f"copy {i}", "token_ids": [i], "finish_reason": "stop"}, separators=(",", ":"))
             for i in range(35)}  # stored as compact JSON
     total = sum(log["model_calls"] for log in logs)
     print(f"4 processes x 20 ids (35 distinct): {total} model calls")
     assert 35 <= total < 80
 
-    rerun = CachingClient(ScriptedBackend("slow-echo"), Store(pg_url))
+    rerun = CachingClient(ScriptedBackend("slow-copy"), Store(pg_url))
     again = rerun.generate([GenerationRequest(prompt_ids=(i,), max_new_tokens=1) for i in range(35)])
-    assert [c.text for c in again] == [f"echo {i}" for i in range(35)]
+    assert [c.text for c in again] == [f"copy {i}" for i in range(35)]
     assert rerun.model_calls == 0
 
 

@@ -1,5 +1,5 @@
-"""Open for extension: a new probe is new files only. The shared modules name no shipped probe, and a probe
-class that breaks the contract fails in one `error:` line before any model loads."""
+"""Open for extension: a new probe or backend is new files only. The shared modules name no shipped probe
+or backend, and a probe class that breaks the contract fails in one `error:` line before any model loads."""
 
 from __future__ import annotations
 
@@ -82,8 +82,9 @@ def test_the_count_sees_names_strings_and_imports_but_not_prose():
     assert name_uses("css = 'answer_position cdpg_slope'", ["position", "cdpg"]) == []  # whole words only
 
 
-def test_the_shared_modules_name_no_probe():
-    names = registry.names("probe")
+@pytest.mark.parametrize("group", ["probe", "backend"])
+def test_the_shared_modules_name_no_shipped_probe_or_backend(group):
+    names = registry.names(group)
     files = shared_files()
     assert len(names) >= 5 and {"app.py", "build.py", "conftest.py"} <= {f.name for f in files}
     uses = {f"{path.relative_to(REPO)}:{line}: {name}" for path in files

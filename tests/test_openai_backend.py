@@ -20,6 +20,7 @@ from huggingface_hub.utils import filter_repo_objects
 from mlflow.tracking import MlflowClient
 from transformers import AutoTokenizer
 
+from conftest import run_app
 from fairaudit.backends import Capabilities, DepthRequest, GenerationRequest
 from fairaudit.backends.openai import OpenAIBackend
 from fairaudit.client import CachingClient

@@ -28,7 +28,7 @@ T_975_4 = 2.7764451051977987  # Student t quantile, 0.975, 4 degrees of freedom 
 
 def synthetic_records(seed: int, n_pairs: int, dataset: str = "adult", flip_think: float = 0.3,
                       flip_nothink: float = 0.1, unparsed: float = 0.05) -> pd.DataFrame:
-    """Long records (DESIGN.md) with random answers; pair ids repeat across calls on purpose."""
+    """Long records (docs/architecture.md) with random answers; pair ids repeat across calls on purpose."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n_pairs):

@@ -52,7 +52,7 @@ def contingency(
 ) -> dict[str, float]:
     """Headline counterfactual metrics of a treatment arm against a baseline arm.
 
-    records: the long records frame of DESIGN.md (pair_id, side, arm, answer, p_yes, ...).
+    records: the long records frame of docs/architecture.md (pair_id, side, arm, answer, p_yes, ...).
     Pairs are kept when the answer parses on both sides of both arms. Returns flat
     snake_case metrics: cells, McNemar, D_cf / D_group per arm and deltas, mean D_disp in
     cells b and c per arm, the directional split of cells c and d, `answer_accounting`

@@ -2,7 +2,7 @@
 Figs. 3, 4, 6).
 
 Every function takes the records of several (model, dataset) cells stacked into one frame:
-model, dataset and the records columns of DESIGN.md (pair_id, side, arm, answer, p_yes);
+model, dataset and the records columns of docs/architecture.md (pair_id, side, arm, answer, p_yes);
 pair_id need only be unique within a cell. Cells keep their order of first appearance.
 """
 

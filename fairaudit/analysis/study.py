@@ -17,7 +17,7 @@ from scipy import stats as scipy_stats
 from fairaudit.analysis.contingency import contingency
 from fairaudit.stats import sign_test_log10_p
 
-AXES = ("model", "dataset", "probe", "arm", "checkpoint", "seed")
+AXES = ("model", "dataset", "probe", "arm", "checkpoint", "seed", "engine")  # engine: the backend and its numerics
 ROW_AXES = ("model", "dataset")  # always shown, as in paper 000's tables
 POOLED = "Pooled"
 

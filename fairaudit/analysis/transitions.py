@@ -179,7 +179,7 @@ def _check_cells(moves: pd.DataFrame, cells: pd.Series) -> None:
 def transitions(records: pd.DataFrame, treatment: str = "think", baseline: str = "nothink") -> dict:
     """Bias transition matrices of `treatment` against `baseline`: {"metrics": {...}, "tables": {...}}.
 
-    records: the long records frame of DESIGN.md (pair_id, side, arm, answer, p_yes, ...).
+    records: the long records frame of docs/architecture.md (pair_id, side, arm, answer, p_yes, ...).
     Metric and table names are listed in this module's docstring.
     """
     pairs = complete_pairs(records, treatment, baseline)

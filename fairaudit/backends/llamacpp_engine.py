@@ -46,18 +46,24 @@ class KVFull(Exception):
 class Engine:
     """A loaded GGUF model and its context; `feed` and `step` decode, `logits` rows come back as float32 arrays."""
 
+    unified = True  # one pool of cells shared by every sequence: prefixes are shared, not copied
+
     def __init__(self, gguf: str, n_ctx: int, n_batch: int, n_seq_max: int, n_threads: int, n_gpu_layers: int):
         lc.llama_log_set(_QUIET, ctypes.c_void_p(0))
         lc.llama_backend_init()
         model_params = lc.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
+        # no extra CPU buffer types (AMX tiles, repacked layouts): on an AMX CPU in a VM (Sapphire Rapids, 2 cores here)
+        # the AMX path crashed llama_decode for every quantised file (a segmentation fault), and the plain kernels give
+        # one arithmetic whatever the CPU's extensions
+        model_params.use_extra_bufts = False
         self.model = lc.llama_model_load_from_file(gguf.encode(), model_params)
         if not self.model:
             raise AuditError(f"llama.cpp could not load {gguf!r} (not a GGUF file of an architecture it knows?)")
         params = lc.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, n_batch, UBATCH, n_seq_max
         params.n_threads = params.n_threads_batch = n_threads
-        params.kv_unified = True  # one pool of cells shared by every sequence: prefixes are shared, not copied
+        params.kv_unified = self.unified
         params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED  # reads independent of the other sequences held
         params.type_k = params.type_v = lc.GGML_TYPE_F16  # what flash attention reads: a float32 cache is cast to it
         self.ctx = lc.llama_init_from_model(self.model, params)
@@ -117,11 +123,13 @@ class Engine:
 
     # --- sequences -----------------------------------------------------------------------
 
-    def _source(self, tokens: Sequence[int]) -> tuple[int | None, int]:
-        """The resident sharing the longest prefix with `tokens`, and that prefix's length (at most len - 1:
-        the last token is always fed, for its logits); (None, 0) when none shares a token."""
+    def _source(self, tokens: Sequence[int], exclude: set[int] = frozenset()) -> tuple[int | None, int]:
+        """The resident (not in `exclude`) sharing the longest prefix with `tokens`, and that prefix's length (at
+        most len - 1: the last token is always fed, for its logits); (None, 0) when none shares a token."""
         wanted, best = np.asarray(tokens), (None, 0)
         for seq, held in self.residents.items():
+            if seq in exclude:
+                continue
             n = min(len(held), len(tokens) - 1)
             differ = np.flatnonzero(np.asarray(held[:n]) != wanted[:n])
             common = int(differ[0]) if len(differ) else n
@@ -176,8 +184,86 @@ class Engine:
         self.counts["decode_s"] += time.perf_counter() - start
         return rows
 
+    @property
+    def held(self) -> int:
+        """Cells in use: those filled since the cache was emptied (cells are never freed one sequence at a time)."""
+        return self.used
+
     def clear(self) -> None:
         """Empty the KV cache: the next sequences are computed from cold."""
         lc.llama_memory_clear(self.memory, True)
         self.residents.clear()
         self.used = 0
+
+
+class StreamEngine(Engine):
+    """One KV stream per sequence id (llama.cpp's `kv_unified = false`): a token's attention visits only its own
+    sequence's cells, so its cost does not grow with the cells other sequences hold.
+
+    `n_ctx` is the context's total, `n_ctx / n_seq_max` cells per stream. llama.cpp copies a prefix across
+    streams only as the whole stream's buffer (`llama_memory_seq_cp` of a part aborts), so a sequence reuses a
+    resident's cells in place: it takes over the resident's stream when it shares at least STEAL of the
+    resident's tokens (a choice read after its generation, a depth read after a longer cut of the same trace),
+    whose tail beyond the shared prefix is dropped (`llama_memory_seq_rm`), and is computed from cold otherwise.
+    A stream holds one sequence, its cells in the order of its positions: no graveyard, no emptying of the cache.
+    """
+
+    unified = False
+    STEAL = 0.75  # share of a resident's tokens a new sequence must share to take over its stream
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.graveyard = self.n_seq_max  # every id holds a sequence; none keeps retired cells
+        self.per_stream = self.n_ctx // self.n_seq_max
+
+    def _evict(self, keep: set[int]) -> int:
+        """A free sequence id: the least recent resident outside `keep` is removed (its whole stream freed)."""
+        free = [seq for seq in range(self.n_seq_max) if seq not in self.residents]
+        if free:
+            return free[0]
+        for seq in self.residents:
+            if seq not in keep:
+                lc.llama_memory_seq_rm(self.memory, seq, -1, -1)
+                self.residents.pop(seq)
+                return seq
+        raise AuditError(f"backend.n_seq_max={self.n_seq_max} is too small for this many sequences at once")
+
+    def _stealable(self, tokens: Sequence[int], taken: set[int]) -> tuple[int | None, int]:
+        """`_source`, among residents this call has not taken, when the shared prefix is worth the resident's tail."""
+        src, common = self._source(tokens, exclude=taken)
+        if src is None or common < self.STEAL * len(self.residents[src]):
+            return None, 0
+        return src, common
+
+    def feed(self, sequences: Sequence[Sequence[int]], steps: int = 0) -> tuple[list[int], list[np.ndarray]]:
+        """`Engine.feed` with one stream per sequence: each takes over a resident's stream (see the class) or a free
+        one; `steps` (the tokens `step` will add) must fit each stream with its sequence."""
+        if any(len(s) == 0 for s in sequences):
+            raise ValueError("llama.cpp cannot read after an empty sequence")
+        longest = max(len(s) for s in sequences) + (steps // max(1, len(sequences)))
+        if longest > self.per_stream:
+            raise AuditError(f"a sequence of {longest} tokens exceeds the {self.per_stream} cells of a KV stream "
+                             f"(backend.n_ctx={self.n_ctx} / backend.n_seq_max={self.n_seq_max}); raise backend.n_ctx")
+        start, ids, rows, taken = time.perf_counter(), [], [], set()
+        for tokens in sequences:
+            seq, common = self._stealable(tokens, taken)
+            if seq is None:
+                seq, common = self._evict(taken), 0
+            else:
+                lc.llama_memory_seq_rm(self.memory, seq, common, -1)
+            taken.add(seq)
+            items = [(t, p, (seq,), p == len(tokens) - 1) for p, t in enumerate(tokens) if p >= common]
+            rows += self._decode_all(items)
+            self.residents[seq] = list(tokens)
+            self.residents.move_to_end(seq)
+            ids.append(seq)
+            self.counts["asked"] += len(tokens)
+            self.counts["reused"] += common
+            self.counts["prefill_tokens"] += len(items)
+        self.counts["prefill_s"] += time.perf_counter() - start
+        return ids, rows
+
+    @property
+    def held(self) -> int:
+        """Cells in use: every resident's tokens."""
+        return sum(map(len, self.residents.values()))

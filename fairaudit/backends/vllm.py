@@ -130,6 +130,11 @@ class VLLMBackend(Backend):
         self.stop_ids = stop_token_ids(self.model_dir, self.tokenizer)
         self.prefix_cache = {"queries": 0, "hits": 0}
 
+    @property
+    def numerics(self) -> str:
+        """The dtype, and the quantisation when one is set (e.g. `float16 awq`)."""
+        return " ".join(filter(None, (self.dtype, self.settings["quantization"])))
+
     @classmethod
     def check(cls, backend: Mapping, model: Mapping) -> None:
         """The backend and model config's settings this backend refuses (app.py calls it before anything loads)."""

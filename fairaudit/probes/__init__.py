@@ -127,6 +127,12 @@ class Probe(ABC):
     def run(self, ctx: AuditContext) -> ProbeResult:
         """Ask the model through ctx.client, hand the records to `analysis/`, return what tracking logs."""
 
+    @classmethod
+    def point_metrics(cls, records: dict[str, pd.DataFrame]) -> dict[str, float]:
+        """The run's headline metrics recomputed from its record frames, without intervals: what the engine
+        study (`analysis.engines`) recomputes on resampled pairs. Default: none (the spreads then have no interval)."""
+        return {}
+
     @abstractmethod
     def verdict(self, result: ProbeResult) -> list[str]:
         """What `result` (this probe's own `run`'s) found, in words a newcomer can act on: one or more

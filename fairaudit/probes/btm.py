@@ -49,6 +49,14 @@ class BiasTransitionProbe(PairedProbe):
         return ProbeResult(metrics=metrics, tables=tables, figures=figures,
                            records={"records": records}, headline=headline)
 
+    @classmethod
+    def point_metrics(cls, records) -> dict[str, float]:
+        """The metrics `run` logs, from the records alone, without bootstrap intervals."""
+        rows = records["records"]
+        t, b = arm_names(rows)
+        return paired_metrics(lambda r: transitions(r, treatment=t, baseline=b)["metrics"] | answer_accounting(r, t, b),
+                              rows, t, b, n_boot=0)
+
     def verdict(self, result: ProbeResult) -> list[str]:
         """Yes-rate shifts per side, the largest gap between the sides' transitions, flips against independence."""
         m, records = result.metrics, result.records["records"]

@@ -56,6 +56,13 @@ class CounterfactualProbe(PairedProbe):
             headline=headline(t, b),
         )
 
+    @classmethod
+    def point_metrics(cls, records) -> dict[str, float]:
+        """The metrics `run` logs, from the records alone, without bootstrap intervals."""
+        rows = records["records"]
+        t, b = arm_names(rows)
+        return paired_metrics(lambda r: contingency(r, treatment=t, baseline=b, n_boot=0), rows, t, b, n_boot=0)
+
     def verdict(self, result: ProbeResult) -> list[str]:
         """Flips created and resolved with McNemar's p, the P(Yes) gap, a legend of the cells, warnings."""
         m, records = result.metrics, result.records["records"]

@@ -76,7 +76,7 @@ def render_prompts(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> list[str
 
 
 def decide(ctx: AuditContext, pairs: pd.DataFrame, arm: Arm) -> pd.DataFrame:
-    """Generate and score every row of `pairs` under `arm`; returns the records of DESIGN.md.
+    """Generate and score every row of `pairs` under `arm`; returns the records (docs/architecture.md).
 
     pairs: pair_id, side, attribute_value, user_message. Each row gets the parsed answer,
     P(Yes) from the Yes/No softmax at the answer position, the exact prompt, the trace and its length.

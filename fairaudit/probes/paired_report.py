@@ -111,9 +111,11 @@ def paper000_sections(runs: pd.DataFrame, load: RecordsLoader, treatment: str, b
     depth_probes = declaring(settings, DEPTH[0])
     depth_runs = runs_of(runs, depth_probes)
     if depth_runs.empty:
-        wanted = "/".join(depth_probes) or "depth"
-        missing.append(f"Table 6 and Figs. 3, 4, 6: no {wanted} runs among those selected; run probe={wanted} "
-                       f"on the same grid, or select such runs with select.parent=null select.tags.probe={wanted}")
+        if depth_probes:  # a probe whose runs would fill them ships: say how to get its runs
+            first = depth_probes[0]
+            missing.append(f"Table 6 and Figs. 3, 4, 6: no {'/'.join(depth_probes)} runs among those selected; run "
+                           f"probe={first} on the same grid, or select such runs with select.parent=null "
+                           f"select.tags.probe={first}")
         return sections, {}
     depth_settings = shared({p: settings[p] for p in depth_runs["probe"].unique()}, DEPTH)
     table6, figures = depth_tables(depth_runs, load, treatment, baseline, **depth_settings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from fairaudit.report.runs import (
     select_runs,
     source_tags,
 )
-from fairaudit.tracking import flatten
+from fairaudit.tracking import finite_metrics, flatten
 from fairaudit.validate import validate_tracking
 
 
@@ -50,6 +51,7 @@ def run(cfg: DictConfig) -> ReportResult:
     run_id = None
     if cfg.log_to_mlflow:
         run_id = log(client, report, selection, out_dir, files, settings, cfg.tracking.experiment)
+        log_on_parent(client, selection.parent, report.parent_metrics)
     console.print(f"wrote {len(files)} files to {out_dir}", highlight=False, soft_wrap=True)
     experiment = client.get_run(run_id).info.experiment_id if run_id else str(selection.runs["experiment_id"].iloc[0])
     for line in where_lines(cfg.tracking.uri, experiment, run_id):
@@ -66,6 +68,15 @@ def log(client, report: Report, selection: Selection, out_dir: Path, files: list
                         out_dir, files, tags, flatten(settings), report.metrics, main)
     console.print(f"MLflow report run [bold]{run_id}[/bold] (tag fairaudit.kind=report)")
     return run_id
+
+
+def log_on_parent(client, parent: str | None, metrics: dict[str, float]) -> None:
+    """Metrics a report keeps with the study itself (e.g. the engine spreads) on its parent (sweep) run."""
+    from mlflow.entities import Metric
+
+    if parent and metrics:
+        now = int(time.time() * 1000)
+        client.log_batch(parent, metrics=[Metric(k, v, now, 0) for k, v in finite_metrics(metrics).items()])
 
 
 def run_note(report: Report) -> str:
@@ -139,7 +150,7 @@ def markdown_report(report: Report, selection: Selection, uri: str) -> str:
 def show(report: Report, selection: Selection) -> None:
     """On stdout, the main tables (Table 2, the seed summary; else the runs) and the sign test's verdict; on
     stderr, one line per table the selection could not fill and the runs it left out."""
-    printed = [s for s in report.sections if s.name in ("table2", "seeds")] or [report.section(report.main)]
+    printed = [s for s in report.sections if s.name in ("table2", "seeds", "engines")] or [report.section(report.main)]
     for section in printed:
         print_result(render.rich_table(section.shown, section.title, section.pooled_last))
         if section.note:

@@ -19,6 +19,7 @@ from fairaudit.analysis import study
 from fairaudit.analysis.study_figures import checkpoint_curve_figure
 from fairaudit.registry import report_builders
 from fairaudit.report import render
+from fairaudit.report.engines import add_engine_sensitivity
 from fairaudit.report.sections import RecordsLoader, Report, Section
 from fairaudit.report.selection import runs_of
 
@@ -32,6 +33,8 @@ def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:
     report = Report()
     for add_sections, probes in report_builders(runs["probe"].dropna() if "probe" in runs else []).items():
         add_sections(report, runs_of(runs, probes), load_records, {probe: cfg.probes[probe] for probe in probes})
+    if "engine" in study.varying_axes(runs):
+        add_engine_sensitivity(report, runs, load_records, cfg)
     if "seed" in study.varying_axes(runs):
         add_seed_summary(report, runs, list(cfg.seeds.metrics), float(cfg.seeds.level))
     add_sign_test(report, runs, cfg.sign_test.greater, cfg.sign_test.than, cfg.sign_test.alternative)

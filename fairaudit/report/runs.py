@@ -12,6 +12,7 @@ import pandas as pd
 
 from fairaudit.analysis.study import AXES
 from fairaudit.errors import AuditError
+from fairaudit.sweeps import HEADLINE_TAG
 from fairaudit.tracking import (
     COMMAND_TAG,
     JOBS_TAG,
@@ -128,6 +129,7 @@ def runs_frame(runs: Iterable) -> pd.DataFrame:
         row["baseline"] = run.data.params.get(BASELINE_PARAM)
         row.update({k: v for k, v in run.data.params.items() if k.startswith(SETTING_PARAMS)})
         row["superseded_by"] = tags.get(SUPERSEDED_TAG)
+        row["headline"] = tags.get(HEADLINE_TAG)
         row.update(run.data.metrics)
         rows.append(row)
     return pd.DataFrame(rows)

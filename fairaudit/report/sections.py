@@ -30,6 +30,7 @@ class Report:
     metrics: dict[str, float] = field(default_factory=dict)
     main: str | None = None   # name of the section printed in the terminal
     missing: list[str] = field(default_factory=list)  # one line per table the selection cannot fill: why, how to select
+    parent_metrics: dict[str, float] = field(default_factory=dict)  # also logged on the selection's parent (sweep) run
 
     def section(self, name: str) -> Section:
         return next(s for s in self.sections if s.name == name)

@@ -1,0 +1,128 @@
+"""docs/adding.md runs as written: its worked backend (`echo`) and probe (`yes_rate`) are written, block by block,
+into a copy of the repository at the paths their `<!-- file: PATH -->` markers name, and the copy runs them end
+to end on the tiny model. No other file of the copy changes, so a passing test shows a backend and a probe are
+new files only, and the page cannot go stale."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+
+from conftest import DATA_ROOT, REPO
+
+pytestmark = pytest.mark.slow
+
+GUIDE = REPO / "docs" / "adding.md"
+BLOCK = re.compile(r"<!-- file: (\S+)[^>]*-->\n```\w+\n(.*?)```", re.S)
+COPIED = ("fairaudit", "conf", "experiments", "tests", "pyproject.toml")
+TINY = ("model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8")
+
+
+def guide_blocks() -> dict[str, str]:
+    """PATH -> the code of the block marked `<!-- file: PATH -->`, in the page's order."""
+    blocks = dict(BLOCK.findall(GUIDE.read_text()))
+    assert len(blocks) >= 7, f"docs/adding.md: expected the worked examples' file blocks, found {sorted(blocks)}"
+    return blocks
+
+
+def add_conformance_entry(suite: Path, block: str) -> None:
+    """The guide's conformance block: its factory goes above SUBJECTS, its Subject at the end of SUBJECTS."""
+    factory, listed = block.split("SUBJECTS = [")
+    entry = listed.split("...,", 1)[1].rsplit("]", 1)[0]
+    source = suite.read_text()
+    head, tail = source.split("SUBJECTS = [\n", 1)
+    entries, rest = tail.split("\n]\n", 1)
+    suite.write_text(f"{head}{factory.strip()}\n\n\nSUBJECTS = [\n{entries}\n{entry.rstrip()}\n]\n{rest}")
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory) -> Path:
+    """The repository's code, configs and tests, with the guide's files added."""
+    root = tmp_path_factory.mktemp("adding") / "repo"
+    for name in COPIED:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, root / name, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", "vllm", "llamacpp"))
+        else:
+            shutil.copy(source, root / name)
+    for path, code in guide_blocks().items():
+        target = root / path
+        if target.exists():
+            add_conformance_entry(target, code)
+        else:
+            target.write_text(code)
+    return root
+
+
+def run(copy: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """A command of the copy: its own `fairaudit` package first on the path, its store and MLflow file inside it."""
+    env = {**os.environ, "PYTHONPATH": str(copy), "FAIRAUDIT_DATA": str(DATA_ROOT), "PYTHONUNBUFFERED": "1",
+           "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, *args], cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def audit(copy: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return run(copy, "-m", "fairaudit", f"store.url={copy}/store.sqlite", f"tracking.uri=sqlite:///{copy}/mlflow.db",
+               f"hydra.run.dir={copy}/outputs", *overrides)
+
+
+def test_the_guide_adds_files_only(copy):
+    added = {path for path in guide_blocks() if not (REPO / path).exists()}
+    assert added == set(guide_blocks()) - {"tests/test_conformance.py"}
+    result = run(copy, "-c", "import fairaudit; print(fairaudit.__file__)")
+    assert result.stdout.strip() == str(copy / "fairaudit" / "__init__.py")  # the copy runs, not the checkout
+
+
+def test_the_echo_backend_passes_the_conformance_suite_and_no_shared_module_names_the_new_parts(copy):
+    result = run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_conformance.py",
+                 "tests/test_extension.py", "-k", "echo or every_shipped_backend or shared_modules")
+    assert result.returncode == 0, result.stdout[-3000:]
+    summary = result.stdout.strip().splitlines()[-1]
+    assert "failed" not in summary and int(re.search(r"(\d+) passed", summary).group(1)) >= 8, summary
+
+
+def test_the_echo_backend_runs_a_probe_and_is_refused_one_it_cannot_serve(copy):
+    done = audit(copy, "backend=echo", "probe=position", "dataset=mmlu", "arm=direct", *TINY,
+                 "probe.truncation.enabled=false", "arm.max_new_tokens=4")
+    assert done.returncode == 0, done.stderr[-3000:]
+    refused = audit(copy, "backend=echo", "probe=counterfactual", *TINY)
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 2 and len(errors) == 1, refused.stderr[-2000:]
+    assert errors[0].startswith("error: probe 'counterfactual' needs a backend that can read answer scores")
+    assert "backend=echo cannot" in errors[0] and "Backends that can: backend=hf" in errors[0]
+    assert errors[0].endswith("probes backend=echo runs: position")
+
+
+def test_the_yes_rate_probe_runs_logs_its_rates_and_previews_its_prompts(copy):
+    preview = audit(copy, "probe=yes_rate", "dry_run=true", *TINY)
+    assert preview.returncode == 0, preview.stderr[-2000:]
+    assert preview.stdout.count("=== pair ") == 4 and "dry run: 4 prompts" in preview.stderr
+
+    done = audit(copy, "probe=yes_rate", *TINY)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{copy}/mlflow.db")
+    run_ = next(r for r in client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
+                if r.data.tags.get("probe") == "yes_rate")
+    records = pd.read_parquet(client.download_artifacts(run_.info.run_id, "records/records.parquet", str(copy)))
+    for side, rows in records.groupby("side"):  # the logged rate is the share of Yes among the side's records
+        assert run_.data.metrics[f"yes_rate_{side}"] == pytest.approx((rows["answer"] == "Yes").mean(), abs=1e-12)
+    verdict = run_.data.tags["mlflow.note.content"]
+    assert verdict.startswith("Yes rate per side: alpha ") and verdict in done.stdout
+
+    report = run(copy, "-m", "fairaudit", "report", f"tracking.uri=sqlite:///{copy}/mlflow.db", "select.parent=null",
+                 "select.tags.probe=yes_rate", "probes.yes_rate.digits=2", f"output_dir={copy}/report")
+    assert report.returncode == 0, report.stderr[-3000:]
+    table = pd.read_csv(copy / "report" / "yes_rates.csv")
+    assert table["yes_rate_alpha"].tolist() == [run_.data.metrics["yes_rate_alpha"]]
+    shown = (copy / "report" / "report.md").read_text()
+    assert "## Yes rate per side" in shown
+    assert f"| {run_.data.metrics['yes_rate_alpha']:.2f} |" in shown  # probes.yes_rate.digits=2 formats it
