@@ -15,7 +15,7 @@ from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fairaudit import __version__, dry_run, interrupt
+from fairaudit import __version__, dry_run, interrupt, sweeps
 from fairaudit.backends import WHAT, Backend, Capabilities, backends_with, require_implemented
 from fairaudit.client import CachingClient
 from fairaudit.console import console, print_error, print_result, print_verdict, summary_table
@@ -23,8 +23,8 @@ from fairaudit.disk import artifacts_full
 from fairaudit.errors import AuditError, audit_cause, failure_line, input_error_line
 from fairaudit.interrupt import Interrupted
 from fairaudit.mlflow_ui import where_lines
-from fairaudit.model_checks import check_model_folder
-from fairaudit.models import ModelFiles
+from fairaudit.model_files import ModelMissing, checkpoint_spec
+from fairaudit.models import model_dir_for, model_problem
 from fairaudit.probes import AuditContext, ModelSpec, Probe, ProbeResult
 from fairaudit.prompts.yesno import Arm, Thinking
 from fairaudit.redact import scrub_hydra_files
@@ -130,7 +130,8 @@ def check_settings(cfg: DictConfig) -> tuple[type[Backend], Probe]:
 
 def prepare(cfg: DictConfig) -> Job:
     """Every cheap check, in the order a user fixes them: the settings, the data set's and arms' fit to the
-    probe, the backend's capabilities against the probe's needs, the data files."""
+    probe, the backend's capabilities against the probe's needs, the data files, the model's files (here, or on
+    the hub by a metadata query: nothing downloaded)."""
     backend_class, probe = check_settings(cfg)
     choices = HydraConfig.get().runtime.choices
     spec = model_spec(cfg.model)
@@ -141,27 +142,10 @@ def prepare(cfg: DictConfig) -> Job:
     check_capabilities(probe, choices.get("probe", "?"), choices.get("backend", backend_class.name),
                        backend_class.capabilities_for(cfg.backend))
     dataset.check()
+    problem = None if cfg.dry_run else model_problem(cfg)  # a dry run says so itself, after the pairs
+    if problem:
+        raise AuditError(problem)
     return Job(spec, arm, arms, probe, dataset)
-
-
-def model_dir_for(cfg: DictConfig, weights: bool = True) -> Path:
-    """The local folder of cfg.model at its checkpoint, as cfg.backend's class finds it (`Backend.resolve_model`);
-    weights=False: one that renders the prompts, no weights fetched (a dry run)."""
-    checkpoint = checkpoint_spec(cfg.model)
-    files = ModelFiles(cfg.model.source, checkpoint["path"] or cfg.model.path,
-                       checkpoint["revision"] or cfg.model.revision, cfg.model.get("gguf_file"))
-    backend_class = get_class(cfg.backend._target_)
-    folder = backend_class.resolve_model(files, cfg.backend, weights=weights)
-    check_model_folder(folder, weights=weights and backend_class.capabilities.loads_weights)
-    return folder
-
-
-def checkpoint_spec(model: DictConfig) -> dict:
-    """model.checkpoint as {label, path, revision}; a plain string names a hub revision and labels it."""
-    checkpoint = model.checkpoint
-    if isinstance(checkpoint, str):
-        return {"label": checkpoint, "path": None, "revision": checkpoint}
-    return {"label": checkpoint.label, "path": checkpoint.path, "revision": checkpoint.revision}
 
 
 def engine_label(backend: Backend) -> str:
@@ -285,15 +269,24 @@ def title_figures(figures: dict, title: str) -> None:
 
 def preview(cfg: DictConfig, job: Job) -> None:
     """dry_run=true: print the prompts the probe would send, rendered by the backend's tokenizer on the folder
-    it finds without weights; no model loads, nothing is logged."""
-    tokenizer = get_class(cfg.backend._target_).load_tokenizer(model_dir_for(cfg, weights=False), cfg.backend)
+    it finds without weights; no model loads, nothing is logged. Without a tokenizer (offline, not cached), the
+    data's messages unrendered, then one error line saying why and how to get it."""
+    backend_class = get_class(cfg.backend._target_)
+    try:
+        tokenizer = backend_class.load_tokenizer(model_dir_for(cfg, weights=False), cfg.backend)
+    except (AuditError, OSError, ValueError) as error:  # transformers' OSError: a folder without a tokenizer
+        shown = dry_run.show_messages(job.dataset.messages())
+        why = error.line(cfg.model) if isinstance(error, ModelMissing) else " ".join(str(error).split())
+        raise AuditError(f"dry run: the {shown} messages above are the data it would send, but it cannot render "
+                         f"them into prompts: {why}") from None
     count = dry_run.show(job.probe.prompts(AuditContext(None, tokenizer, job.spec, job.dataset, job.arm)))
     console.print(f"dry run: {count} prompts, no model loaded, nothing logged")
 
 
 def run_sweep_job(cfg: DictConfig) -> None:
-    """One job of a multirun. A failing job never stops the sweep: it is one error line here (a
-    traceback too when it is not bad input) and a FAILED child run carrying that line."""
+    """One job of a multirun. A failing job never stops the sweep: it is one error line here, naming the job by
+    what it varies (a traceback too when it is not bad input), and a FAILED child run carrying that line. A dry
+    run's failing job ends the dry run (exit code 2): a dry run records nothing."""
     try:
         scrub_hydra_files(cfg)
         run(cfg)
@@ -304,8 +297,17 @@ def run_sweep_job(cfg: DictConfig) -> None:
         if line is None:
             traceback.print_exc()
         line = line or failure_line(error)
-        print_error(f"job {HydraConfig.get().job.num}: {line}")
+        hydra_cfg = HydraConfig.get()
+        print_error(f"{job_label(hydra_cfg.sweep.dir, list(hydra_cfg.overrides.task)) or 'job'}: {line}")
+        if cfg.dry_run:
+            sys.exit(2)
         record_failed_job(cfg, line)
+
+
+def job_label(sweep_dir: str, overrides: list[str]) -> str:
+    """A sweep job named by the overrides that set it apart from its siblings (e.g. "dataset=compas")."""
+    path = Path(sweep_dir) / "multirun.yaml"
+    return sweeps.job_label(OmegaConf.load(path).hydra, overrides) if path.exists() else ""
 
 
 def stop_sweep(cfg: DictConfig, kept: int) -> None:
@@ -329,12 +331,17 @@ def record_failed_job(cfg: DictConfig, line: str) -> None:
                                         f"tags.`fairaudit.job_num` = '{hydra_cfg.job.num}'")
     if opened:
         return
+    overrides = list(hydra_cfg.overrides.task)
+    label = job_label(hydra_cfg.sweep.dir, overrides)  # e.g. "dataset.n=999999": what sets it apart
     try:
         tags = {**job_tags(cfg, dict(hydra_cfg.runtime.choices)), **job_identity(cfg)}
+        name = job_run_name(tags, varied_keys(hydra_cfg))
+        name = f"{label} | {name}" if label and " | " not in name else name  # a sweep over keys that are no axis
     except Exception:  # a config that does not even resolve: the failure is still recorded
         tags = {"fairaudit.kind": "job", "fairaudit.job_num": str(hydra_cfg.job.num),
-                "fairaudit.job_overrides": " ".join(hydra_cfg.overrides.task)}
-    tracker.start(f"failed job {hydra_cfg.job.num}", tags, {}, parent)
+                "fairaudit.job_overrides": " ".join(overrides)}
+        name = label or " ".join(overrides) or f"job {hydra_cfg.job.num}"
+    tracker.start(name[:250], tags, {}, parent)
     tracker.end(failed=True, error=line)
 
 

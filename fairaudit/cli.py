@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import tempfile
 from pathlib import Path
 
 from fairaudit import CONF_DIR
@@ -91,15 +93,30 @@ def hydra_command(module: str, argv: list[str], config_name: str = "config") -> 
     checked: an unknown option or key is one `error:` line with the nearest names, exit code 2."""
     import importlib
 
-    from fairaudit.overrides import check
+    from fairaudit.overrides import check, sweeps_itself, tracking_database
 
     problem = check(config_name, argv)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    sys.argv = hoist_multirun_flag([sys.argv[0]] + argv)
-    importlib.import_module(module).main()
+    argv = tracking_database((["-m"] if config_name == "config" and sweeps_itself(argv) else []) + argv)
+    with scratch_outputs(argv) as argv:
+        sys.argv = hoist_multirun_flag([sys.argv[0]] + argv)
+        importlib.import_module(module).main()
     return 0
+
+
+@contextlib.contextmanager
+def scratch_outputs(argv: list[str]):
+    """A dry run's Hydra output folders in a temporary folder, removed when it ends: a dry run writes nothing."""
+    from fairaudit.overrides import dry_run_asked
+
+    if not dry_run_asked(argv):
+        yield argv
+        return
+    with tempfile.TemporaryDirectory(prefix="fairaudit-dry-run-") as tmp:
+        kept = [a for a in argv if not a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]
+        yield [*kept, f"hydra.run.dir={tmp}/run", f"hydra.sweep.dir={tmp}/sweep"]
 
 
 def report_command(argv: list[str]) -> int:

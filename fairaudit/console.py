@@ -64,7 +64,31 @@ def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
         if line is None:
             raise
         print_error(line)
+        discard_output_dir()
         sys.exit(2)
+
+
+def discard_output_dir() -> None:
+    """A rejected run's Hydra output folder removed when it holds only Hydra's own files (.hydra/, the job's log),
+    with the dated folders above it that this leaves empty, up to the working folder: a typo leaves nothing."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    hydra_cfg = HydraConfig.get()
+    folder, cwd = Path(hydra_cfg.runtime.output_dir), Path(os.getcwd())
+    own = {".hydra", f"{hydra_cfg.job.name}.log"}
+    if folder == cwd or not folder.is_dir() or any(p.name not in own for p in folder.iterdir()):
+        return
+    shutil.rmtree(folder)
+    for parent in folder.parents:
+        if parent == cwd or not parent.is_relative_to(cwd) or any(parent.iterdir()):
+            break
+        parent.rmdir()
 
 
 def print_error(line: str) -> None:

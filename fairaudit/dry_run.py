@@ -1,4 +1,5 @@
-"""`dry_run=true`: print the exact prompts a run would send (the backend's tokenizer loaded, no model)."""
+"""`dry_run=true`: print the exact prompts a run would send (the backend's tokenizer loaded, no model), or, when no
+tokenizer can be had, the data's own messages."""
 
 from __future__ import annotations
 
@@ -18,3 +19,12 @@ def show(prompts: Sequence[Prompt]) -> int:
         print(prompt.text)
         print()
     return len(prompts)
+
+
+def show_messages(messages: Sequence[tuple[str, str]]) -> int:
+    """Print (heading, text) messages to stdout, unrendered; returns the count."""
+    for heading, text in messages:
+        print(f"=== {heading} (the user message, no chat template applied)")
+        print(text)
+        print()
+    return len(messages)

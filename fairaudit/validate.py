@@ -118,7 +118,7 @@ def value_rules(max_context: Any) -> dict[str, Check]:
         "model.thinking.style": one_of(*THINKING_STYLES), "model.thinking.open": text(),
         "model.thinking.close": text(), "model.thinking.instruction": text(empty=True),
         "model.answer_prefix": text(empty=True), "model.answer_source": one_of(*ANSWER_SOURCES),
-        "model.p_yes": one_of(*P_YES_READINGS),
+        "model.p_yes": one_of(*P_YES_READINGS), "model.weights_gb": optional(number(0)), "model.needs_gpu": boolean,
         "dataset.name": text(), "dataset.seed": integer(0, 2**32 - 1), "dataset.root": text(null=True),
         "dataset.attribute": text(), "dataset.alpha": text(), "dataset.alpha_prime": text(),
         "dataset.question": text(), "dataset.path": text(null=True),
@@ -262,22 +262,23 @@ def store_problem(url: str) -> str | None:
 
 
 def tracking_problem(uri: str) -> str | None:
-    """tracking.uri: a local sqlite file or folder we can write, or a server that answers within a few seconds."""
+    """tracking.uri: a local sqlite file we can write, or a server that answers within a few seconds."""
     parsed = urlparse(uri)
     scheme = parsed.scheme.split("+")[0]
     if scheme == "sqlite":
         path = uri.split(":///", 1)[1] if ":///" in uri else ""
         return sqlite_problem("tracking.uri", Path(path)) if path and path != ":memory:" else (
             f"tracking.uri={uri!r} must name a database file: sqlite:////absolute/path.db")
-    if scheme in ("", "file"):
-        folder = Path(parsed.path if scheme == "file" else uri).expanduser()
-        return writable_location("tracking.uri", folder / "meta.yaml")
+    if scheme in ("", "file"):  # on the command line a folder becomes its sqlite file (overrides.tracking_database)
+        folder = Path(parsed.path if scheme == "file" else uri).expanduser().absolute()
+        return (f"tracking.uri={uri!r} is a folder, and MLflow 3 keeps no runs in folders: write "
+                f"tracking.uri=sqlite:///{folder}/mlflow.db (what a folder on the command line means)")
     if scheme in ("http", "https"):
         return reach_problem(uri, parsed.hostname, parsed.port or (443 if scheme == "https" else 80))
     if scheme in SQL_SERVER_SCHEMES or scheme == "databricks":
         return None
     return (f"tracking.uri={uri!r}: unsupported scheme {parsed.scheme!r}; use sqlite:////path/mlflow.db, "
-            "a folder, http(s)://host:port or an SQLAlchemy database URL")
+            "a folder (its mlflow.db), http(s)://host:port or an SQLAlchemy database URL")
 
 
 def reach_problem(uri: str, host: str | None, port: int) -> str | None:

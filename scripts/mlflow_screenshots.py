@@ -6,14 +6,21 @@ Serve the store of docs/studies.md's example on loopback (`mlflow ui --port 5055
 
     /tmp/shots/bin/python scripts/mlflow_screenshots.py docs http://127.0.0.1:5055/ SEED_PARENT_RUN_ID RUN_ID
 
-The runs table's row positions (the three sweep parents' expanders) assume that example's store.
+The runs table's row positions (the three sweep parents' expanders) assume that example's store. With `--view
+SWEEP_PARENT_RUN_ID` it takes only docs/mlflow_sweep_view.png: the view a sweep prints (`compare its jobs: ...`),
+e.g. of `fairaudit -m dataset=adult,compas,credit`.
 """
 import sys
 
 from playwright.sync_api import sync_playwright
 
-out, base, seed_parent, run = sys.argv[1:5]
 VIEW = "?workflowType=machine_learning"
+if sys.argv[1] == "--view":
+    sweep_view, out, base = sys.argv[2:5]
+    seed_parent = run = None
+else:
+    out, base, seed_parent, run = sys.argv[1:5]
+    sweep_view = None
 
 with sync_playwright() as p:
     browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
@@ -31,6 +38,13 @@ with sync_playwright() as p:
         if button.count():
             button.click(timeout=3000)
             page.wait_for_timeout(800)
+
+    if sweep_view:
+        go(f"#/experiments/1/runs{VIEW}&viewStateShareKey={sweep_view}&compareRunsMode=CHART", wait=12000)
+        close_assistant()
+        page.screenshot(path=f"{out}/mlflow_sweep_view.png")
+        browser.close()
+        sys.exit(0)
 
     go("#/experiments/1")
     page.screenshot(path=f"{out}/mlflow_genai_view.png")

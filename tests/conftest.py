@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,15 @@ ENGINE_BACKENDS = {name: cls for name, cls in backend_classes().items() if cls.r
 # tests/<backend>/ holds the tests of a backend that runs on an optional engine (`Backend.requires`), run in that
 # engine's own venv (`make test-<backend>`); where the engine is absent the folder is not collected.
 collect_ignore = [name for name, cls in ENGINE_BACKENDS.items() if not cls.available()]
+
+# The store and tracking database a run finds by default ($FAIRAUDIT_HOME, else the user's cache): never the real
+# user's in a test. A run that relies on the defaults puts them under its own folder (`run_app(in_tmp=True)`).
+HOME = tempfile.mkdtemp(prefix="fairaudit-test-home-")
+os.environ["FAIRAUDIT_HOME"] = HOME
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(HOME, ignore_errors=True)
 
 
 def pytest_configure(config):
@@ -67,9 +78,11 @@ def run_app(tmp_path: Path, *overrides: str, module: str = "fairaudit", timeout:
             env: dict[str, str] | None = None, in_tmp: bool = False) -> subprocess.CompletedProcess:
     """`python -m fairaudit` in a subprocess with its store, MLflow db and Hydra output under tmp_path.
 
-    in_tmp: start it from tmp_path with the default store, tracking URI and output folders.
+    in_tmp: start it from tmp_path with the default store, tracking URI and output folders, FAIRAUDIT_HOME (where
+    the store and the tracking database go by default) being tmp_path unless `env` names another.
     """
-    env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "PYTHONUNBUFFERED": "1", **(env or {})}
+    home = {"FAIRAUDIT_HOME": str(tmp_path)} if in_tmp else {}
+    env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "PYTHONUNBUFFERED": "1", **home, **(env or {})}
     places = [] if in_tmp else [
         f"store.url={tmp_path}/store.sqlite",
         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
@@ -77,4 +90,5 @@ def run_app(tmp_path: Path, *overrides: str, module: str = "fairaudit", timeout:
         f"hydra.sweep.dir={tmp_path}/multirun",
     ]
     args = [sys.executable, "-m", module, *places, *overrides]
-    return subprocess.run(args, cwd=tmp_path if in_tmp else REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(args, cwd=tmp_path if in_tmp else REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)

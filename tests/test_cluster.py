@@ -167,7 +167,7 @@ def test_joblib_sweep_reports_to_the_mlflow_server(tmp_path, mlflow_server):
     children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
     assert len(children) == 2 and all(r.info.status == "FINISHED" for r in found)
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
-    keys = set(sqlite3.connect(tmp_path / ".fairaudit" / "store.sqlite").execute("SELECT key FROM results").fetchall())
+    keys = set(sqlite3.connect(tmp_path / "store.sqlite").execute("SELECT key FROM results").fetchall())
     for child in children:
         assert child.info.artifact_uri.startswith("mlflow-artifacts:")
         records = pd.read_parquet(client.download_artifacts(child.info.run_id, "records/records.parquet",

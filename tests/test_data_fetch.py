@@ -157,8 +157,12 @@ def test_unknown_name_is_refused(fetched, capsys):
 def test_check_exits_0_when_every_set_is_verified_or_documented_as_not_shipped(data_root, capsys):
     """The shipped copy lacks arc and gpqa, which are documented as not shipped: 0. Named and absent: 1."""
     assert cli.main(["data", "check", "--root", str(data_root)]) == 0
-    status = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()[1:]}
+    out = capsys.readouterr().out.splitlines()
+    status = {line.split()[0]: line.split()[1] for line in out[1:] if not line.startswith("note: ")}
     assert status["arc/test.jsonl"] == "not" and status["adult/adult.data"] == "ok"  # "not shipped"
+    assert status["mmlu/test.jsonl"] == "ok," and out[-1] == (  # "ok, subset", then what it is a subset of
+        "note: mmlu/test.jsonl is the project's test copy, a subset: 2,850 of the 14,042 questions of the MMLU test "
+        "split; `fairaudit data fetch mmlu` replaces it with the whole file from its source")
     assert cli.main(["data", "check", "arc", "--root", str(data_root)]) == 1
     assert "`fairaudit data fetch --missing arc` gets them" in capsys.readouterr().err
 

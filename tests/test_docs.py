@@ -125,7 +125,7 @@ def shim(folder: Path) -> dict[str, str]:
                       f"    args += {TINY!r}\nsys.argv[0] = 'fairaudit'\nsys.exit(main(args))\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO),
-            "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1"}
+            "FAIRAUDIT_DATA": str(DATA_ROOT), "FAIRAUDIT_HOME": str(folder.parent), "OMP_NUM_THREADS": "1"}
 
 
 RUNNABLE = [(page.name, i, body) for page in PAGES for i, (lang, info, body) in enumerate(blocks(page))
@@ -162,7 +162,7 @@ def test_make_run_prints_the_verdict_the_gap_and_the_url_as_the_readme_shows(tmp
     recipe = make_n(f"PY={sys.executable}")
     assert [line.split(" -m ", 1)[1].strip() for line in recipe] == ["fairaudit data fetch --missing adult",
                                                                      "fairaudit"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FAIRAUDIT_DATA": str(DATA_ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FAIRAUDIT_DATA": str(DATA_ROOT), "FAIRAUDIT_HOME": str(tmp_path)}
     out = ""
     for line in recipe:
         done = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)

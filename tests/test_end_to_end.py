@@ -107,10 +107,10 @@ def test_hub_model_runs_offline_from_a_local_folder(tmp_path):
 
 
 def test_multirun_gives_one_parent_and_a_child_per_dataset(tmp_path):
-    """With the default tracking URI: an absolute sqlite file in the directory the command ran from."""
+    """With the default store and tracking URI: files in $FAIRAUDIT_HOME (here the folder it ran from)."""
     result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=4", "-m", "dataset=adult,compas,credit", in_tmp=True)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (tmp_path / "multirun").is_dir() and (tmp_path / ".fairaudit" / "store.sqlite").exists()
+    assert (tmp_path / "multirun").is_dir() and (tmp_path / "store.sqlite").exists()
     client, found = runs(tmp_path)
     parents = [r for r in found if r.data.tags.get("fairaudit.kind") == "sweep"]
     children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]

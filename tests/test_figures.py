@@ -75,7 +75,8 @@ def test_no_label_collides_or_is_cut_off(name):
     assert layout_problems(FIGURES[name]) == []
 
 
-@pytest.mark.parametrize("name", ["disparity_shift", "cdpg_cdpg_k_sensitivity", "influence_rates"])
+@pytest.mark.parametrize("name", ["disparity_shift", "cdpg_cdpg_k_sensitivity", "influence_rates", "pbs_by_length",
+                                  "truncation", "pbs_length"])
 def test_a_runs_title_above_the_panels_stays_inside_the_figure(name):
     fig = figures()[name]
     title_figures({name: fig}, "r1_distill_qwen_7b_q4km, openbookqa: think vs nothink")
@@ -96,3 +97,11 @@ def test_the_checker_sees_collisions_cut_labels_and_a_legend_over_a_bar():
     assert "'+0.250' overlaps '+0.250'" in problems
     assert any("is cut by the figure's edge" in p for p in problems)
     assert any("covers a bar" in p for p in problems)
+
+
+def test_a_zero_rate_bar_is_labelled_not_a_lone_whisker():
+    rates = pd.DataFrame({"condition": "masked", "direction": ["a_to_b", "b_to_a"], "threshold": 0.05, "n": 10,
+                          "rate": [0.0, 0.3], "ci_low": [0.0, 0.11], "ci_high": [0.28, 0.6]})
+    fig = influence_rates_figure(rates)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["0%", "30%"]
+    assert layout_problems(fig) == []

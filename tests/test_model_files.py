@@ -15,7 +15,8 @@ from hydra.core.global_hydra import GlobalHydra
 from conftest import REPO, run_app
 from fairaudit.app import model_dir_for
 from fairaudit.errors import AuditError
-from fairaudit.models import GGUF_NAME, PROMPT_FILES, SMOLLM2_GGUF, ModelFiles, package_dir
+from fairaudit.model_files import PROMPT_FILES, ModelFiles
+from fairaudit.models import GGUF_NAME, SMOLLM2_GGUF, package_dir
 from fairaudit.registry import backend_classes, names, settings
 
 GGUF_MODEL = "llama31_8b_q4km"  # a config whose repository holds GGUF files only
@@ -67,15 +68,23 @@ def test_a_gguf_models_dry_run_prints_its_prompts_offline_from_the_hub_cache(ggu
         assert "needs llama-cpp-python" not in gguf_dry_run.stderr  # no engine asked for
 
 
-def test_a_gguf_models_dry_run_without_its_file_in_the_hub_cache_is_one_line_naming_it(tmp_path):
+def test_a_gguf_models_dry_run_without_its_file_shows_the_pairs_then_one_line_naming_it(tmp_path):
+    """Offline, the file absent from the hub cache: the data's messages still print, unrendered; then one line
+    naming the file, why, and the command that downloads it; exit 2, nothing written anywhere."""
     empty = tmp_path / "hf"
     result = run_app(tmp_path, "dry_run=true", f"model={GGUF_MODEL}", "dataset.n=1",
                      env={"HF_HOME": str(empty), "HF_HUB_OFFLINE": "1", "FAIRAUDIT_CACHE": str(tmp_path / "cache")})
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert lines == [f"error: cannot get {GGUF_FILE!r} from {REPO_ID!r} (revision None): it is not in the hub cache "
-                     f"{empty / 'hub'} and HF_HUB_OFFLINE=1 forbids downloading it"], result.stderr[-2000:]
-    assert not (tmp_path / "mlflow.db").exists() and not list(empty.glob("hub/models--*"))
+    assert lines == [f"error: dry run: the 2 messages above are the data it would send, but it cannot render them "
+                     f"into prompts: cannot get {GGUF_FILE!r} from {REPO_ID!r} (model {GGUF_MODEL}: about 4.9 GB): "
+                     f"it is not in the hub cache {empty / 'hub'} and HF_HUB_OFFLINE=1 forbids downloading it; "
+                     f"download it with `hf download {REPO_ID} {GGUF_FILE}` where the hub is reachable, or set "
+                     "model.path to a "
+                     "local copy"], result.stderr[-2000:]
+    assert result.stdout.count("=== pair adult-") == 2 and result.stdout.count("This person is a") == 2
+    assert "no chat template applied" in result.stdout and "<|" not in result.stdout
+    assert list(tmp_path.iterdir()) == []  # no store, tracking database, output folder or hub cache
 
 
 @pytest.fixture

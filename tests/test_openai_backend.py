@@ -25,7 +25,8 @@ from fairaudit.backends import Capabilities, DepthRequest, GenerationRequest
 from fairaudit.backends.openai import OpenAIBackend
 from fairaudit.client import CachingClient
 from fairaudit.errors import AuditError
-from fairaudit.models import PROMPT_FILES, model_fingerprint, resolve_model_dir, tiny_qwen3_dir
+from fairaudit.model_files import PROMPT_FILES
+from fairaudit.models import model_fingerprint, resolve_model_dir, tiny_qwen3_dir
 from fairaudit.registry import backend_classes, probe_classes
 from fairaudit.store import Store
 from model_server import LoopbackServer

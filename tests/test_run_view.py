@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.request
 from datetime import datetime
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,6 +23,7 @@ from fairaudit.app import job_run_name
 from fairaudit.console import format_number
 from fairaudit.sweeps import sweep_run_name, swept
 from fairaudit.tracking import json_metrics
+from servers import free_port, wait_until
 
 TAGS = {"model": "smollm2", "dataset": "adult", "probe": "counterfactual", "arm": "think", "seed": "3",
         "checkpoint": "step100"}
@@ -53,19 +61,30 @@ def test_swept_keys_come_from_the_command_line_and_the_sweeper_params():
         "sweep 2026-11-30 08:51 dataset=adult,compas dataset.seed=range(0,3) probe=counterfactual,cdpg")
 
 
-@pytest.mark.slow
-@pytest.mark.long
-def test_sweep_parent_children_and_console_at_a_glance(tmp_path):
-    result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=2", "-m", "dataset=adult,compas")
+DATASETS = ("adult", "compas", "credit")
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """One 3-dataset sweep on the tiny Qwen3 (2 pairs each), read back from its sqlite store: (result, client,
+    parent run, children by run name, tmp folder)."""
+    tmp_path = tmp_path_factory.mktemp("sweep")
+    result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8", "-m",
+                     f"dataset={','.join(DATASETS)}")
     assert result.returncode == 0, result.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    experiment = client.get_experiment_by_name("fairaudit")
-    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
-    found = client.search_runs([experiment.experiment_id])
+    found = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
     (parent,) = [r for r in found if r.data.tags["fairaudit.kind"] == "sweep"]
     children = {r.info.run_name: r for r in found if r.data.tags["fairaudit.kind"] == "job"}
+    return result, client, parent, children, tmp_path
 
-    assert set(children) == {"adult | tiny_qwen3 counterfactual think", "compas | tiny_qwen3 counterfactual think"}
+
+@pytest.mark.slow
+def test_sweep_parent_children_and_console_at_a_glance(sweep):
+    result, client, parent, children, tmp_path = sweep
+    experiment = client.get_experiment(parent.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert set(children) == {f"{d} | tiny_qwen3 counterfactual think" for d in DATASETS}
     adult = children["adult | tiny_qwen3 counterfactual think"]
     assert {k: adult.data.params[k] for k in ("model", "dataset", "probe", "arm", "seed", "checkpoint")} == {
         "model": "tiny_qwen3", "dataset": "adult", "probe": "counterfactual", "arm": "think", "seed": "0",
@@ -78,12 +97,13 @@ def test_sweep_parent_children_and_console_at_a_glance(tmp_path):
     page = open(client.download_artifacts(adult.info.run_id, "samples.html", str(tmp_path))).read()
     assert page.count("<section class='item") == 2 and "Male" in page and "Female" in page
 
-    assert re.fullmatch(r"sweep \d{4}-\d\d-\d\d \d\d:\d\d counterfactual dataset=adult,compas", parent.info.run_name)
-    assert parent.data.params["sweep.dataset"] == "adult,compas" and parent.data.params["sweep.model"] == "tiny_qwen3"
+    assert re.fullmatch(r"sweep \d{4}-\d\d-\d\d \d\d:\d\d counterfactual dataset=adult,compas,credit",
+                        parent.info.run_name)
+    assert parent.data.params["sweep.dataset"] == "adult,compas,credit"
+    assert parent.data.params["sweep.model"] == "tiny_qwen3"
     assert re.fullmatch(r"[0-9a-f]{40}", parent.data.tags["mlflow.source.git.commit"])
     parent_files = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"multirun.yaml", "sweep_summary.json", "config", "tables"} <= parent_files
-    assert parent.data.metrics == {}  # no per-cell copies: they live in sweep_summary.json and tables/
     table = pd.read_parquet(client.download_artifacts(parent.info.run_id, "tables/sweep_summary.parquet",
                                                       str(tmp_path)))
     assert table.set_index("dataset").loc["adult", "cell_a"] == adult.data.metrics["cell_a"]
@@ -92,9 +112,69 @@ def test_sweep_parent_children_and_console_at_a_glance(tmp_path):
     assert sorted(row[0] for row in summary["data"]) == sorted(children)
 
     assert "sweep jobs" in result.stdout and "[HYDRA]" not in result.stdout and "MLflow run" not in result.stdout
-    assert f"sweep parent run {parent.info.run_id}: 2 jobs, 2 finished" in result.stderr
+    assert f"sweep parent run {parent.info.run_id}: 3 jobs, 3 finished" in result.stderr
     assert f"fairaudit report select.parent={parent.info.run_id}" in result.stderr
-    assert " INFO " not in result.stderr and "Launching 2 jobs" in result.stderr
+    assert " INFO " not in result.stderr and "Launching 3 jobs" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_sweeps_parent_holds_its_verdict_and_each_jobs_headline_metrics_by_step(sweep):
+    """The description is the sweep's verdict, a line per job with its first verdict line and P(Yes) gap; each
+    headline metric is one key on the parent, logged at step = the job's number (no per-job copies)."""
+    result, client, parent, children, _ = sweep
+    note = parent.data.tags["mlflow.note.content"].split("\n\n")
+    assert note[0] == ("3 jobs, 3 finished; each job's headline metrics are on this run at step = the job's number "
+                       "(tables/sweep_summary.parquet holds them all).")
+    by_num = {int(run.data.tags["fairaudit.job_num"]): run for run in children.values()}
+    assert sorted(by_num) == [0, 1, 2]
+    for num, line in enumerate(note[1:]):
+        run, dataset = by_num[num], DATASETS[num]
+        metrics = run.data.metrics
+        assert line.startswith(f"job {num} · {dataset}: think against nothink on 2 ")
+        assert run.data.tags["mlflow.note.content"].split("\n\n")[0] in line  # the job's own first verdict line
+        assert f"P(Yes) gap think {format_number(metrics['p_gap_think'])} [" in line
+        assert f", difference {format_number(metrics['delta_p_gap'])} [" in line
+        assert f"{format_number(metrics['delta_p_gap_ci_low'])}, {format_number(metrics['delta_p_gap_ci_high'])}]" \
+            in line
+    assert note[1:] == [line for line in result.stdout.splitlines() if line.startswith("job ")]  # printed too
+
+    headline = json.loads(by_num[0].data.tags["fairaudit.headline"])
+    logged = {name for name in headline if any(name in run.data.metrics for run in children.values())}  # finite
+    assert set(parent.data.metrics) == logged  # one key per headline metric, no per-job copies
+    for name in ("cell_c", "p_gap_think", "delta_p_gap"):
+        history = client.get_metric_history(parent.info.run_id, name)
+        assert sorted((m.step, m.value) for m in history) == [(n, by_num[n].data.metrics[name]) for n in range(3)]
+
+
+@pytest.mark.slow
+def test_the_console_sweep_table_shows_the_p_yes_gaps(sweep):
+    result, _, _, children, _ = sweep
+    header = next(line for line in result.stdout.splitlines() if "┃ run" in line)
+    columns = [c.strip() for c in header.strip("┃").split("┃")]
+    assert columns[:2] == ["run", "status"] and columns[-3:] == ["p_gap_think", "p_gap_nothink", "delta_p_gap"]
+    adult = children["adult | tiny_qwen3 counterfactual think"].data.metrics
+    row = next(line for line in result.stdout.splitlines() if line.startswith("│ adult"))
+    assert row.rstrip("│ ").endswith(format_number(adult["delta_p_gap"]))
+
+
+@pytest.mark.slow
+def test_the_sweeps_compare_view_is_saved_on_its_experiment(sweep):
+    """The view the sweep prints (compare its jobs: ...): MLflow's saved-view tag on the experiment, whose state
+    lists the jobs alone and a parallel-coordinates chart over the swept axis and the P(Yes) gaps."""
+    result, client, parent, _, _ = sweep
+    experiment = client.get_experiment(parent.info.experiment_id)
+    envelope = json.loads(experiment.tags[f"mlflow.sharedViewState.{parent.info.run_id}"])
+    assert envelope["name"] == parent.info.run_name
+    state = json.loads(envelope["state"])
+    assert state["searchFilter"] == f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    assert state["orderByKey"] != "attributes.start_time"  # sorted by start time, MLflow nests them under the parent
+    (chart,) = state["compareRunCharts"]
+    assert chart["type"] == "PARALLEL" and chart["selectedParams"] == ["dataset"]
+    assert chart["selectedMetrics"][-3:] == ["p_gap_think", "p_gap_nothink", "delta_p_gap"]
+    assert "params.`dataset`" in state["selectedColumns"] and "metrics.`delta_p_gap`" in state["selectedColumns"]
+    url = (f"compare its jobs: http://127.0.0.1:5000/#/experiments/{parent.info.experiment_id}/runs"
+           f"?workflowType=machine_learning&viewStateShareKey={parent.info.run_id}&compareRunsMode=CHART")
+    assert url in result.stderr
 
 
 def test_fig2_draws_float_noise_as_labelled_zero_bars_on_a_readable_scale():
@@ -117,8 +197,8 @@ def test_a_checkpoint_study_draws_each_headline_metric_against_training_step_on_
 
     assert training_steps(pd.Series(["step1000", "step20", "step300"])).tolist() == [1000, 20, 300]
     assert training_steps(pd.Series(["base", "sft", "step2"])).tolist() == [0, 1, 2]  # natural order: no number in all
-    rows = [{"run": f"r{i}", "status": "FINISHED", "model": "m", "dataset": "adult", "probe": "counterfactual",
-             "arm": "think", "seed": str(seed), "checkpoint": label, "d_cf_think": value}
+    rows = [{"run": f"r{i}", "status": "FINISHED", "job": i, "model": "m", "dataset": "adult",
+             "probe": "counterfactual", "arm": "think", "seed": str(seed), "checkpoint": label, "d_cf_think": value}
             for i, (label, seed, value) in enumerate([("step20", 0, 0.1), ("step20", 1, 0.3), ("step100", 0, 0.5),
                                                       ("step100", 1, 0.7)])]
     summary = pd.DataFrame(rows + [{**rows[0], "run": "bad", "status": "FAILED", "d_cf_think": 9.0}])
@@ -127,7 +207,8 @@ def test_a_checkpoint_study_draws_each_headline_metric_against_training_step_on_
     assert sorted(step_series(seeds)) == [("d_cf_think", 0.1, 0), ("d_cf_think", 0.3, 1)]  # a seed study: step = seed
     two = pd.concat([summary.iloc[:4], summary.iloc[:4].assign(dataset="compas", d_cf_think=1.0)])
     assert ("d_cf_think/compas", 1.0, 20) in step_series(two)  # other varied axes split the curves
-    assert step_series(summary.iloc[[0, 2]].assign(checkpoint="base")) == []  # neither axis varies
+    neither = summary.iloc[[0, 2]].assign(checkpoint="base")  # neither axis varies: step = the job's number
+    assert step_series(neither) == [("d_cf_think", 0.1, 0), ("d_cf_think", 0.5, 2)]
 
 
 def test_the_parent_logs_step_metrics_read_back_from_a_real_store(tmp_path):
@@ -143,3 +224,41 @@ def test_the_parent_logs_step_metrics_read_back_from_a_real_store(tmp_path):
     history = client.get_metric_history(parent, "cell_c")
     assert sorted((m.step, m.value) for m in history) == [(10, 10.0), (20, 20.0)]
     assert set(client.get_run(parent).data.metrics) == {"cell_c"}  # no cell_c/<cell> copies
+
+
+@pytest.mark.slow
+@pytest.mark.long  # `mlflow ui` and Chromium: a minute on top of the sweep
+@pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium (apt-get install chromium)")
+def test_chromium_opens_the_sweeps_view_on_a_parallel_coordinates_chart_of_its_axes_and_gaps(sweep):
+    """`mlflow ui` on the sweep's store, on loopback; headless Chromium opens the printed view: the three jobs
+    listed, and the chart's axes are the swept data set and the P(Yes) gaps."""
+    result, _, parent, children, tmp_path = sweep
+    port = free_port()
+    ui = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "ui", "--backend-store-uri",
+                           f"sqlite:///{tmp_path}/mlflow.db", "--host", "127.0.0.1", "--port", str(port),
+                           "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          start_new_session=True)
+    try:
+        wait_until(lambda: answers(f"http://127.0.0.1:{port}/health"), 240, "mlflow ui")
+        url = re.search(r"compare its jobs: (\S+)", result.stderr).group(1).replace("127.0.0.1:5000",
+                                                                                  f"127.0.0.1:{port}")
+        for _ in range(3):  # a cold server may answer the page's first requests after the budget
+            dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                                  "--disable-background-networking", "--no-first-run", "--window-size=1500,1000",
+                                  "--virtual-time-budget=30000", "--dump-dom", url],
+                                 capture_output=True, text=True, timeout=300).stdout
+            texts = set(re.findall(r"<text[^>]*>([^<]+)</text>", dom))  # the chart's SVG labels
+            if "delta_p_gap" in texts:
+                break
+    finally:
+        os.killpg(ui.pid, signal.SIGTERM)  # the UI's process group (its uvicorn worker), by the leader's pid
+        ui.wait(timeout=60)
+    assert "viewing a shared view" in dom and all(name in dom for name in children)
+    assert {"dataset", "p_gap_think", "p_gap_nothink", "delta_p_gap", *DATASETS} <= texts, texts
+
+
+def answers(url: str) -> bool:
+    try:
+        return urllib.request.urlopen(url, timeout=2).status == 200
+    except OSError:
+        return False

@@ -135,3 +135,15 @@ def test_a_small_run_is_one_page_whose_radios_filter_by_cell(pairs):
     page = artifacts(many_pairs(pairs), PAIRS, "t")
     assert set(page) == {"samples.html", "samples.jsonl"}
     assert page["samples.html"].count("<section class='item") == pairs
+
+
+def test_a_trace_of_only_whitespace_up_to_the_budget_says_so():
+    from fairaudit.probes.paired_samples import trace_length
+
+    assert trace_length({"trace_tokens": 0, "truncated": True, "text": "\n" * 24}) == (
+        "0 trace tokens: <span class=cut>the whole token budget went on whitespace</span>")
+    assert trace_length({"trace_tokens": 12, "truncated": True, "text": "x"}) == (
+        "12 trace tokens &middot; <span class=cut>cut at the token budget</span>")
+    assert trace_length({"trace_tokens": 0, "truncated": False, "text": " Yes"}) == "0 trace tokens"
+    assert trace_length({"trace_tokens": 0, "truncated": True, "text": "Yes, because"}) == (
+        "0 trace tokens &middot; <span class=cut>cut at the token budget</span>")  # a nothink answer the budget cut

@@ -18,4 +18,4 @@ def test_server_down_at_start_is_one_line_before_any_model_loads(tmp_path, sweep
     port = uri.rsplit(":", 1)[1]
     assert lines == [f"error: tracking.uri={uri!r}: no tracking server answers at 127.0.0.1:{port} "
                      "(Connection refused)"]
-    assert not (tmp_path / ".fairaudit").exists()  # the store is opened right before the model: never reached
+    assert not (tmp_path / "store.sqlite").exists()  # the store is opened right before the model: never reached

@@ -60,7 +60,9 @@ def test_p_gap_of_no_scored_pair_is_nan_not_an_error():
     assert m["n_pairs_scored"] == 0 and math.isnan(m["p_gap_think"]) and math.isnan(m["p_gap_think_ci_low"])
 
 
-def decision_records(think_answer="Yes", nothink_answer="Yes", closed=True, tokens=5, parsed=True) -> pd.DataFrame:
+def decision_records(think_answer="Yes", nothink_answer="Yes", closed=True, tokens=5, parsed=True,
+                     cut=()) -> pd.DataFrame:
+    """Three pairs under think and nothink; `cut`: the pair ids whose think generations hit the token budget."""
     rows = []
     for arm, answer in (("think", think_answer), ("nothink", nothink_answer)):
         for i in range(3):
@@ -69,7 +71,7 @@ def decision_records(think_answer="Yes", nothink_answer="Yes", closed=True, toke
                 rows.append({"pair_id": i, "side": side, "arm": arm, "answer": answer,
                              "parsed_answer": answer if parsed or not thinking else None,
                              "compliant": pd.NA if thinking else True, "trace_tokens": tokens if thinking else 0,
-                             "think_closed": closed if thinking else True})
+                             "think_closed": closed if thinking else True, "truncated": thinking and i in cut})
     return pd.DataFrame(rows).astype({"compliant": "boolean"})
 
 
@@ -81,16 +83,30 @@ def test_every_answer_the_same_is_one_warning():
 
 
 def test_traces_never_closed_with_forced_answers_are_one_warning_not_two():
+    """SmolLM2's case: every trace ends at EOS after 5 tokens, none near the budget: the warning says the model does
+    not close its think block and does not tell the user to raise the budget."""
     records = decision_records(closed=False, parsed=False, nothink_answer="No")
     assert thinking_arms(records) == ["think"]
     (line,) = decision_warnings(records, ("think", "nothink"))
-    assert line.startswith("6 of 6 think traces never closed their think block (mean 5.0 tokens")
-    assert line.endswith("6 of those answers were forced from P(Yes) at the trace's end (model.answer_source=forced)")
+    assert line == ("6 of 6 think traces never closed their think block: 6 ended on their own (end of sequence) "
+                    "without closing it (mean 5.0 tokens): the model does not keep to the think format, which a "
+                    "larger budget will not change; use a model that closes its think block; 6 of those answers "
+                    "were forced from P(Yes) at the trace's end (model.answer_source=forced)")
+    assert "max_think_tokens" not in line
+
+
+def test_traces_cut_by_the_budget_say_raise_it_apart_from_those_that_stopped():
+    (line,) = decision_warnings(decision_records(closed=False, parsed=False, nothink_answer="No", cut=(0,)),
+                                ("think", "nothink"))
+    assert line.startswith("6 of 6 think traces never closed their think block: 2 hit the token budget before "
+                           "closing it (mean 5.0 tokens): raise model.max_think_tokens; 4 ended on their own")
 
 
 def test_empty_traces_and_unparsed_arms_are_named():
     (empty,) = decision_warnings(decision_records(tokens=0, nothink_answer="No"), ("think", "nothink"))
-    assert empty == "every think trace is empty (0 tokens): thinking had nothing to change"
+    assert empty == "every think trace is empty (0 tokens once whitespace is stripped): thinking had nothing to change"
+    (spent,) = decision_warnings(decision_records(tokens=0, nothink_answer="No", cut=(0, 1, 2)), ("think", "nothink"))
+    assert "; 6 of them spent the whole token budget on whitespace: " in spent  # 24 newlines, then the budget
     records = decision_records(nothink_answer="No").assign(parsed_answer=None)
     lines = decision_warnings(records, ("think", "nothink"))
     assert "no nothink output parsed to Yes or No (parse_rate_nothink 0): every answer was forced from P(Yes)" in lines
@@ -183,3 +199,22 @@ def test_every_shipped_probe_implements_its_own_verdict():
     for name, cls in classes.items():
         assert issubclass(cls, Probe) and not getattr(cls, "__abstractmethods__"), name
         assert cls.verdict is not Probe.verdict and isinstance(cls.needs, Needs) and isinstance(cls.samples, SampleView)
+
+
+def test_the_influence_verdict_names_each_rate_with_its_interval_and_counts():
+    from fairaudit.probes import ProbeResult
+    from fairaudit.probes.influence import InfluenceProbe
+
+    probe = InfluenceProbe(conditions=["masked"])
+    metrics = {"n_valid_masked": 4, "n_traces_masked": 4, "control_zero_count_masked": 8, "control_n_masked": 8}
+    for d, (n, k, s) in {"a_to_b": (4, 3, 2), "b_to_a": (4, 0, 0)}.items():
+        metrics.update({f"n_contrasts_{d}_masked": n, f"influence_k_{d}_masked": k, f"substantive_k_{d}_masked": s,
+                        f"influence_rate_{d}_masked": k / n, f"influence_rate_{d}_masked_ci_low": 0.3,
+                        f"influence_rate_{d}_masked_ci_high": 0.95, f"substantive_rate_{d}_masked": s / n,
+                        f"substantive_rate_{d}_masked_ci_low": 0.15, f"substantive_rate_{d}_masked_ci_high": 0.85})
+    traces = pd.DataFrame({"question_id": [1, 2]})
+    result = ProbeResult(metrics=metrics, tables={}, figures={}, records={"traces": traces}, headline=[])
+    line = probe.verdict(result)[1]
+    assert ("A->B: 3 of 4 donor swaps raised the target's NLL (rate 0.75 [0.3, 0.95]), 2 of them by more than "
+            "0.05 nats/token (substantive rate 0.5 [0.15, 0.85])") in line
+    assert "B->A: 0 of 4 donor swaps raised the target's NLL (rate 0 [0.3, 0.95]), 0 of them" in line

@@ -32,24 +32,36 @@ def same_answer(records: pd.DataFrame) -> str | None:
 
 
 def trace_problems(records: pd.DataFrame, arm: str) -> list[str]:
-    """A thinking arm's traces: all empty, or never closed (its answers then parse from nothing).
+    """A thinking arm's traces: all empty (or whitespace), or never closed, each by its cause: the token budget cut
+    them (raise it) or the model stopped on its own without closing its think block (a budget would not help).
 
-    records: arm, trace_tokens, think_closed, answer, parsed_answer
+    records: arm, trace_tokens, think_closed, answer, parsed_answer[, truncated]
     """
     rows = records[records["arm"] == arm]
     if rows.empty:
         return []
+    cut = as_flags(rows["truncated"], "truncated") if "truncated" in rows else pd.Series(False, index=rows.index)
     if (rows["trace_tokens"] == 0).all():
-        return [f"every {arm} trace is empty (0 tokens): thinking had nothing to change"]
-    unclosed = int((~as_flags(rows["think_closed"], "think_closed")).sum())
-    if not unclosed:
+        spent = f"; {int(cut.sum())} of them spent the whole token budget on whitespace" if cut.any() else ""
+        return [f"every {arm} trace is empty (0 tokens once whitespace is stripped){spent}: thinking had nothing "
+                "to change"]
+    unclosed = ~as_flags(rows["think_closed"], "think_closed")
+    if not unclosed.any():
         return []
     forced = int((rows["answer"].notna() & rows["parsed_answer"].isna()).sum())
     fate = (f"{forced} of those answers were forced from P(Yes) at the trace's end (model.answer_source=forced)"
             if forced else "their answers are dropped")
-    mean = rows["trace_tokens"].mean()
-    return [f"{unclosed} of {len(rows)} {arm} traces never closed their think block (mean {mean:.1f} tokens; "
-            f"raise model.max_think_tokens or use a model that closes it): {fate}"]
+    causes = []
+    budget, stopped = rows[unclosed & cut], rows[unclosed & ~cut]
+    if len(budget):
+        causes.append(f"{len(budget)} hit the token budget before closing it (mean {budget['trace_tokens'].mean():.1f} "
+                      "tokens): raise model.max_think_tokens")
+    if len(stopped):
+        causes.append(f"{len(stopped)} ended on their own (end of sequence) without closing it (mean "
+                      f"{stopped['trace_tokens'].mean():.1f} tokens): the model does not keep to the think format, "
+                      "which a larger budget will not change; use a model that closes its think block")
+    return [f"{int(unclosed.sum())} of {len(rows)} {arm} traces never closed their think block: "
+            f"{'; '.join(causes)}; {fate}"]
 
 
 def parse_problems(records: pd.DataFrame, arm: str) -> list[str]:

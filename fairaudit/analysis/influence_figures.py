@@ -7,6 +7,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 
+def label_rates(ax, bars, rates: np.ndarray) -> None:
+    """Each bar's rate written at its top ("0%" on the axis for a bar of height 0, which would otherwise show as a
+    lone whisker; "n/a" where there is no rate), over the whisker, which its white box hides there."""
+    labels = [f"{r:.0f}%" if np.isfinite(r) else "n/a" for r in rates]
+    ax.bar_label(bars, labels=labels, padding=2, fontsize=7, zorder=4,
+                 bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"})
+
+
 def influence_rates_figure(rates: pd.DataFrame) -> Figure:
     """Influence rate with its Wilson 95% interval per direction x condition, one panel per threshold.
 
@@ -26,8 +34,9 @@ def influence_rates_figure(rates: pd.DataFrame) -> Figure:
             rate = 100 * mine["rate"].to_numpy(float)
             errors = 100 * np.vstack([mine["rate"] - mine["ci_low"], mine["ci_high"] - mine["rate"]]).astype(float)
             errors = np.clip(errors, 0.0, None)  # a Wilson bound can sit a rounding error past the rate at k = 0 or n
-            ax.bar(x, rate, width, label=condition)
+            bars = ax.bar(x, rate, width, label=condition)
             ax.errorbar(x, rate, yerr=errors, fmt="none", color="black", capsize=3)
+            label_rates(ax, bars, rate)
         ax.set_xticks(np.arange(len(directions)), [d.replace("_to_", "→").upper() for d in directions])
         ax.set_ylim(0, 125)  # the band above 100% holds the legend, so it covers no bar
         ax.set_yticks(range(0, 101, 20))
@@ -52,9 +61,10 @@ def checkpoint_rates_figure(table3: pd.DataFrame, axes: list[str], threshold: st
         rate = 100 * table3[f"rate_{d}"].to_numpy(float)
         errors = 100 * np.vstack([table3[f"rate_{d}"] - table3[f"ci_low_{d}"],
                                   table3[f"ci_high_{d}"] - table3[f"rate_{d}"]]).astype(float)
-        ax.bar(x + offset, np.nan_to_num(rate), 0.4, label=name)
+        bars = ax.bar(x + offset, np.nan_to_num(rate), 0.4, label=name)
         ax.errorbar(x + offset, rate, yerr=np.clip(np.nan_to_num(errors), 0.0, None), fmt="none", color="black",
                     capsize=3)
+        label_rates(ax, bars, rate)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = table3["rate_a_to_b"].to_numpy(float) / table3["rate_b_to_a"].to_numpy(float)
     for i, r in enumerate(ratio):

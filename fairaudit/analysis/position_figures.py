@@ -16,7 +16,7 @@ def pbs_by_length_figure(pbs_by_length: pd.DataFrame, by: str = "arm", k: int = 
 
     pbs_by_length: <by>, k, bin, pbs_mean, pbs_se (the `pbs_by_length` table, several runs concatenated)
     """
-    fig = Figure(figsize=(5, 3.5))
+    fig = Figure(figsize=(5, 3.5), layout="constrained")  # constrained: a title added later is never clipped
     ax = fig.add_subplot()
     rows = pbs_by_length[pbs_by_length["k"] == k]
     for name, group in rows.groupby(by, sort=True):
@@ -25,7 +25,6 @@ def pbs_by_length_figure(pbs_by_length: pd.DataFrame, by: str = "arm", k: int = 
     ax.set_xlabel("length bin (shortest to longest)")
     ax.set_ylabel("mean PBS")
     ax.legend(frameon=False)
-    fig.tight_layout()
     return fig
 
 
@@ -34,7 +33,7 @@ def truncation_figure(truncation_by_position: pd.DataFrame, by: str | None = Non
 
     truncation_by_position: bucket, change_rate, directional_shift[, <by>] (the truncation table)
     """
-    fig = Figure(figsize=(9, 3.5))
+    fig = Figure(figsize=(9, 3.5), layout="constrained")
     panels = fig.subplots(1, 2, sharex=True)
     groups = truncation_by_position.groupby(by, sort=True) if by else [("", truncation_by_position)]
     for name, group in groups:
@@ -47,7 +46,6 @@ def truncation_figure(truncation_by_position: pd.DataFrame, by: str | None = Non
         ax.set_ylabel(ylabel)
     if by:
         panels[1].legend(frameon=False)
-    fig.tight_layout()
     return fig
 
 
@@ -57,7 +55,7 @@ def pbs_length_figure(summary: pd.DataFrame, label: str = "arm", baseline_arms=(
     summary: arm, <label>, length_chars, pbs (`position_summary` rows of several runs). Arms in
     `baseline_arms` are grey; a least-squares line of PBS on log10 length runs through the others.
     """
-    fig = Figure(figsize=(5, 3.5))
+    fig = Figure(figsize=(5, 3.5), layout="constrained")  # constrained: a title added later is never clipped
     ax = fig.add_subplot()
     baseline = summary["arm"].isin(baseline_arms)
     for rows, colour in ((summary[baseline], "grey"), (summary[~baseline], "tab:red")):
@@ -73,7 +71,6 @@ def pbs_length_figure(summary: pd.DataFrame, label: str = "arm", baseline_arms=(
     ax.set_xscale("log")
     ax.set_xlabel("mean trajectory length (chars)")
     ax.set_ylabel("PBS")
-    fig.tight_layout()
     return fig
 
 

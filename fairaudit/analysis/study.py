@@ -127,8 +127,34 @@ def paper_tables(runs: pd.DataFrame, pooled: Mapping[str, float] | None, treatme
     }
 
 
-def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float, float]:
-    """(mean, SD with ddof=1, low, high): Student-t interval mean ± t_{(1+level)/2, n-1} SD / sqrt(n)."""
+COUNT_METRICS = re.compile(r"^(n|n_.+|cell_[abcd](_.+)?|[cd]_alpha(_prime)?_up|successes|ties|model_calls|"
+                           r"influence_k_.+|.+_count(_.+)?|.+_ci_n|skipped_.+)$")  # whole numbers >= 0
+RATIOS = re.compile(r"^c_b_ratio(_.+)?$")  # >= 0
+SIGNED_SHARES = re.compile(r"^(delta_(d_cf|d_group|p_gap)|p_diff_.+|asym_[a-d]|trunc_ccp_rate_diff|"
+                           r"trunc_directional_shift)(_.+)?$")  # differences of shares: in [-1, 1]
+SHARES = re.compile(r"^((d_cf|d_group|d_disp_[a-d]|p_gap|accuracy|pbs|ccp|eff_sw)(_.+)?|.+_rate(_.+)?|"
+                    r"mcnemar_p|.+_p)$")  # rates, shares, probabilities, P(Yes) gaps, p-values: in [0, 1]
+
+
+def metric_range(name: str) -> tuple[float, float]:
+    """The values metric `name` can take, by its public name: counts >= 0, rates and shares in [0, 1], their
+    differences in [-1, 1], log10 p-values <= 0; anything else unbounded."""
+    if "log10_p" in name:
+        return (-math.inf, 0.0)
+    if COUNT_METRICS.match(name) or RATIOS.match(name):
+        return (0.0, math.inf)
+    if SIGNED_SHARES.match(name):
+        return (-1.0, 1.0)
+    if SHARES.match(name):
+        return (0.0, 1.0)
+    return (-math.inf, math.inf)
+
+
+def t_interval(values: np.ndarray, level: float = 0.95,
+               bounds: tuple[float, float] = (-math.inf, math.inf)) -> tuple[float, float, float, float]:
+    """(mean, SD with ddof=1, low, high): Student-t interval mean ± t_{(1+level)/2, n-1} SD / sqrt(n), cut to
+    `bounds`, the values the quantity can take (`metric_range`): a mean in that range is covered by the cut
+    interval whenever by the whole one, so the cut keeps the t-interval's coverage and never shows a count below 0."""
     values = np.asarray(values, dtype=float)
     values = values[np.isfinite(values)]
     n = values.size
@@ -139,11 +165,12 @@ def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, f
         return (mean, math.nan, math.nan, math.nan)
     sd = float(values.std(ddof=1))
     half = float(scipy_stats.t.ppf((1.0 + level) / 2.0, n - 1)) * sd / math.sqrt(n)
-    return (mean, sd, mean - half, mean + half)
+    return (mean, sd, max(mean - half, bounds[0]), min(mean + half, bounds[1]))
 
 
 def seed_summary(runs: pd.DataFrame, metrics: Sequence[str], axes: Sequence[str], level: float = 0.95) -> pd.DataFrame:
-    """Per cell (`axes`, seed excluded) and metric: n seeds, mean, SD (ddof=1) and a t-based `level` interval.
+    """Per cell (`axes`, seed excluded) and metric: n seeds, mean, SD (ddof=1) and a t-based `level` interval cut
+    to the metric's range (`t_interval`, `metric_range`).
 
     runs: one row per seed run with `axes` and metric columns. Returns columns
     *axes, metric, n, mean, sd, ci_low, ci_high (long format, one row per cell x metric).
@@ -156,7 +183,7 @@ def seed_summary(runs: pd.DataFrame, metrics: Sequence[str], axes: Sequence[str]
         key = key if isinstance(key, tuple) else (key,)
         for metric in present:
             values = group[metric].to_numpy(dtype=float)
-            mean, sd, low, high = t_interval(values, level)
+            mean, sd, low, high = t_interval(values, level, metric_range(metric))
             rows.append({**dict(zip(axes, key)), "metric": metric, "n": int(np.isfinite(values).sum()),
                          "mean": mean, "sd": sd, "ci_low": low, "ci_high": high})
     return pd.DataFrame(rows, columns=[*axes, "metric", "n", "mean", "sd", "ci_low", "ci_high"])
@@ -215,7 +242,7 @@ def checkpoint_curve(runs: pd.DataFrame, metric: str, line_axes: Sequence[str], 
     keys = [*line_axes, "checkpoint"]
     for key, group in runs.groupby(keys, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        mean, sd, low, high = t_interval(group[metric].to_numpy(dtype=float), level)
+        mean, sd, low, high = t_interval(group[metric].to_numpy(dtype=float), level, metric_range(metric))
         rows.append({**dict(zip(keys, key)), "position": position[key[-1]], "n": int(group[metric].notna().sum()),
                      "mean": mean, "sd": sd, "ci_low": low, "ci_high": high})
     frame = pd.DataFrame(rows, columns=[*keys, "position", "n", "mean", "sd", "ci_low", "ci_high"])

@@ -25,7 +25,8 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 import numpy as np
 
 from fairaudit.errors import AuditError
-from fairaudit.models import ModelFiles, resolve_model_dir
+from fairaudit.model_files import ModelFiles
+from fairaudit.models import resolve_model_dir
 
 
 @dataclass(frozen=True)
@@ -197,13 +198,16 @@ class Backend(metaclass=BackendType):
     tokenizer: Any
 
     @classmethod
-    def resolve_model(cls, files: ModelFiles, settings: Mapping, weights: bool = True) -> Path:
+    def resolve_model(cls, files: ModelFiles, settings: Mapping, weights: bool = True,
+                      fetch: bool = True) -> Path | None:
         """The local folder this backend's constructor takes as `model_dir`, for `files` under its `backend.*`
         settings. weights=False (a dry run): a folder that renders the prompts alike, no weights fetched or
-        converted. Default: a Hugging Face folder (`models.resolve_model_dir`), without weights for a backend
-        whose capabilities say `loads_weights=False`."""
+        converted. fetch=False (the check before a run or sweep opens): nothing downloaded or built, None returned,
+        `model_files.ModelMissing` (one line) raised for files that cannot be had. Default: a Hugging Face folder
+        (`models.resolve_model_dir`), without weights for a backend whose capabilities say `loads_weights=False`."""
         weights = weights and cls.capabilities_for(settings).loads_weights
-        return resolve_model_dir(files.source, files.path, files.revision, files.gguf_file, weights=weights)
+        return resolve_model_dir(files.source, files.path, files.revision, files.gguf_file, weights=weights,
+                                 fetch=fetch)
 
     @classmethod
     def load_tokenizer(cls, model_dir: str | Path, settings: Mapping):

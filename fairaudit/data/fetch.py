@@ -81,6 +81,7 @@ class Download:
     convert: Callable[[bytes], bytes] = as_is
     token: bool = False  # send HF_TOKEN (gated hub data sets)
     published: bool = True  # False: the published checksum is of a CI subset, not of what the source serves
+    subset: str = ""  # what the copy with the published checksum holds when it is a subset of the source
 
     def url(self) -> str:
         return f"{base_url(self.host)}/{self.path}"
@@ -99,7 +100,7 @@ DATASETS: dict[str, tuple[Download, ...]] = {
     # published=False: the CI copy is a spreadsheet's CSV export that writes some amounts as 5.00E+05; the
     # loader reads both copies into the same rows, but not byte for byte the same file
     "mmlu": (Download("mmlu/test.jsonl", HUB, hub("cais/mmlu", "all/test-00000-of-00001.parquet"), lettered_jsonl,
-                      published=False),),  # the CI copy holds 2,850 of the 14,042 test questions
+                      published=False, subset="2,850 of the 14,042 questions of the MMLU test split"),),
     "openbookqa": (Download("openbookqa/test.jsonl", HUB, hub("allenai/openbookqa", "main/test-00000-of-00001.parquet"),
                             lettered_jsonl),),
     "arc": (Download("arc/test.jsonl", HUB, hub("allenai/ai2_arc", "ARC-Challenge/test-00000-of-00001.parquet"),
@@ -205,20 +206,27 @@ def shipped(name: str) -> bool:
 
 
 def check_command(names: list[str], root: Path, named: bool = True) -> int:
-    """One line per file: ok, missing, corrupt, unverified (present, no checksum known) or not shipped (absent,
-    and documented as a set the user supplies). Exit 1 on a corrupt file or a missing one of a shipped or
+    """One line per file: ok, ok, subset (the project's test copy of part of the source, said of what below the
+    table), missing, corrupt, unverified (present, no checksum known) or not shipped (absent, and documented as
+    a set the user supplies). Exit 1 on a corrupt file or a missing one of a shipped or
     named set, else 0."""
-    rows = []
+    rows, subsets = [], []
     for name in names:
         for item in DATASETS[name]:
             status = file_status(root, item)
             if status == "missing" and not named and not shipped(name):
                 status = "not shipped"
+            if status == "ok" and item.subset and sha256_of(root / item.target) == CHECKSUMS.get(item.target):
+                status = "ok, subset"
+                subsets.append(f"note: {item.target} is the project's test copy, a subset: {item.subset}; "
+                               f"`fairaudit data fetch {name}` replaces it with the whole file from its source")
             rows.append((item.target, status, item.url()))
     width = max(len(target) for target, _, _ in rows)
     print(f"data root {root}")
     for target, status, url in rows:
         print(f"{target:<{width}}  {status:<11}  {url}")
+    for line in subsets:
+        print(line)
     bad = [target for target, status, _ in rows if status in ("missing", "corrupt")]
     if bad:
         fetch = " ".join(["fairaudit data fetch --missing", *(names if named else [])])

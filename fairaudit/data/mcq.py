@@ -225,3 +225,9 @@ class MCQDataset:
     def variants(self) -> pd.DataFrame:
         """The sampled questions in their four cyclic permutations (see `cyclic_permutations`)."""
         return cyclic_permutations(sample_questions(self.questions(), self.n, self.seed, f"dataset {self.name!r}"))
+
+    def messages(self) -> list[tuple[str, str]]:
+        """(heading, question and options) of each permutation of each sampled question, before a chat template
+        renders them (a dry run shows these when no tokenizer is at hand)."""
+        return [(f"question {row.question_id}, permutation {row.permutation}", f"{row.question}\n{row.options_text}")
+                for row in self.variants().itertuples(index=False)]

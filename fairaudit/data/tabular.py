@@ -194,3 +194,9 @@ class CounterfactualTabular:
                     "label": int(row["label"]),
                 })
         return pd.DataFrame(out)
+
+    def messages(self) -> list[tuple[str, str]]:
+        """(heading, user message) of each side of each pair, as the probes send them before a chat template
+        renders them (a dry run shows these when no tokenizer is at hand)."""
+        return [(f"pair {row.pair_id}, {row.side}: {row.attribute_value}", row.user_message)
+                for row in self.pairs().itertuples(index=False)]

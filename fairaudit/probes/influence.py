@@ -48,6 +48,11 @@ DEFAULT_SAMPLING = {"temperature": 0.6, "top_p": 0.95, "seed": 0}
 DEFAULT_CANARY = {"enabled": True, "length": 8, "seed": 0, "text": " The secret code is {canary}."}
 
 
+def rate(metric, name: str) -> str:
+    """A rate with its Wilson interval, "0.75 [0.3, 0.95]", from `metric` (a metric name's value, NaN when absent)."""
+    return f"{num(metric(name))} [{num(metric(f'{name}_ci_low'))}, {num(metric(f'{name}_ci_high'))}]"
+
+
 def length_match_mode(value) -> str | None:
     """probe.length_match as a mode: true is `exact`, false is `off`; None for anything else."""
     mode = {True: "exact", False: "off"}.get(value, value) if isinstance(value, bool) else value
@@ -127,10 +132,11 @@ class InfluenceProbe(Probe):
         for c in self.conditions:
             directions = "; ".join(
                 f"{label}: {num(g(f'influence_k_{d}_{c}'))} of {num(g(f'n_contrasts_{d}_{c}'))} donor swaps raised the "
-                f"target's NLL, rate {num(g(f'influence_rate_{d}_{c}'))} [{num(g(f'influence_rate_{d}_{c}_ci_low'))}, "
-                f"{num(g(f'influence_rate_{d}_{c}_ci_high'))}]"
-                f"{few_units(result.metrics, f'influence_rate_{d}_{c}', 'contrasts')}, by more than 0.05 nats/token "
-                f"{num(g(f'substantive_rate_{d}_{c}'))}" for d, label in (("a_to_b", "A->B"), ("b_to_a", "B->A")))
+                f"target's NLL (rate {rate(g, f'influence_rate_{d}_{c}')}"
+                f"{few_units(result.metrics, f'influence_rate_{d}_{c}', 'contrasts')}), "
+                f"{num(g(f'substantive_k_{d}_{c}'))} of them by more than 0.05 nats/token (substantive rate "
+                f"{rate(g, f'substantive_rate_{d}_{c}')})"
+                for d, label in (("a_to_b", "A->B"), ("b_to_a", "B->A")))
             lines.append(f"graph {c}: {num(g(f'n_valid_{c}'))} of {num(g(f'n_traces_{c}'))} transcripts valid; "
                          f"{directions}; the graph-cut control left the NLL unchanged in "
                          f"{num(g(f'control_zero_count_{c}'))} of {num(g(f'control_n_{c}'))} contrasts.")

@@ -151,9 +151,12 @@ def transition_sections(records: pd.DataFrame, treatment: str, baseline: str) ->
     marginal = f000.marginal_transition(records, treatment, baseline)
     sections.append(section(
         "marginal_t", "Appendix G: pooled marginal T = E_A[T^A] under the per-side parse filter", marginal,
-        {"n_to_y": f"{treatment}=Y", "p_to_y": "P", "n_to_n": f"{treatment}=N", "p_to_n": "P", "n": "total"},
+        {"n_to_y": f"{treatment}=Y", "p_to_y": f"P({treatment}=Y | {baseline})", "n_to_n": f"{treatment}=N",
+         "p_to_n": f"P({treatment}=N | {baseline})", "n": "total"},
         f"Pooled over {int(marginal['n'].sum()):,} per-instance observations; an instance counts when its own "
-        f"{treatment} and {baseline} answers parse, whatever its partner's.",
+        f"{treatment} and {baseline} answers parse, whatever its partner's. Each row is a {baseline} answer: "
+        f"{treatment}=Y and {treatment}=N count its observations by their {treatment} answer, P({treatment}=Y | "
+        f"{baseline}) and P({treatment}=N | {baseline}) are those counts over the row's total.",
         {c: count for c in ("n_to_y", "n_to_n", "n")}))
     return sections
 

@@ -46,14 +46,22 @@ def pair_cell(row: dict | None, side: str) -> str:
     trace = row.get("trace") or ""
     text = str(row.get("text", "") or "")
     shown = text.replace(trace, "[the thinking trace above]", 1) if trace and trace in text else text
-    cut = " &middot; <span class=cut>cut at the token budget</span>" if row.get("truncated") is True else ""
     parts = [f"answer <span class={css}>{esc(answer or 'none')}</span> &middot; P(Yes) "
-             f"{three_decimals(row.get('p_yes'))} &middot; {int(row.get('trace_tokens') or 0)} trace tokens{cut}",
+             f"{three_decimals(row.get('p_yes'))} &middot; {trace_length(row)}",
              f"<details open><summary>thinking trace</summary><pre>{esc(trace) or '(empty)'}</pre></details>"
              if trace else "",
              f"<details><summary>output</summary><pre>{esc(shown)}</pre></details>",
              f"<details><summary>prompt</summary><pre>{esc(row.get('prompt', ''))}</pre></details>"]
     return cell + "".join(parts) + "</td>"
+
+
+def trace_length(row: dict) -> str:
+    """The trace's length and whether the token budget cut the generation; a generation of nothing but whitespace
+    up to the budget (0 trace tokens once stripped) says so, instead of a bare "0 trace tokens, cut"."""
+    tokens, cut = int(row.get("trace_tokens") or 0), row.get("truncated") is True
+    if not tokens and cut and not str(row.get("text") or "").strip():
+        return "0 trace tokens: <span class=cut>the whole token budget went on whitespace</span>"
+    return f"{tokens} trace tokens" + (" &middot; <span class=cut>cut at the token budget</span>" if cut else "")
 
 
 PAIRS = Layout("pair_id", lambda r: r["pair_id"].map(pair_cells(r)), pair_item, "cell ", ("arm", "side"))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from rich.markup import escape
 
 from fairaudit import __version__
 from fairaudit.console import console, out, print_result
@@ -131,6 +132,7 @@ def markdown_report(report: Report, selection: Selection, uri: str) -> str:
                      + ", ".join(f"`{p}`" for p in selection.parents) + ".")
     if not selection.left_out.empty:
         lines.append(f"Left out: {left_out_summary(selection.left_out)}.")
+    lines += [f"Not finished: {line}." for line in selection.unfinished]
     lines += [f"Not in this report: {line}." for line in report.missing]
     for section in report.sections:
         if section.shown is None and not section.note:
@@ -163,3 +165,5 @@ def show(report: Report, selection: Selection) -> None:
     if not selection.left_out.empty:
         console.print(f"[yellow]matching runs left out: {left_out_summary(selection.left_out)}[/yellow]",
                       highlight=False, soft_wrap=True)
+    for line in selection.unfinished:
+        console.print(f"[yellow]not finished:[/yellow] {escape(line)}", highlight=False, soft_wrap=True)

@@ -57,7 +57,9 @@ def add_seed_summary(report: Report, runs: pd.DataFrame, metrics: list[str], lev
     if summary.empty:
         return
     note = (f"Across seeds per cell: mean, SD (ddof=1) and the {level:.0%} Student-t interval "
-            "mean ± t(n−1)·SD/√n. Metrics not logged by these runs are left out.")
+            "mean ± t(n−1)·SD/√n, cut to the values the metric can take (counts ≥ 0; rates, shares and P(Yes) "
+            "gaps in [0, 1]; their differences in [−1, 1]; log10 p ≤ 0), which keeps its coverage. Metrics not "
+            "logged by these runs are left out.")
     report.sections.append(Section("seeds", f"Seed summary ({level:.0%} interval across seeds)", summary,
                                    render.seed_display(summary, axes), note, main=True))
 

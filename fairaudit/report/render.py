@@ -9,13 +9,12 @@ from typing import Callable
 import pandas as pd
 from rich.table import Table
 
-from fairaudit.analysis.study import AXES
+from fairaudit.analysis.study import AXES, COUNT_METRICS
 from fairaudit.numbers import format_p, log10_sibling
 from fairaudit.report.sections import Section
 
 NA = "n/a"
 
-COUNTS = re.compile(r"^(n|n_pairs|n_seeds|successes|ties|cell_[abcd]|[cd]_alpha(_prime)?_up)$")
 
 
 def _fixed(digits: int, signed: bool = False, scale: float = 1.0) -> Callable[[float], str]:
@@ -26,7 +25,7 @@ def _fixed(digits: int, signed: bool = False, scale: float = 1.0) -> Callable[[f
 
 def number_format(column: str) -> Callable[[float], str]:
     """The display format of a metric column (counts, p from log10, signed deltas, delta_c in %)."""
-    if COUNTS.match(column):
+    if COUNT_METRICS.match(column):
         return lambda v: f"{int(round(v))}"
     if column.endswith("log10_p"):
         return format_p

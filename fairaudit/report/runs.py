@@ -13,7 +13,16 @@ import pandas as pd
 from fairaudit.analysis.study import AXES
 from fairaudit.errors import AuditError
 from fairaudit.sweeps import HEADLINE_TAG
-from fairaudit.tracking import MAX_TAG, PROBE_TAG, STUDY_TAG, SUPERSEDED_TAG, finite_metrics, parent_run_id
+from fairaudit.tracking import (
+    COMMAND_TAG,
+    JOBS_TAG,
+    MAX_TAG,
+    PROBE_TAG,
+    STUDY_TAG,
+    SUPERSEDED_TAG,
+    finite_metrics,
+    parent_run_id,
+)
 
 BASELINE_PARAM = "probe.baseline_arm.name"
 SETTING_PARAMS = ("probe.",)  # params kept as columns: a probe's settings, for tables that keep settings apart
@@ -29,6 +38,7 @@ class Selection:
     parent: str | None = None
     left_out: pd.DataFrame = field(default_factory=pd.DataFrame)  # matching runs dropped: status, KILLED, superseded
     parents: list[str] = field(default_factory=list)  # each sweep selected (a study: one per probe); parent: the newest
+    unfinished: list[str] = field(default_factory=list)  # per selected sweep that did not finish: its jobs left, resume
 
 
 def _quote(value: Any) -> str:
@@ -140,16 +150,46 @@ def select_runs(client, select) -> Selection:
         frame = runs_frame([run for f in filters for run in search_all(client, exp_ids, f)])
     except Exception as error:
         raise AuditError(f"MLflow search failed for filter {filter_str!r}: {error}") from error
+    unfinished = [line for line in (unfinished_sweep(client, parent) for parent in parents) if line]
+    narrowed = bool(select.filter) or any(v is not None for v in (select.tags or {}).values())
+    why = "" if narrowed or not unfinished else "; ".join(unfinished)  # the sweep's own jobs, not a filter, are why
     if frame.empty:
-        raise AuditError(f"no job runs match {filter_str!r} in {client.tracking_uri}")
+        raise AuditError(why or f"no job runs match {filter_str!r} in {client.tracking_uri}")
     keep = frame["status"] == select.status if select.status else pd.Series(True, index=frame.index)
     keep &= (frame["status"] != "KILLED") & frame["superseded_by"].isna()  # a later run of the same job replaced them
     if not keep.any():
-        raise AuditError(f"{len(frame)} job runs match {filter_str!r} but none has status "
+        raise AuditError(why or f"{len(frame)} job runs match {filter_str!r} but none has status "
                          f"{select.status or 'other than KILLED'} without being superseded by a later run of the "
                          "same job")
     kept, dropped = frame[keep].reset_index(drop=True), frame[~keep].reset_index(drop=True)
-    return Selection(kept, filter_str, exp_ids, parents[0] if parents else None, dropped, parents)
+    return Selection(kept, filter_str, exp_ids, parents[0] if parents else None, dropped, parents, unfinished)
+
+
+def unfinished_sweep(client, parent_id: str) -> str | None:
+    """For a sweep that did not finish (Ctrl-C, a kill, failed jobs): which of its jobs did not finish, named by
+    what they vary, and the command that resumes it (finished jobs' results come from the store); else None."""
+    import json
+    import shlex
+
+    parent = client.get_run(parent_id)
+    if parent.info.status == "FINISHED":
+        return None
+    children = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = {_quote(parent_id)}")
+    status = {run.data.tags.get("fairaudit.job_num"): run.info.status for run in children
+              if SUPERSEDED_TAG not in run.data.tags}
+    jobs = json.loads(parent.data.tags.get(JOBS_TAG, "[]"))
+    left = [f"{label or f'job {num}'} ({status.get(str(num), 'not started')})" for num, label in enumerate(jobs)
+            if status.get(str(num)) != "FINISHED"]
+    if not jobs:  # a sweep logged before its jobs were tagged: the runs it opened
+        left = [f"job {num} ({state})" for num, state in sorted(status.items()) if state != "FINISHED"]
+    if not left:
+        return None
+    overrides = json.loads(parent.data.tags.get("fairaudit.overrides", "[]"))
+    command = parent.data.tags.get(COMMAND_TAG) or " ".join(["fairaudit", *map(shlex.quote, overrides), "-m"])
+    ended = "has not ended (it runs, or its process died)" if parent.info.status == "RUNNING" else \
+        f"ended {parent.info.status}"
+    return (f"sweep {parent.info.run_name!r} ({parent_id}) {ended}: {len(left)} of {len(jobs) or len(status)} jobs "
+            f"did not finish: {', '.join(left)}; resume it with: {command}")
 
 
 def left_out_summary(left_out: pd.DataFrame) -> str:

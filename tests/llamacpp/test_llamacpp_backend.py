@@ -16,7 +16,8 @@ from fairaudit.backends.gguf import tiny_qwen3_gguf_dir
 from fairaudit.backends.hf import HFBackend
 from fairaudit.backends.llamacpp import LlamaCppBackend, free_engine
 from fairaudit.client import CachingClient
-from fairaudit.models import EMBEDDED_SMOLLM2, ModelFiles, embedded_model_dir
+from fairaudit.model_files import ModelFiles
+from fairaudit.models import EMBEDDED_SMOLLM2, embedded_model_dir
 from fairaudit.probes import AuditContext
 from fairaudit.probes.decisions import answer_choices, answer_parts, decide, encode
 from fairaudit.prompts.yesno import Arm

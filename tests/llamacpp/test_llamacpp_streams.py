@@ -10,7 +10,7 @@ import pytest
 
 from fairaudit.backends import GenerationRequest
 from fairaudit.backends.llamacpp import LlamaCppBackend, free_engine
-from fairaudit.models import ModelFiles
+from fairaudit.model_files import ModelFiles
 
 pytestmark = pytest.mark.llamacpp
 MODELS = ["embedded:smollm2", "embedded:gemma3_270m_q4km"]

@@ -1,0 +1,47 @@
+"""One store and one tracking database per user ($FAIRAUDIT_HOME, else the user cache): the same audit started from
+another folder reuses every result; `home=.` keeps them in the working folder."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import model_results, run_app
+from fairaudit import home
+
+TINY = ["model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=4"]
+
+
+def test_home_is_fairaudit_home_else_the_user_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("FAIRAUDIT_HOME", str(tmp_path / "h"))
+    assert home() == tmp_path / "h"
+    monkeypatch.delenv("FAIRAUDIT_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert home() == tmp_path / ".cache" / "fairaudit"
+
+
+@pytest.mark.slow
+def test_the_default_audit_from_two_folders_makes_its_model_calls_once(tmp_path):
+    shared = {"FAIRAUDIT_HOME": str(tmp_path / "home")}
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder in (first, second):
+        folder.mkdir()
+        result = run_app(folder, *TINY, in_tmp=True, env=shared)
+        assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id],
+                              order_by=["attributes.start_time ASC"])
+    assert [run.data.metrics["model_calls"] for run in runs] == [2 * 2 * 2 * 2, 0]  # pairs x sides x arms x calls
+    assert model_results(tmp_path / "home" / "store.sqlite") == 2 * 2 * 2 * 2
+    assert f"--backend-store-uri sqlite:///{tmp_path / 'home' / 'mlflow.db'}" in result.stderr
+    for folder in (first, second):  # nothing of the store or tracking in the folders the runs started from
+        assert not {"store.sqlite", "mlflow.db", "mlartifacts", ".fairaudit"} & {p.name for p in folder.iterdir()}
+    assert runs[1].data.params["home"] == str(tmp_path / "home")  # the run says where its results are
+
+
+@pytest.mark.slow
+def test_home_dot_keeps_the_store_and_the_database_in_the_working_folder(tmp_path):
+    result = run_app(tmp_path, *TINY, "home=.", in_tmp=True, env={"FAIRAUDIT_HOME": str(tmp_path / "unused")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {"store.sqlite", "mlflow.db", "mlartifacts"} <= {p.name for p in tmp_path.iterdir()}
+    assert not (tmp_path / "unused").exists()
