@@ -87,15 +87,23 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fairaudit tests benchmarks scripts
 
+# The suites run on every core (pytest-xdist, at most 4 workers; JOBS=1: one process), each worker's torch on
+# its share of the threads so that the workers do not fight over the cores; a file's tests stay in one worker,
+# so its module fixtures run once.
+CORES := $(shell nproc 2>/dev/null || echo 1)
+JOBS ?= $(shell c=$(CORES); echo $$(( c < 4 ? c : 4 )))
+PARALLEL = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
+THREADS = $(shell echo $$(( $(CORES) / $(JOBS) > 0 ? $(CORES) / $(JOBS) : 1 )))
+
 test: $(STAMP)
-	$(PY) -m pytest $(ARGS)
+	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest $(PARALLEL) $(ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not long and not cluster and not paper" $(ARGS)
+	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest $(PARALLEL) -m "not slow and not long and not cluster and not paper" $(ARGS)
 
 # End-to-end checks of minutes each, kept out of `make test`'s 10 minutes; CI runs them after it.
 test-long: $(STAMP)
-	$(PY) -m pytest -m long $(ARGS)
+	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest $(PARALLEL) -m long $(ARGS)
 
 # Done-when checks at a paper's own scale (e.g. 30 influence traces per graph on SmolLM2).
 test-paper: $(STAMP)

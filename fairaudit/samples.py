@@ -14,12 +14,8 @@ the job's size and every trace is on some page. samples.jsonl holds every record
 """
 from __future__ import annotations
 
-import contextlib
 import html
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -33,7 +29,6 @@ PAGE_BYTES = 2_000_000   # items per page, in bytes of HTML
 PAGE_ITEMS = 200         # and in items
 SLICE = 500              # items whose records are read out of the frame at a time
 PAGER_SPAN = 5           # page links shown either side of the current one
-SCRATCH = "fairaudit-samples-"  # temporary folders the pages are written to, named by their process's id
 
 STYLE = (Path(__file__).parent / "samples.css").read_text()  # inlined into every page
 # Model text and data fields are escaped into the pages; the policy is the second wall: no script, no fetch, no
@@ -73,28 +68,6 @@ def write(records: pd.DataFrame, spec: Layout, title: str, folder: Path) -> list
         (folder / "samples.html").write_text(page.single([h for _, h in items], groups, counts))
         return [*files, folder / "samples.html"]
     return files + _write_pages(items, page, folder)
-
-
-@contextlib.contextmanager
-def scratch() -> Iterator[Path]:
-    """A temporary folder to write the pages into before they are logged. One that a killed job left behind (its
-    process gone) is removed first: at paper size it holds hundreds of MB."""
-    for stale in Path(tempfile.gettempdir()).glob(f"{SCRATCH}*"):
-        pid = stale.name[len(SCRATCH):].split("-", 1)[0]
-        if pid.isdigit() and not _running(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH}{os.getpid()}-") as folder:
-        yield Path(folder)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        pass
-    return True
 
 
 def _write_jsonl(labelled: pd.DataFrame, path: Path, chunk: int = 2000) -> Path:

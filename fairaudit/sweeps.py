@@ -12,6 +12,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from fairaudit.console import console, print_result, summary_frame_table
+from fairaudit.scratch import scratch
 
 ERROR_TAG = "fairaudit.error"  # a failed run's error line
 HEADLINE_TAG = "fairaudit.headline"  # a job's headline metric names (JSON list), set by the job
@@ -279,13 +280,12 @@ def log_summary(client, parent_id: str, summary: pd.DataFrame, sweep_dir: Path,
     """The summary table (sweep_summary.json, tables/sweep_summary.parquet) and multirun.yaml on the parent
     run; for a checkpoint or seed study, the headline metrics by step (`step_series`); the `family_verdict` as
     verdict.txt and its counts as metrics."""
-    import tempfile
 
     from mlflow.entities import Metric
 
     if len(summary):
         client.log_table(parent_id, summary, "sweep_summary.json")
-        with tempfile.TemporaryDirectory() as tmp:
+        with scratch() as tmp:
             path = Path(tmp) / "sweep_summary.parquet"
             summary.to_parquet(path)
             client.log_artifact(parent_id, str(path), "tables")

@@ -8,7 +8,6 @@ import math
 import os
 import socket
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from fairaudit.console import quiet_libraries
 from fairaudit.disk import size_of
 from fairaudit.errors import AuditError
 from fairaudit.redact import hide_password, remember_config, scrub, scrub_file, scrub_tree
+from fairaudit.scratch import scratch
 from fairaudit.sweeps import ERROR_TAG
 from fairaudit.tracking_db import close_on_a_full_disk, create_experiment, prepare_tracking
 
@@ -219,7 +219,7 @@ class Tracker:
         note = unbounded_note(metrics)
         if note:
             self.mlflow.set_tag(UNBOUNDED_TAG, note[:MAX_TAG])
-        with tempfile.TemporaryDirectory() as tmp:
+        with scratch() as tmp:  # one a killed job left is removed
             for name, table in tables.items():
                 path = Path(tmp) / f"{name}.parquet"
                 table.to_parquet(path)
@@ -259,7 +259,7 @@ class Tracker:
         written to a temporary folder a page at a time and logged as the run's top-level artifacts."""
         from fairaudit import samples
 
-        with samples.scratch() as tmp:  # one a killed job left is removed
+        with scratch() as tmp:  # one a killed job left is removed
             samples.write(records, layout, title, tmp)
             self.writing = ("the samples pages and samples.jsonl", size_of(tmp))
             self.mlflow.log_artifacts(str(tmp))

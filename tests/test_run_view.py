@@ -127,7 +127,9 @@ def test_the_sweeps_parent_holds_its_verdict_and_each_jobs_headline_metrics_by_s
                        "(tables/sweep_summary.parquet holds them all).")
     by_num = {int(run.data.tags["fairaudit.job_num"]): run for run in children.values()}
     assert sorted(by_num) == [0, 1, 2]
-    for num, line in enumerate(note[1:]):
+    jobs, family = note[1:4], note[4:]
+    assert family and family[0].startswith("3 tests (mcnemar_log10_p) across the sweep's 3 finished jobs: ")
+    for num, line in enumerate(jobs):
         run, dataset = by_num[num], DATASETS[num]
         metrics = run.data.metrics
         assert line.startswith(f"job {num} · {dataset}: think against nothink on 2 ")
@@ -136,11 +138,14 @@ def test_the_sweeps_parent_holds_its_verdict_and_each_jobs_headline_metrics_by_s
         assert f", difference {format_number(metrics['delta_p_gap'])} [" in line
         assert f"{format_number(metrics['delta_p_gap_ci_low'])}, {format_number(metrics['delta_p_gap_ci_high'])}]" \
             in line
-    assert note[1:] == [line for line in result.stdout.splitlines() if line.startswith("job ")]  # printed too
+    assert jobs == [line for line in result.stdout.splitlines() if line.startswith("job ")]  # printed too
+    assert family[0] in result.stdout
 
     headline = json.loads(by_num[0].data.tags["fairaudit.headline"])
     logged = {name for name in headline if any(name in run.data.metrics for run in children.values())}  # finite
-    assert set(parent.data.metrics) == logged  # one key per headline metric, no per-job copies
+    family_counts = {"family_n_tests", "family_n_significant", "family_n_significant_holm", "family_n_significant_bh"}
+    assert set(parent.data.metrics) == logged | family_counts  # one key per headline metric, no per-job copies
+    assert parent.data.metrics["family_n_tests"] == 3
     for name in ("cell_c", "p_gap_think", "delta_p_gap"):
         history = client.get_metric_history(parent.info.run_id, name)
         assert sorted((m.step, m.value) for m in history) == [(n, by_num[n].data.metrics[name]) for n in range(3)]

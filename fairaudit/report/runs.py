@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -12,6 +11,7 @@ import pandas as pd
 
 from fairaudit.analysis.study import AXES
 from fairaudit.errors import AuditError
+from fairaudit.scratch import scratch
 from fairaudit.sweeps import HEADLINE_TAG
 from fairaudit.tracking import (
     COMMAND_TAG,
@@ -203,7 +203,7 @@ def load_records(client, run_ids: Iterable[str], name: str = "records") -> dict[
     records = {}
     artifact = f"records/{name}.parquet"
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    with tempfile.TemporaryDirectory() as tmp:
+    with scratch() as tmp:
         for run_id in run_ids:
             try:
                 path = client.download_artifacts(run_id, artifact, str(Path(tmp) / run_id))
