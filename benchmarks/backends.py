@@ -92,8 +92,8 @@ def compose_config(backend: str, overrides: list[str], pairs: int, max_tokens: i
     if threads and backend == "vllm" and not torch.cuda.is_available():
         cpu = [*cpu, f"backend.cpu_threads_bind={'0' if threads == 1 else f'0-{threads - 1}'}"]
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose("config", overrides=[f"backend={backend}", f"dataset.n={pairs}", f"model.max_think_tokens={max_tokens}",
-                                             *cpu, *overrides])
+        return compose("config", overrides=[f"backend={backend}", f"dataset.n={pairs}",
+                                            f"model.max_think_tokens={max_tokens}", *cpu, *overrides])
 
 
 def use_every_core() -> None:
@@ -136,7 +136,8 @@ def run_to_budget(backend) -> None:
 
 def audit_work(cfg, temperature: float, trace_tokens: int | None):
     """The backend (untimed load), its audit context and the think-arm generation requests."""
-    backend = instantiate(cfg.backend, model_dir=str(model_dir_for(cfg)), dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
+    backend = instantiate(cfg.backend, model_dir=str(model_dir_for(cfg)), dtype=cfg.model.dtype,
+                          batch_size=cfg.model.batch_size)
     arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
     # no client: the backend is timed, not the store
     ctx = AuditContext(None, backend.tokenizer, model_spec(cfg.model), instantiate(cfg.dataset), arm)
@@ -314,13 +315,15 @@ def run_columns(args, temperature: float, threads: int | None) -> dict[str, dict
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=qwen3_awq backend.tensor_parallel_size=2")
+    parser.add_argument("overrides", nargs="*",
+                        help="Hydra overrides, e.g. model=qwen3_awq backend.tensor_parallel_size=2")
     parser.add_argument("--pairs", type=int, default=32, help="Adult pairs; two think-arm prompts each")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--K", type=int, default=10)
     parser.add_argument("--backends", default="hf,vllm,openai")
     parser.add_argument("--concurrency", default="1,8,32", help="openai: the max_concurrency levels")
-    parser.add_argument("--base-url", help="openai: a running server (.../v1) of the same model; default: start one here")
+    parser.add_argument("--base-url",
+                        help="openai: a running server (.../v1) of the same model; default: start one here")
     parser.add_argument("--temperature", default="0", help="comma-separated; > 0: seeded sampling (longer traces)")
     parser.add_argument("--threads", default="", help="comma-separated thread counts, one run each (default: as set)")
     parser.add_argument("--same-work", action="store_true", help="every backend reads the first backend's traces")

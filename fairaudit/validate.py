@@ -174,9 +174,10 @@ def _checkpoint(cfg: DictConfig) -> str | None:
         return f"model.checkpoint={value!r} must be a label string or {{label, path, revision}}"
     if value["label"] != DEFAULT_CHECKPOINT and value["path"] is None and value["revision"] is None \
             and value.get("same_weights") is not True:
-        return (f"model.checkpoint.label={value['label']!r} names no weights of its own, so it would reuse the model's: "
-                "set model.checkpoint.path (e.g. 'model.checkpoint.path=/ckpts/run7/${model.checkpoint.label}') or "
-                "model.checkpoint.revision, or label the same weights on purpose with +model.checkpoint.same_weights=true")
+        return (f"model.checkpoint.label={value['label']!r} names no weights of its own, so it would reuse "
+                "the model's: set model.checkpoint.path "
+                "(e.g. 'model.checkpoint.path=/ckpts/run7/${model.checkpoint.label}') or model.checkpoint.revision, "
+                "or label the same weights on purpose with +model.checkpoint.same_weights=true")
     return None
 
 

@@ -243,7 +243,8 @@ def calls(backend: Backend) -> dict[str, Callable]:
     ids = prompts(backend)[0]
     blocks = (Block(ids), Block(ids[:2], "A", "private"), Block(ids[:3], "B", "public"))
     return {"scores": lambda target: target.choice_probs([ids], choices(backend)),
-            "depth_reads": lambda target: target.depth_choice_probs([DepthRequest(ids, ids, (), (1,))], choices(backend)),
+            "depth_reads": lambda target: target.depth_choice_probs([DepthRequest(ids, ids, (), (1,))],
+                                                                    choices(backend)),
             "target_nll": lambda target: target.target_nll([NLLRequest(blocks, (2,))]),
             "attention_graphs": lambda target: target.generate([GraphGenerationRequest(blocks, ((), (0,), (0,)), 2)])}
 

@@ -30,8 +30,8 @@ TAGS = {"model": "smollm2", "dataset": "adult", "probe": "counterfactual", "arm"
 
 
 @pytest.mark.parametrize("value, shown", [
-    (-5.257e-18, "-5.26e-18"), (2.2e-46, "2.2e-46"), (float("nan"), "n/a"), (0.123456, "0.1235"), (3.0, "3"), (1.5e-7, "1.5e-07"),
-    (12345678.9, "1.23e+07"), (float("-inf"), "-inf"), (42, "42"), ("Yes", "Yes"),
+    (-5.257e-18, "-5.26e-18"), (2.2e-46, "2.2e-46"), (float("nan"), "n/a"), (0.123456, "0.1235"), (3.0, "3"),
+    (1.5e-7, "1.5e-07"), (12345678.9, "1.23e+07"), (float("-inf"), "-inf"), (42, "42"), ("Yes", "Yes"),
 ])
 def test_numbers_print_rounded_and_as_they_are(value, shown):  # float noise is 0 where a sum cancels (test_numbers)
     assert format_number(value) == shown

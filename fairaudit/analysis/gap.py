@@ -40,7 +40,8 @@ def p_gap(records: pd.DataFrame, treatment: str = "think", baseline: str = "noth
     for arm in (treatment, baseline):
         m[f"p_gap_{arm}"] = float(gap[arm].mean()) if n else math.nan
         m[f"p_diff_{arm}"] = cancelled_mean(diff[arm])  # 0.1 + 0.2 - 0.3 would name a favoured side
-        m[f"p_gap_{arm}_ci_low"], m[f"p_gap_{arm}_ci_high"] = bootstrap_ci(lambda i, g=gap[arm]: g[i].mean(), n, n_boot, seed)
+        m[f"p_gap_{arm}_ci_low"], m[f"p_gap_{arm}_ci_high"] = bootstrap_ci(lambda i, g=gap[arm]: g[i].mean(),
+                                                                           n, n_boot, seed)
         m |= interval_size(f"p_gap_{arm}", n)
     scale = max(m[f"p_gap_{treatment}"], m[f"p_gap_{baseline}"]) if n else 0.0  # equal gaps differ by rounding
     m["delta_p_gap"] = cancelled(m[f"p_gap_{treatment}"] - m[f"p_gap_{baseline}"], scale)

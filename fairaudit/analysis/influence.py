@@ -55,7 +55,8 @@ def influence_rates(contrasts: pd.DataFrame, thresholds: Sequence[float] = THRES
             low, high = wilson_interval(k, n)
             rows.append({"direction": direction, "threshold": float(threshold), "n": n, "k": k, "rate": k / n,
                          "ci_low": low, "ci_high": high, "mean_delta": cancelled_mean(delta), "few": n < FEW})
-    return pd.DataFrame(rows, columns=["direction", "threshold", "n", "k", "rate", "ci_low", "ci_high", "mean_delta", "few"])
+    return pd.DataFrame(rows,
+                        columns=["direction", "threshold", "n", "k", "rate", "ci_low", "ci_high", "mean_delta", "few"])
 
 
 def control_summary(contrasts: pd.DataFrame) -> pd.DataFrame:

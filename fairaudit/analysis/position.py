@@ -59,8 +59,7 @@ def with_trajectory_metrics(records: pd.DataFrame, case: str = "insensitive") ->
         return records
     computed = pd.DataFrame(
         [trajectory_metrics(text, answer, case) for text, answer in zip(records["text"], records["answer_position"])],
-        columns=["ccp", "eff_sw"], index=records.index,
-    )
+        columns=["ccp", "eff_sw"], index=records.index)
     return records.assign(**{column: computed[column] for column in missing})
 
 
@@ -148,7 +147,8 @@ def preferred_position(records: pd.DataFrame) -> int:
     return int(counts.reindex(range(N_POSITIONS), fill_value=0).to_numpy().argmax())
 
 
-def _arm_metrics(records: pd.DataFrame, questions: pd.DataFrame, partial_corr: str = "pearson") -> tuple[dict[str, float], pd.DataFrame]:
+def _arm_metrics(records: pd.DataFrame, questions: pd.DataFrame,
+                 partial_corr: str = "pearson") -> tuple[dict[str, float], pd.DataFrame]:
     """Unsuffixed metrics and the length-bin table of one arm.
 
     records: scored records of the arm; questions: its per_question rows; partial_corr: the method of

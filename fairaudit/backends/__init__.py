@@ -260,7 +260,8 @@ class Backend(metaclass=BackendType):
         """
         raise missing(self, "scores")
 
-    def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    def depth_choice_probs(self, requests: Sequence[DepthRequest],
+                           choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """choice_probs at every cut of each trace: one (len(cuts), len(choices)) array per request, rows in
         `cuts` order. Must equal choice_probs of each prompt + trace[:cut] + suffix (the naive re-feed)."""
         raise missing(self, "depth_reads")

@@ -99,8 +99,9 @@ class LlamaCppBackend(Backend):
     Construction reads only the tokenizer and the GGUF file's digest; the model loads on the first
     model call. `model_dir` is a GGUF folder (`resolve_model`, `backends.gguf`). `batch_size` (model.batch_size)
     is the number of sequences decoded together. Settings: n_ctx (KV cells shared by the sequences held), n_batch
-    (tokens per llama_decode), n_seq_max (sequences held in the KV cache, for reuse by later calls), n_threads (null: OMP_NUM_THREADS, else every core), n_gpu_layers,
-    flash_attn (off, as in llama-cpp-python's `Llama`; the fingerprint names it, since it changes the arithmetic).
+    (tokens per llama_decode), n_seq_max (sequences held in the KV cache, for reuse by later calls), n_threads
+    (null: OMP_NUM_THREADS, else every core), n_gpu_layers, flash_attn (off, as in llama-cpp-python's `Llama`; the
+    fingerprint names it, since it changes the arithmetic).
     """
 
     name = "llamacpp"
@@ -152,8 +153,8 @@ class LlamaCppBackend(Backend):
         self.model_dir, self.batch_size = str(model_dir), batch_size
         self.settings = {**settings, "gguf": str(gguf), "n_threads": n_threads or default_threads()}
         device = "cpu" if n_gpu_layers == 0 else f"gpu{n_gpu_layers}"
-        self.fingerprint = (f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/llama-cpp-python-{llamacpp_version()}"
-                            f"/gguf-{gguf_digest(gguf)[:16]}/{device}")
+        self.fingerprint = (f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}"
+                            f"/llama-cpp-python-{llamacpp_version()}/gguf-{gguf_digest(gguf)[:16]}/{device}")
         self.file_type = gguf_file_type(gguf)  # the weights as they ship: llama.cpp computes in their format
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.stop_ids = stop_token_ids(self.model_dir, self.tokenizer)
@@ -212,7 +213,8 @@ class LlamaCppBackend(Backend):
             request = requests[i]
             if request.temperature == 0.0:
                 return int(np.argmax(logits))
-            probs = nucleus_probs(torch.from_numpy(logits)[None], torch.tensor([request.temperature]), torch.tensor([request.top_p]))
+            probs = nucleus_probs(torch.from_numpy(logits)[None], torch.tensor([request.temperature]),
+                                  torch.tensor([request.top_p]))
             return int(torch.multinomial(probs[0], 1, generator=generators[i]))
 
         seqs, rows = self.engine.feed([r.prompt_ids for r in requests], steps=sum(r.max_new_tokens for r in requests))
@@ -221,10 +223,12 @@ class LlamaCppBackend(Backend):
         while open_rows:
             for i, logits in zip(open_rows, rows):
                 new[i].append(pick(i, logits))
-            open_rows = [i for i in open_rows if new[i][-1] not in self.stop_ids and len(new[i]) < requests[i].max_new_tokens]
+            open_rows = [i for i in open_rows
+                         if new[i][-1] not in self.stop_ids and len(new[i]) < requests[i].max_new_tokens]
             if open_rows:
                 rows = self.engine.step([seqs[i] for i in open_rows], [new[i][-1] for i in open_rows])
-        return [completion_from_ids(self.tokenizer, row, self.stop_ids, r.max_new_tokens) for row, r in zip(new, requests)]
+        return [completion_from_ids(self.tokenizer, row, self.stop_ids, r.max_new_tokens)
+                for row, r in zip(new, requests)]
 
     def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]]) -> np.ndarray:
         """Softmax over the pooled choices at the position after each prefix (see the protocol)."""
@@ -235,8 +239,10 @@ class LlamaCppBackend(Backend):
             scores[group] = np.stack(rows)[:, token_ids]
         return pooled_softmax(scores, token_ids, choices)
 
-    def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """Every cut's re-fed sequence, read from the KV cache: prompt + trace fed once, each cut's suffix on its prefix."""
+    def depth_choice_probs(self, requests: Sequence[DepthRequest],
+                           choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Every cut's re-fed sequence, read from the KV cache: prompt + trace fed once, each cut's suffix on its
+        prefix."""
         return split_by_request(self.choice_probs(depth_sequences(requests), choices), requests)
 
     def metrics(self) -> dict[str, float]:

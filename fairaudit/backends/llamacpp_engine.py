@@ -36,7 +36,8 @@ from fairaudit.errors import AuditError
 _QUIET = lc.llama_log_callback(lambda level, text, data: None)  # held for the process: llama.cpp calls it later
 
 
-UBATCH = 32  # tokens per compute pass: above 32 rows the CPU matmul takes another path, whose logits differ (see the module)
+# tokens per compute pass: above 32 rows the CPU matmul takes another path, whose logits differ (see the module)
+UBATCH = 32
 
 
 class KVFull(Exception):
@@ -73,9 +74,11 @@ class Engine:
         self.n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(self.model))
         self.n_ctx, self.n_batch, self.n_seq_max = lc.llama_n_ctx(self.ctx), n_batch, n_seq_max
         self.batch = lc.llama_batch_init(n_batch, 0, n_seq_max)
-        self.graveyard, self.used = n_seq_max - 1, 0  # the retired cells' sequence id; cells filled since the cache was emptied
+        # the retired cells' sequence id; cells filled since the cache was emptied
+        self.graveyard, self.used = n_seq_max - 1, 0
         self.residents: OrderedDict[int, tuple[int, ...]] = OrderedDict()  # seq id -> tokens held, least recent first
-        self.counts = {"asked": 0, "reused": 0, "prefill_tokens": 0, "prefill_s": 0.0, "decode_tokens": 0, "decode_s": 0.0}
+        self.counts = {"asked": 0, "reused": 0, "prefill_tokens": 0, "prefill_s": 0.0,
+                       "decode_tokens": 0, "decode_s": 0.0}
 
     def close(self) -> None:
         lc.llama_batch_free(self.batch)
@@ -85,7 +88,8 @@ class Engine:
     # --- decoding ------------------------------------------------------------------------
 
     def _decode(self, items: Sequence[tuple[int, int, Sequence[int], bool]]) -> list[np.ndarray]:
-        """One llama_decode of at most n_batch (token, position, sequence ids, want logits) items; logits in item order."""
+        """One llama_decode of at most n_batch (token, position, sequence ids, want logits) items; logits in item
+        order."""
         batch = self.batch
         batch.n_tokens = len(items)
         for i, (token, position, seqs, want) in enumerate(items):
@@ -108,7 +112,8 @@ class Engine:
             try:
                 out += self._decode(items[start:start + self.n_batch])
             except KVFull:
-                raise AuditError(f"the llama.cpp KV cache (backend.n_ctx={self.n_ctx} tokens) is full; raise backend.n_ctx") from None
+                raise AuditError(f"the llama.cpp KV cache (backend.n_ctx={self.n_ctx} tokens) is full; "
+                                 "raise backend.n_ctx") from None
         return out
 
     def _retire(self, keep: set[int]) -> bool:
@@ -145,7 +150,8 @@ class Engine:
         return [seq for seq in range(self.graveyard) if seq not in self.residents][:count]
 
     def feed(self, sequences: Sequence[Sequence[int]], steps: int = 0) -> tuple[list[int], list[np.ndarray]]:
-        """Hold each sequence under a sequence id of its own; returns the ids and the logits after each one's last token.
+        """Hold each sequence under a sequence id of its own; returns the ids and the logits after each one's last
+        token.
 
         Sequences go in order, one llama_decode per sequence (per n_batch tokens): each copies the longest prefix
         a resident holds (an earlier sequence of the same call included) and computes the rest. At most

@@ -46,7 +46,8 @@ def check_settings(dtype: str, kv_cache_space_gib: float | None, cpu_threads_bin
     if dtype not in DTYPES:
         raise AuditError(f"model.dtype {dtype!r} is not supported by the vllm backend; choices: {list(DTYPES)}")
     if kv_cache_space_gib is not None and kv_cache_space_gib <= 0:
-        raise AuditError(f"backend.kv_cache_space_gib must be a positive number of GiB or null, got {kv_cache_space_gib}")
+        raise AuditError("backend.kv_cache_space_gib must be a positive number of GiB or null, "
+                         f"got {kv_cache_space_gib}")
 
 
 _ENGINE: dict[tuple, object] = {}

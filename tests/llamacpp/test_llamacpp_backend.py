@@ -143,7 +143,8 @@ def test_a_role_visibility_graph_cannot_keep_full_sequence_positions_in_llama_cp
 
 def test_reads_stay_exact_when_sequences_are_evicted_and_the_cache_fills():
     """A token landing in a freed cell ahead of its context moved a logit by up to 0.46 (flash attention sums cells in
-    cache order): an evicted sequence's cells stay (graveyard), and a call that would not fit empties the cache first."""
+    cache order): an evicted sequence's cells stay (graveyard), and a call that would not fit empties the cache
+    first."""
     backend = LlamaCppBackend(smollm2_gguf(), n_ctx=512, n_seq_max=3, n_threads=1)
     engine, text = backend.engine, backend.tokenizer.encode
     long = text("The quick brown fox jumps over the lazy dog. " * 30)[:300]

@@ -22,7 +22,8 @@ def tokens(seed: int, n: int) -> list[int]:
 
 
 def engine(source: str, streams: bool, n_seq_max: int = 8, per_stream: int = 512):
-    backend = LlamaCppBackend(LlamaCppBackend.resolve_model(ModelFiles(source), {}), n_ctx=n_seq_max * per_stream if streams else 4096,
+    backend = LlamaCppBackend(LlamaCppBackend.resolve_model(ModelFiles(source), {}),
+                              n_ctx=n_seq_max * per_stream if streams else 4096,
                               n_seq_max=n_seq_max, n_threads=1, kv_streams=streams)
     return backend.engine
 
@@ -108,8 +109,8 @@ def test_generation_is_token_identical_with_and_without_streams(source, default_
     spec, dataset, arms = default_audit
     outputs = {}
     for streams in (False, True):
-        backend = LlamaCppBackend(LlamaCppBackend.resolve_model(ModelFiles(source), {}), n_ctx=8 * 1024 if streams else 4096, n_seq_max=8,
-                                  n_threads=1, kv_streams=streams)
+        backend = LlamaCppBackend(LlamaCppBackend.resolve_model(ModelFiles(source), {}),
+                                  n_ctx=8 * 1024 if streams else 4096, n_seq_max=8, n_threads=1, kv_streams=streams)
         ctx = AuditContext(None, backend.tokenizer, spec, dataset, arms[0])
         prompts = render_prompts(ctx, dataset.pairs().head(4), arms[0])
         requests = [GenerationRequest(encode(backend.tokenizer, p), 24) for p in prompts]
@@ -129,7 +130,8 @@ def test_gemma_under_llama_cpp_agrees_with_hf_on_the_same_file(default_audit):
     spec, dataset, arms = default_audit
     spec = type(spec)(**{**spec.__dict__, "name": "gemma3_270m_q4km"})
     hf = HFBackend(resolve_model_dir("embedded:gemma3_270m_q4km"), "float32", batch_size=8)
-    lc = LlamaCppBackend(LlamaCppBackend.resolve_model(ModelFiles("embedded:gemma3_270m_q4km"), {}), n_ctx=4096, n_threads=1)
+    lc = LlamaCppBackend(LlamaCppBackend.resolve_model(ModelFiles("embedded:gemma3_270m_q4km"), {}),
+                         n_ctx=4096, n_threads=1)
     ctx = AuditContext(None, hf.tokenizer, spec, dataset, arms[0])
     prompts = render_prompts(ctx, dataset.pairs().head(10), arms[0])
     parts = answer_parts_all(ctx, prompts, ["The person works long hours."] * len(prompts), arms[0])
