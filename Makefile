@@ -123,10 +123,11 @@ test-vllm: $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest tests/vllm tests/test_hf_backend.py $(ARGS)
 	$(VLLM_PY) -m pytest tests/test_conformance.py -k "vllm or coincide" $(ARGS)
 
-# The llama.cpp tests (tests/llamacpp/, not collected where llama-cpp-python is absent) and the conformance
-# suite's llamacpp entries (the other entries run in `make test`), in .venv-llamacpp.
+# The llama.cpp tests (tests/llamacpp/, not collected where llama-cpp-python is absent; on every core, each
+# worker's llama.cpp on OMP_NUM_THREADS threads) and the conformance suite's llamacpp entries (the other
+# entries run in `make test`), in .venv-llamacpp.
 test-llamacpp: $(LLAMACPP_STAMP)
-	$(LLAMACPP_PY) -m pytest tests/llamacpp $(ARGS)
+	OMP_NUM_THREADS=$(THREADS) $(LLAMACPP_PY) -m pytest $(PARALLEL) tests/llamacpp $(ARGS)
 	$(LLAMACPP_PY) -m pytest tests/test_conformance.py -k "llamacpp or coincide" $(ARGS)
 
 bench: $(STAMP)
