@@ -28,8 +28,8 @@ class TimedStore(Store):
         self.read_started = time.time()
         return super().get_many(keys)
 
-    def put_many(self, kind, model, items):
-        super().put_many(kind, model, items)
+    def put_many(self, kind, model, items, left=0):
+        super().put_many(kind, model, items, left)
         self.committed.update({key: time.time() for key, _ in items})
 
 
