@@ -38,13 +38,24 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: needs {cls.requires.label} (skipped or not collected without it)")
 
 
-def model_results(store: Path) -> int:
-    """Model results in a sqlite store (its cached tokenizations left out); 0 while it is absent or locked."""
+def count(path: Path, sql: str) -> int:
+    """The number a COUNT query reads from a sqlite database, opened read-only; 0 while it is absent or locked."""
     try:
-        with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1) as db:
-            return db.execute("SELECT COUNT(*) FROM results WHERE kind != 'encode'").fetchone()[0]
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1) as db:
+            return db.execute(sql).fetchone()[0]
     except sqlite3.Error:
         return 0
+
+
+def model_results(store: Path) -> int:
+    """Model results in a sqlite store (its cached tokenizations left out); 0 while it is absent or locked."""
+    return count(store, "SELECT COUNT(*) FROM results WHERE kind != 'encode'")
+
+
+def integrity(path: Path) -> str:
+    """sqlite's PRAGMA integrity_check of a database: "ok" when it is whole."""
+    with sqlite3.connect(path) as db:
+        return db.execute("PRAGMA integrity_check").fetchone()[0]
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import DATA_ROOT, REPO, model_results
+from conftest import DATA_ROOT, REPO, integrity, model_results
 
 pytestmark = [pytest.mark.slow, pytest.mark.long,
               pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small filesystem needs root")]
@@ -54,11 +53,6 @@ def fill(folder: Path) -> Path:
                 while True:
                     handle.write(bytes(chunk))
     return filler
-
-
-def integrity(path: Path) -> str:
-    with sqlite3.connect(path) as db:
-        return db.execute("PRAGMA integrity_check").fetchone()[0]
 
 
 def command(store: Path, db: Path, tmp_path: Path) -> list[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from typing import Callable
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import DATA_ROOT, REPO, model_results
+from conftest import DATA_ROOT, REPO, count, integrity, model_results
 
 SIZES = {"ci": ("dataset.n=100", "model.max_think_tokens=600", "backend.trace_tokens.median=300"),
          "paper": ("dataset.n=5000", "model.max_think_tokens=3000", "backend.trace_tokens.median=2000")}
@@ -51,19 +50,6 @@ def launch(folder: Path, size: str) -> subprocess.Popen:
     (folder / "tmp").mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(command(folder, size), cwd=REPO, env={**ENV, "TMPDIR": str(folder / "tmp")},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-def count(path: Path, sql: str) -> int:
-    try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1) as db:
-            return db.execute(sql).fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
-def integrity(path: Path) -> str:
-    with sqlite3.connect(path) as db:
-        return db.execute("PRAGMA integrity_check").fetchone()[0]
 
 
 def the_run(folder: Path):

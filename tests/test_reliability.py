@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from mlflow.tracking import MlflowClient
 
-from conftest import DATA_ROOT, REPO, model_results, run_app
+from conftest import DATA_ROOT, REPO, count, integrity, model_results, run_app
 
 TINY = ("model=tiny_qwen3", "model.max_think_tokens=4", "probe.n_boot=100")
 ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -33,11 +32,6 @@ def all_runs(tmp_path: Path) -> list:
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     ids = [e.experiment_id for e in client.search_experiments()]
     return client.search_runs(ids) if ids else []
-
-
-def integrity(path: Path) -> str:
-    with sqlite3.connect(path) as db:
-        return db.execute("PRAGMA integrity_check").fetchone()[0]
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -140,14 +134,6 @@ def test_two_concurrent_first_runs_both_finish(tmp_path):
 
 
 # ---------------------------------------------------------------- kill -9 at many moments, then run again
-
-
-def count(path: Path, sql: str) -> int:
-    try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1) as db:
-            return db.execute(sql).fetchone()[0]
-    except sqlite3.Error:
-        return 0
 
 
 def building(tmp: Path) -> bool:
