@@ -275,11 +275,11 @@ def gap_text(metrics: dict[str, float]) -> str:
     return text + (f", difference {shown('delta_p_gap')}." if "delta_p_gap" in metrics else ".")
 
 
-def log_summary(client, parent_id: str, summary: pd.DataFrame, sweep_dir: Path,
-                family: tuple[str, dict[str, int]] | None = None) -> None:
+def log_summary(client, parent_id: str, summary: pd.DataFrame, sweep_dir: Path, verdict: list[str] = (),
+                counts: dict[str, int] | None = None) -> None:
     """The summary table (sweep_summary.json, tables/sweep_summary.parquet) and multirun.yaml on the parent
-    run; for a checkpoint or seed study, the headline metrics by step (`step_series`); the `family_verdict` as
-    verdict.txt and its counts as metrics."""
+    run; for a checkpoint or seed study, the headline metrics by step (`step_series`); the sweep's verdict as
+    verdict.txt and the family's counts (`family_verdict`) as metrics."""
 
     from mlflow.entities import Metric
 
@@ -291,9 +291,9 @@ def log_summary(client, parent_id: str, summary: pd.DataFrame, sweep_dir: Path,
             client.log_artifact(parent_id, str(path), "tables")
     timestamp = client.get_run(parent_id).info.start_time
     values = [Metric(key, value, timestamp, step) for key, value, step in step_series(summary)]
-    if family:
-        client.log_text(parent_id, family[0] + "\n", "verdict.txt")
-        values += [Metric(key, value, timestamp, 0) for key, value in family[1].items()]
+    if verdict:
+        client.log_text(parent_id, "\n".join(verdict) + "\n", "verdict.txt")
+    values += [Metric(key, value, timestamp, 0) for key, value in (counts or {}).items()]
     for start in range(0, len(values), 500):
         client.log_batch(parent_id, metrics=values[start:start + 500])
     multirun = sweep_dir / "multirun.yaml"

@@ -370,9 +370,9 @@ class SweepCallback(Callback):
         children = sweeps.sweep_children(client, run_id)
         summary = sweeps.children_summary(client, run_id, children)
         family = sweeps.family_verdict(children, run_id)
-        scrub_file(Path(config.hydra.sweep.dir) / "multirun.yaml")  # Hydra's copy of the sweep, logged below
-        sweeps.log_summary(client, run_id, summary, Path(config.hydra.sweep.dir), family)
         verdict = sweeps.sweep_verdict(summary, children) + ([family[0]] if family else [])
+        scrub_file(Path(config.hydra.sweep.dir) / "multirun.yaml")  # Hydra's copy of the sweep, logged below
+        sweeps.log_summary(client, run_id, summary, Path(config.hydra.sweep.dir), verdict, family and family[1])
         failed = sweeps.failure_summary(children) if any(c.info.status != "FINISHED" for c in children) else None
         client.set_tag(run_id, NOTE_TAG, "\n\n".join(verdict + ([failed] if failed else []))[:MAX_TAG])
         view = sweeps.save_view(client, parent, summary)

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from datetime import datetime
 from pathlib import Path
@@ -140,6 +141,9 @@ def test_the_sweeps_parent_holds_its_verdict_and_each_jobs_headline_metrics_by_s
             in line
     assert jobs == [line for line in result.stdout.splitlines() if line.startswith("job ")]  # printed too
     assert family[0] in result.stdout
+    with tempfile.TemporaryDirectory() as tmp:  # the whole verdict is its verdict.txt, as a job's is
+        saved = Path(client.download_artifacts(parent.info.run_id, "verdict.txt", tmp)).read_text()
+    assert saved.splitlines() == [line for line in note if line]
 
     headline = json.loads(by_num[0].data.tags["fairaudit.headline"])
     logged = {name for name in headline if any(name in run.data.metrics for run in children.values())}  # finite
