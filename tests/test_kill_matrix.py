@@ -24,7 +24,10 @@ from mlflow.tracking import MlflowClient
 
 from conftest import DATA_ROOT, REPO, count, integrity, model_results
 
-SIZES = {"ci": ("dataset.n=100", "model.max_think_tokens=600", "backend.trace_tokens.median=300"),
+# At CI size one result per store commit: 800 commits of a job that generates in a second, so the moment inside
+# a commit is there to be caught on a loaded machine (with 8 per commit it was missed once in CI).
+SIZES = {"ci": ("dataset.n=100", "model.max_think_tokens=600", "backend.trace_tokens.median=300",
+                "backend.chunk_size=1"),
          "paper": ("dataset.n=5000", "model.max_think_tokens=3000", "backend.trace_tokens.median=2000")}
 JOB = ("backend=mock", "model=tiny_qwen3")
 ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
