@@ -27,22 +27,25 @@ out = Console()  # results: tables
 
 
 def quiet_libraries() -> None:
-    """Silence MLflow's and alembic's INFO lines and transformers' weight-loading bars; warnings still show."""
+    """Silence MLflow's and alembic's INFO lines and transformers' weight-loading bars; warnings still show.
+    Through the libraries' own environment variables (a user's own values kept), read as they are imported: bad
+    input is then one line without importing them at all. A library already imported is quieted directly."""
     import logging
 
-    import mlflow  # noqa: F401  (its import sets its logger to INFO, so it must come first)
-
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     # fairaudit prints where a run is itself; MLflow's own "View run at" lines would repeat the server's URL on stdout
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "warning")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' weight-loading bars follow the hub's
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # its database errors are raised to fairaudit, which makes them one line; its own log of them holds a traceback
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-    from transformers.utils import logging as hf_logging
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_warning()
-    hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_warning()
+        hf_logging.disable_progress_bar()
 
 
 def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:

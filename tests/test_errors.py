@@ -53,6 +53,26 @@ def test_a_misspelt_model_is_one_line_and_exit_2_before_anything_loads(tmp_path)
     assert not (tmp_path / "mlflow.db").exists()
 
 
+IMPORTED = """import sys
+from fairaudit import cli
+try:
+    cli.main(sys.argv[1:])
+finally:
+    print(*(name for name in ("mlflow", "transformers") if name in sys.modules))
+"""
+
+
+@pytest.mark.slow
+def test_a_bad_value_is_told_without_importing_mlflow_or_transformers(tmp_path):
+    """Seconds of imports a typo need not wait for: the libraries are quieted through their environment."""
+    done = subprocess.run([sys.executable, "-c", IMPORTED, "model.batch_size=0", f"hydra.run.dir={tmp_path}/out",
+                           f"store.url={tmp_path}/s.sqlite", f"tracking.uri=sqlite:///{tmp_path}/m.db"],
+                          cwd=REPO, env={**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT)}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2 and "model.batch_size=0 must be an integer >= 1" in done.stderr, done.stderr[-2000:]
+    assert done.stdout.strip() == ""
+
+
 @pytest.mark.slow
 def test_a_checkpoint_label_without_weights_is_one_line_unless_same_weights_is_asked_for(tmp_path):
     refused = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=1", "model.checkpoint.label=step20")
