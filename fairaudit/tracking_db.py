@@ -1,6 +1,7 @@
-"""A local sqlite tracking database: MLflow's schema built or migrated once under a lock, its artifacts kept
-beside it (`mlartifacts/`), whatever folder a command runs from, and a reserve of space beside it
-(`mlflow.db.reserve`), given up when its disk fills so that the failing run can still be closed FAILED."""
+"""A local sqlite tracking database: created under a lock as a copy of an empty one built once per MLflow schema in
+the user cache (an older one holding runs is migrated), its artifacts kept beside it (`mlartifacts/`), whatever
+folder a command runs from, and a reserve of space beside it (`mlflow.db.reserve`), given up when its disk fills so
+that the failing run can still be closed FAILED."""
 
 from __future__ import annotations
 
@@ -84,13 +85,50 @@ def prepare_tracking(uri: str) -> None:
         holds_runs = _holds_runs(path)  # first, as it rolls back a journal that a killed writer left
         if _revision(path) == head:
             return
-        for leftover in path.parent.glob(f".{path.name}.building-*"):
-            leftover.unlink()
-        building = path.with_name(f".{path.name}.building-{os.getpid()}")
+        building = _building(path)
         if holds_runs:
             shutil.copyfile(path, building)  # an older schema holding runs: migrate a copy
-        _build_schema(building)
+            _build_schema(building)
+        else:
+            shutil.copyfile(_empty_database(head), building)
+            _place_default_experiment(building, artifact_root(uri))
         os.replace(building, path)
+
+
+def _building(path: Path) -> Path:
+    """Where the database at `path` is built before it is renamed into place (under its lock): copies a killed
+    builder left are removed."""
+    for leftover in path.parent.glob(f".{path.name}.building-*"):
+        leftover.unlink()
+    return path.with_name(f".{path.name}.building-{os.getpid()}")
+
+
+def _empty_database(head: str) -> Path:
+    """An empty tracking database at schema `head`, built once per MLflow schema in the user cache and copied for
+    each new database: MLflow's migrations take seconds, a copy milliseconds."""
+    from fairaudit.models import cache_root, exclusive
+
+    empty = cache_root() / "mlflow-schemas" / f"{head}.db"
+    if _revision(empty) == head:
+        return empty
+    with exclusive(empty.with_name(empty.name + ".lock")):
+        if _revision(empty) != head:
+            building = _building(empty)
+            _build_schema(building)
+            os.replace(building, empty)
+    return empty
+
+
+def _place_default_experiment(copy: Path, root: Path) -> None:
+    """MLflow's Default experiment in a copy of the empty database keeps its artifacts under `root`, as fairaudit's
+    own experiments do (the empty database recorded the folder it was built from)."""
+    db = sqlite3.connect(copy)
+    try:
+        with db:
+            db.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
+                       (f"{root.as_uri()}/0",))
+    finally:
+        db.close()
 
 
 def artifact_root(uri: str) -> Path | None:

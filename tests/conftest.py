@@ -85,6 +85,23 @@ def default_audit(data_root):
     return model_spec(cfg.model), instantiate(cfg.dataset), [arm, baseline]
 
 
+def cache_without_schema(tmp_path: Path) -> dict[str, str]:
+    """The environment of a user cache holding no empty tracking database yet (its models linked from the real
+    cache), so that a first start builds MLflow's schema: for the tests that start or kill one then."""
+    from fairaudit.models import cache_root, tiny_qwen3_dir
+
+    tiny_qwen3_dir()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(cache_root() / "models")
+    return {"FAIRAUDIT_CACHE": str(cache)}
+
+
+def building_tracking_db(folder: Path) -> bool:
+    """A tracking database in `folder`, or the user cache's empty one (cache_without_schema), is being built."""
+    return bool(list(folder.glob(".mlflow.db.building-*")) or list(folder.glob("cache/mlflow-schemas/.*.building-*")))
+
+
 def run_app(tmp_path: Path, *overrides: str, module: str = "fairaudit", timeout: int = 600,
             env: dict[str, str] | None = None, in_tmp: bool = False) -> subprocess.CompletedProcess:
     """`python -m fairaudit` in a subprocess with its store, MLflow db and Hydra output under tmp_path.

@@ -19,7 +19,16 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from mlflow.tracking import MlflowClient
 
-from conftest import DATA_ROOT, REPO, count, integrity, model_results, run_app
+from conftest import (
+    DATA_ROOT,
+    REPO,
+    building_tracking_db,
+    cache_without_schema,
+    count,
+    integrity,
+    model_results,
+    run_app,
+)
 
 TINY = ("model=tiny_qwen3", "model.max_think_tokens=4", "probe.n_boot=100")
 ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -111,13 +120,14 @@ def test_concurrent_first_starts_share_one_tracking_database(tmp_path):
     """Processes opening a new sqlite tracking database at once: one builds it, the others wait and use it."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     code = f"from fairaudit.tracking import open_tracking; print(open_tracking({uri!r}, 'fairaudit')[1])"
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+    env = {**ENV, **cache_without_schema(tmp_path)}  # both build MLflow's schema at once, then the database
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [proc.communicate(timeout=600) for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0], [err[-2000:] for _, err in outputs]
     assert len({out.strip() for out, _ in outputs}) == 1  # one experiment, found or created by each
     assert integrity(tmp_path / "mlflow.db") == "ok"
-    assert not list(tmp_path.glob(".mlflow.db.building-*"))
+    assert not building_tracking_db(tmp_path)
 
 
 @pytest.mark.slow
@@ -134,10 +144,6 @@ def test_two_concurrent_first_runs_both_finish(tmp_path):
 
 
 # ---------------------------------------------------------------- kill -9 at many moments, then run again
-
-
-def building(tmp: Path) -> bool:
-    return bool(list(tmp.glob(".mlflow.db.building-*")))
 
 
 def run_open(tmp: Path) -> bool:
@@ -163,7 +169,7 @@ def between_sweep_jobs(tmp: Path) -> bool:
 SINGLE = ("dataset.n=6", "model.batch_size=2", "model.max_think_tokens=24")
 SWEEP = ("-m", "dataset.n=1,2")
 MOMENTS: dict[str, tuple[Callable[[Path], bool], tuple[str, ...]]] = {
-    "tracking_db_creation": (building, SINGLE),
+    "tracking_db_creation": (building_tracking_db, SINGLE),
     "run_open": (run_open, SINGLE),
     "mid_generation": (mid_generation, SINGLE),
     "logging_artifacts": (logging_artifacts, SINGLE),
@@ -172,12 +178,12 @@ MOMENTS: dict[str, tuple[Callable[[Path], bool], tuple[str, ...]]] = {
 }
 
 
-def kill_when(tmp_path: Path, moment: Callable[[Path], bool], overrides: tuple[str, ...]) -> None:
+def kill_when(tmp_path: Path, moment: Callable[[Path], bool], overrides: tuple[str, ...], env: dict) -> None:
     """Start the run and SIGKILL it (its whole process group) the moment `moment` holds."""
     args = [sys.executable, "-m", "fairaudit", f"store.url={tmp_path}/store.sqlite",
             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
             f"hydra.sweep.dir={tmp_path}/multirun", *TINY, *overrides]
-    proc = subprocess.Popen(args, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.time() + 600
     while proc.poll() is None and time.time() < deadline and not moment(tmp_path):
@@ -196,10 +202,11 @@ def test_kill_9_then_the_same_run_again_leaves_nothing_running_or_counted_twice(
     from fairaudit.report.runs import select_runs
 
     moment, overrides = MOMENTS[name]
-    kill_when(tmp_path, moment, overrides)
+    env = {**ENV, **cache_without_schema(tmp_path)}  # the first start builds MLflow's schema too
+    kill_when(tmp_path, moment, overrides, env)
     rerun = subprocess.run([sys.executable, "-m", "fairaudit", f"store.url={tmp_path}/store.sqlite",
                             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
-                            f"hydra.sweep.dir={tmp_path}/multirun2", *TINY, *overrides], cwd=tmp_path, env=ENV,
+                            f"hydra.sweep.dir={tmp_path}/multirun2", *TINY, *overrides], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=900)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert integrity(tmp_path / "mlflow.db") == "ok"

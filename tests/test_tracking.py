@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from conftest import REPO
+from conftest import REPO, building_tracking_db, cache_without_schema
 from fairaudit.report.runs import select_runs
 from fairaudit.tracking import KEY_TAG, PROCESS_TAGS, SUPERSEDED_TAG, Tracker, process_tags
 
@@ -82,9 +82,9 @@ def test_a_finished_rerun_supersedes_the_earlier_one_and_the_report_counts_it_on
 def test_kill_during_the_tracking_database_creation_leaves_one_the_next_start_uses(tmp_path):
     db = tmp_path / "mlflow.db"
     code = f"from fairaudit.tracking_db import prepare_tracking; prepare_tracking('sqlite:///{db}')"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **cache_without_schema(tmp_path)}
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stderr=subprocess.DEVNULL)
-    while proc.poll() is None and not list(tmp_path.glob(".mlflow.db.building-*")):
+    while proc.poll() is None and not building_tracking_db(tmp_path):
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL, "the database was built before the kill"
