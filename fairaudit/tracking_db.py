@@ -90,9 +90,18 @@ def prepare_tracking(uri: str) -> None:
             shutil.copyfile(path, building)  # an older schema holding runs: migrate a copy
             _build_schema(building)
         else:
-            shutil.copyfile(_empty_database(head), building)
-            _place_default_experiment(building, artifact_root(uri))
+            _new_database(head, building, artifact_root(uri))
         os.replace(building, path)
+
+
+def _new_database(head: str, building: Path, root: Path) -> None:
+    """An empty database at `building`: a copy of the user cache's empty one, or built there when the cache cannot
+    be written; MLflow's Default experiment keeps its artifacts under `root`."""
+    try:
+        shutil.copyfile(_empty_database(head), building)
+    except OSError:
+        _build_schema(building)
+    _place_default_experiment(building, root)
 
 
 def _building(path: Path) -> Path:

@@ -181,8 +181,10 @@ def test_make_run_prints_the_verdict_the_gap_and_the_url_as_the_readme_shows(tmp
 
 def make_n(*args: str) -> list[str]:
     """The commands `make run` would run (the venv taken as built), without running them."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS")}  # from
+    # `make test ARGS=...`, whose command-line variables reach this make through its environment
     done = subprocess.run(["make", "-s", "-n", "-o", ".venv/.installed", "run", *args], cwd=REPO, capture_output=True,
-                          text=True, check=True)
+                          text=True, check=True, env=env)
     return done.stdout.splitlines()
 
 

@@ -98,6 +98,17 @@ def test_kill_during_the_tracking_database_creation_leaves_one_the_next_start_us
     assert not list(tmp_path.glob(".mlflow.db.building-*"))
 
 
+def test_a_new_database_is_built_in_place_when_the_user_cache_cannot_be_written(tmp_path, monkeypatch):
+    from fairaudit.tracking_db import prepare_tracking
+
+    monkeypatch.setenv("FAIRAUDIT_CACHE", "/proc/fairaudit-cache")
+    prepare_tracking(f"sqlite:///{tmp_path}/mlflow.db")
+    db = sqlite3.connect(tmp_path / "mlflow.db")
+    assert db.execute("SELECT artifact_location FROM experiments").fetchall() == [
+        (f"{(tmp_path / 'mlartifacts').as_uri()}/0",)]
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
 def test_a_database_an_older_version_left_half_built_is_rebuilt(tmp_path):
     db = tmp_path / "mlflow.db"
     with sqlite3.connect(db) as half:  # what a kill during MLflow's own first setup left behind
