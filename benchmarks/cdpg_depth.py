@@ -23,7 +23,7 @@ from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.backends import DepthRequest
 from fairaudit.backends.packing import naive_depth_probs, packed_depth_probs
 from fairaudit.backends.tensors import left_pad
-from fairaudit.models import embedded_model_dir
+from fairaudit.models.locate import embedded_model_dir
 
 PROFILE = (
     "A {age}-year-old person works in {job} for {hours} hours a week. They completed {education}, are married, "

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit, logit
 
-from fairaudit.analysis.position import OFFSETS, ccp_chi_square, ccp_cluster_test
+from fairaudit.analysis.position_truncation import OFFSETS, ccp_chi_square, ccp_cluster_test
 
 SCENARIOS = {  # name: (late questions lose their last cut, effect of "after" on the logit scale)
     "null, unbalanced": (True, 0.0),

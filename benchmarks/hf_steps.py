@@ -32,13 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fairaudit.backends import GenerationRequest
 from fairaudit.backends.hf import HFBackend
 from fairaudit.backends.tensors import left_pad, next_cache, positions_after_left_pad
-from fairaudit.client import CachingClient
 from fairaudit.data.tabular import CounterfactualTabular
-from fairaudit.models import tiny_qwen3_dir
+from fairaudit.models.locate import tiny_qwen3_dir
 from fairaudit.probes import AuditContext, ModelSpec
 from fairaudit.probes.decisions import decide, encode, render_prompts
 from fairaudit.prompts.yesno import Arm, Thinking
-from fairaudit.store import Store
+from fairaudit.store.client import CachingClient
+from fairaudit.store.results import Store
 
 
 def plain(backend: HFBackend, requests: list[GenerationRequest]) -> None:

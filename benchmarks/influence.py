@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fairaudit.backends import Block, NLLRequest
 from fairaudit.backends.graphs import packed_target_nll, tree_length
-from fairaudit.models import embedded_model_dir
+from fairaudit.models.locate import embedded_model_dir
 from fairaudit.probes.influence import visibility
 
 WORDS = ("the proposer weighs each option against the facts it knows and the verifier checks whether the claimed "

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from fairaudit.stats import FEW, bootstrap_ci, ratio_interval_exact
+from fairaudit.analysis.stats import FEW, bootstrap_ci, ratio_interval_exact
 
 
 def ratio_replicate(rng: np.random.Generator, n: int, pi_b: float, pi_c: float, boot: int, seed: int) -> dict:

@@ -22,13 +22,12 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from fairaudit.analysis import contingency
-from fairaudit.app import model_spec
-from fairaudit.client import CachingClient
-from fairaudit.models import resolve_model_dir
+from fairaudit.job.config import composed_backend, model_spec
 from fairaudit.probes import AuditContext
 from fairaudit.probes.decisions import paired_records
 from fairaudit.prompts.yesno import Arm
-from fairaudit.store import Store
+from fairaudit.store.client import CachingClient
+from fairaudit.store.results import Store
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -43,8 +42,7 @@ def main() -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose("config", overrides=[f"model={args.model}", f"dataset={args.dataset}", f"dataset.n={args.n}"])
     dataset = instantiate(cfg.dataset)
-    inner = instantiate(cfg.backend, model_dir=str(resolve_model_dir(cfg.model.source, cfg.model.path)),
-                        dtype=cfg.model.dtype, batch_size=cfg.model.batch_size)
+    inner = composed_backend(cfg)
     arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
     baseline = Arm(**OmegaConf.to_container(cfg.probe.baseline_arm, resolve=True))
     with tempfile.TemporaryDirectory() as tmp:

@@ -37,12 +37,12 @@ STAGES = {  # stage -> functions whose own time it counts ("module:attribute.pat
     "data": ["fairaudit.data.tabular:CounterfactualTabular.pairs"],
     "backend init": ["fairaudit.backends.mock:MockBackend.__init__"],
     "prompts": ["fairaudit.probes.decisions:render_prompts"],
-    "tokenize": ["fairaudit.client:CachingClient.encode"],
-    "keys": ["fairaudit.client:call_key"],
+    "tokenize": ["fairaudit.store.client:CachingClient.encode"],
+    "keys": ["fairaudit.store.client:call_key"],
     "mock model": ["fairaudit.backends.mock:MockBackend.generate", "fairaudit.backends.mock:MockBackend.choice_probs",
                    "fairaudit.backends.mock:MockBackend.depth_choice_probs"],
-    "store reads": ["fairaudit.store:Store.get_many"],
-    "store writes": ["fairaudit.store:Store.put_many"],
+    "store reads": ["fairaudit.store.results:Store.get_many"],
+    "store writes": ["fairaudit.store.results:Store.put_many"],
     "records": ["fairaudit.probes.decisions:decide", "fairaudit.probes.decisions:_decide_block",
                 "fairaudit.probes.decisions:paired_records",
                 "fairaudit.probes.cdpg:CDPGProbe.depth_records"],
@@ -51,10 +51,10 @@ STAGES = {  # stage -> functions whose own time it counts ("module:attribute.pat
                  "fairaudit.probes.cdpg:answer_accounting", "fairaudit.probes.btm:answer_accounting"],
     "figures": ["fairaudit.probes.counterfactual:disparity_shift_figure", "fairaudit.probes.cdpg:cdpg_figures",
                 "fairaudit.probes.btm:tpair_heatmap", "fairaudit.probes.btm:group_transition_heatmaps"],
-    "mlflow": ["fairaudit.tracking:Tracker.__init__", "fairaudit.tracking:Tracker.start",
-               "fairaudit.tracking:Tracker.log_config", "fairaudit.tracking:Tracker.log_result",
-               "fairaudit.tracking:Tracker.set_tags", "fairaudit.tracking:Tracker.end"],
-    "samples": ["fairaudit.samples:artifacts", "fairaudit.tracking:Tracker.log_samples"],
+    "mlflow": ["fairaudit.tracking.runs:Tracker.__init__", "fairaudit.tracking.runs:Tracker.start",
+               "fairaudit.tracking.runs:Tracker.log_config", "fairaudit.tracking.runs:Tracker.log_result",
+               "fairaudit.tracking.runs:Tracker.set_tags", "fairaudit.tracking.runs:Tracker.end"],
+    "samples": ["fairaudit.tracking.samples:write", "fairaudit.tracking.runs:Tracker.log_samples"],
     "report: load": ["fairaudit.report.runs:load_records", "fairaudit.report.runs:select_runs"],
     "report: build": ["fairaudit.report.build:build"],
     "report: write": ["fairaudit.report.app:write", "fairaudit.report.app:log"],
@@ -122,7 +122,7 @@ def child(argv: list[str], out: Path) -> None:
     sys.path.insert(0, str(ROOT))
     install_timers()
     sample_memory()
-    from fairaudit.cli import main
+    from fairaudit.cli.main import main
 
     code = 0
     try:

@@ -1,17 +1,12 @@
 """fairaudit: audit reasoning language models for bias inside their thinking."""
 
-import os
 from pathlib import Path
 
-__version__ = "0.1.0"
+from fairaudit.places import CONF, home, search_path
 
-CONF_DIR = str(Path(__file__).parent / "conf")  # Hydra's configs, inside the package so a wheel carries them
+__version__ = "0.2.0"
 
-
-def home() -> Path:
-    """Where the result store and the tracking database live by default, one place per user, so a re-run from
-    any folder reuses every result: $FAIRAUDIT_HOME, else the user cache (~/.cache/fairaudit)."""
-    return Path(os.environ.get("FAIRAUDIT_HOME") or "~/.cache/fairaudit").expanduser().absolute()
+CONF_DIR = str(CONF)  # Hydra's config folder
 
 
 def _absolute(path: str, base: str) -> str:
@@ -20,12 +15,14 @@ def _absolute(path: str, base: str) -> str:
 
 
 def _register_resolvers() -> None:
-    """${fairaudit.home:} and ${fairaudit.path:PATH,BASE}, with which conf/ places the store and tracking database."""
+    """${fairaudit.home:} and ${fairaudit.path:PATH,BASE}, with which conf/ places the store and tracking database,
+    and ${fairaudit.searchpath:}, the config folders outside fairaudit (Hydra's search path)."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("fairaudit.home"):
         OmegaConf.register_new_resolver("fairaudit.home", lambda: str(home()))
         OmegaConf.register_new_resolver("fairaudit.path", _absolute)
+        OmegaConf.register_new_resolver("fairaudit.searchpath", search_path)
 
 
 _register_resolvers()

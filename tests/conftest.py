@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fairaudit.registry import backend_classes
+from fairaudit.job.registry import backend_classes
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(os.environ.get("FAIRAUDIT_DATA", REPO.parent / "shared" / "data")).resolve()
@@ -74,7 +74,7 @@ def default_audit(data_root):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from fairaudit.app import model_spec
+    from fairaudit.job.config import model_spec
     from fairaudit.prompts.yesno import Arm
 
     GlobalHydra.instance().clear()
@@ -88,7 +88,8 @@ def default_audit(data_root):
 def cache_without_schema(tmp_path: Path) -> dict[str, str]:
     """The environment of a user cache holding no empty tracking database yet (its models linked from the real
     cache), so that a first start builds MLflow's schema: for the tests that start or kill one then."""
-    from fairaudit.models import cache_root, tiny_qwen3_dir
+    from fairaudit.models.locate import tiny_qwen3_dir
+    from fairaudit.places import cache_root
 
     tiny_qwen3_dir()
     cache = tmp_path / "cache"

@@ -12,8 +12,9 @@ import tempfile
 import traceback
 from pathlib import Path
 
-PRELOAD = ("fairaudit.cli", "fairaudit.__main__", "fairaudit.app", "fairaudit.report.__main__", "fairaudit.store_cli",
-           "fairaudit.data.fetch", "mlflow", "mlflow.tracking", "transformers", "gguf", "sqlalchemy")
+PRELOAD = ("fairaudit.cli.main", "fairaudit.job.__main__", "fairaudit.job.run", "fairaudit.report.__main__",
+           "fairaudit.store.cli", "fairaudit.data.fetch", "mlflow", "mlflow.tracking", "transformers", "gguf",
+           "sqlalchemy")
 
 
 def preload() -> None:
@@ -61,7 +62,7 @@ def _child(argv: list[str], cwd: Path, env: dict[str, str], out: int, err: int) 
     try:
         from hydra.core.global_hydra import GlobalHydra
 
-        from fairaudit import cli
+        from fairaudit.cli import main as cli
 
         GlobalHydra.instance().clear()
         os.chdir(cwd)

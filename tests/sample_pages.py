@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from fairaudit import samples
+from fairaudit.tracking import samples
+from fairaudit.views.pages import Layout
 
 
-def artifacts(records: pd.DataFrame, layout: samples.Layout, title: str, folder: Path | None = None) -> dict[str, str]:
+def artifacts(records: pd.DataFrame, layout: Layout, title: str, folder: Path | None = None) -> dict[str, str]:
     """{file relative to the run's artifacts: text} of the written samples."""
     import tempfile
 

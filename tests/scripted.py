@@ -22,7 +22,7 @@ from fairaudit.backends.common import (
     split_by_request,
     stop_token_ids,
 )
-from fairaudit.models import model_fingerprint
+from fairaudit.models.locate import model_fingerprint
 
 BACKEND_VERSION = "scripted-1"
 VOCAB = np.arange(1000, 1064)  # the ids it generates (real tokens of the Qwen3 tokenizer), EOS added

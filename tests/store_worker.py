@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from fairaudit.backends import Backend, Completion, GenerationRequest
-from fairaudit.client import CachingClient
-from fairaudit.store import Store
+from fairaudit.store.client import CachingClient
+from fairaudit.store.results import Store
 
 
 class TimedStore(Store):

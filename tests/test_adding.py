@@ -1,7 +1,8 @@
 """docs/adding.md runs as written: its worked backend (`echo`) and probe (`yes_rate`) are written, block by block,
 into a copy of the repository at the paths their `<!-- file: PATH -->` markers name, and the copy runs them end
-to end on the tiny model. No other file of the copy changes, so a passing test shows a backend and a probe are
-new files only, and the page cannot go stale."""
+to end on the tiny model, through the shared tests that run every backend and every probe. Every block is a new
+file and every other file of the copy, tests included, equals the repository's, so a passing test shows a backend
+and a probe are new files only, and the page cannot go stale."""
 
 from __future__ import annotations
 
@@ -29,18 +30,19 @@ TINY = ("model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8")
 def guide_blocks() -> dict[str, str]:
     """PATH -> the code of the block marked `<!-- file: PATH -->`, in the page's order."""
     blocks = dict(BLOCK.findall(GUIDE.read_text()))
-    assert len(blocks) >= 7, f"docs/adding.md: expected the worked examples' file blocks, found {sorted(blocks)}"
+    assert len(blocks) >= 6, f"docs/adding.md: expected the worked examples' file blocks, found {sorted(blocks)}"
     return blocks
 
 
-def add_conformance_entry(suite: Path, block: str) -> None:
-    """The guide's conformance block: its factory goes above SUBJECTS, its Subject at the end of SUBJECTS."""
-    factory, listed = block.split("SUBJECTS = [")
-    entry = listed.split("...,", 1)[1].rsplit("]", 1)[0]
-    source = suite.read_text()
-    head, tail = source.split("SUBJECTS = [\n", 1)
-    entries, rest = tail.split("\n]\n", 1)
-    suite.write_text(f"{head}{factory.strip()}\n\n\nSUBJECTS = [\n{entries}\n{entry.rstrip()}\n]\n{rest}")
+def files_of(root: Path) -> dict[str, bytes]:
+    """Every file under the copied folders of `root`, by its path relative to `root` (caches left out)."""
+    found = {}
+    for name in COPIED:
+        paths = [root / name] if (root / name).is_file() else (root / name).rglob("*")
+        found.update({str(path.relative_to(root)): path.read_bytes() for path in paths
+                      if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts
+                      and not {"vllm", "llamacpp", ".pytest_cache"} & set(path.relative_to(root).parts)})
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +57,8 @@ def copy(tmp_path_factory) -> Path:
         else:
             shutil.copy(source, root / name)
     for path, code in guide_blocks().items():
-        target = root / path
-        if target.exists():
-            add_conformance_entry(target, code)
-        else:
-            target.write_text(code)
+        assert not (root / path).exists(), f"docs/adding.md's block for {path} would change an existing file"
+        (root / path).write_text(code)
     return root
 
 
@@ -76,18 +75,31 @@ def audit(copy: Path, *overrides: str) -> subprocess.CompletedProcess:
 
 
 def test_the_guide_adds_files_only(copy):
-    added = {path for path in guide_blocks() if not (REPO / path).exists()}
-    assert added == set(guide_blocks()) - {"tests/test_conformance.py"}
+    repository, copied = files_of(REPO), files_of(copy)
+    added = set(copied) - set(repository)
+    assert added == set(guide_blocks()), added ^ set(guide_blocks())
+    changed = [path for path in repository if copied.get(path) != repository[path]]
+    assert not changed, f"following docs/adding.md changed existing files: {changed}"
     result = run(copy, "-c", "import fairaudit; print(fairaudit.__file__)")
     assert result.stdout.strip() == str(copy / "fairaudit" / "__init__.py")  # the copy runs, not the checkout
 
 
-def test_the_echo_backend_passes_the_conformance_suite_and_no_shared_module_names_the_new_parts(copy):
-    result = run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_conformance.py",
-                 "tests/test_extension.py", "-k", "echo or every_shipped_backend or shared_modules")
+def test_the_shared_tests_run_the_new_backend_and_probe_and_no_shared_module_names_them(copy):
+    """The conformance suite on `echo`, every config composing, the smallest run of `yes_rate` with its intervals,
+    its verdict printed and kept, no shared module naming either: the shared tests take them unedited."""
+    result = run(copy, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-m", "not cluster and not paper",
+                 "tests/test_conformance.py", "tests/test_configs.py", "tests/test_intervals.py",
+                 "tests/test_verdicts.py", "tests/test_extension.py",
+                 "-k", "echo or yes_rate or every_backend_declares or shared_modules or every_shipped_probe")
     assert result.returncode == 0, result.stdout[-3000:]
-    summary = result.stdout.strip().splitlines()[-1]
-    assert "failed" not in summary and int(re.search(r"(\d+) passed", summary).group(1)) >= 8, summary
+    passed = [line.split(" PASSED")[0] for line in result.stdout.splitlines() if " PASSED" in line]
+    assert sum("[echo]" in test for test in passed) >= 5, passed  # the conformance suite on echo
+    for test in ("test_intervals.py::test_every_interval_a_probe_logs_has_its_n_and_its_few_flag[yes_rate]",
+                 "test_verdicts.py::test_every_probe_prints_its_verdict_before_its_table_and_keeps_it_as_the_run_"
+                 "description[yes_rate]", "test_configs.py::test_every_option_composes_and_binds[probe-yes_rate]",
+                 "test_configs.py::test_every_option_composes_and_binds[backend-echo]",
+                 "test_conformance.py::test_every_backend_declares_its_conformance"):
+        assert any(line.endswith(test) for line in passed), (test, passed)
 
 
 def test_the_echo_backend_runs_a_probe_and_is_refused_one_it_cannot_serve(copy):

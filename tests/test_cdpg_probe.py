@@ -12,14 +12,14 @@ from conftest import run_app
 from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.backends import Completion, GenerationRequest
 from fairaudit.backends.hf import HFBackend
-from fairaudit.client import CachingClient, completion_json
 from fairaudit.data.tabular import CounterfactualTabular
-from fairaudit.models import tiny_qwen3_dir
+from fairaudit.models.locate import tiny_qwen3_dir
 from fairaudit.probes import AuditContext, ModelSpec
 from fairaudit.probes.cdpg import CDPGProbe
 from fairaudit.probes.decisions import encode, render_prompts
 from fairaudit.prompts.yesno import Arm, Thinking
-from fairaudit.store import Store, call_key
+from fairaudit.store.client import CachingClient, completion_json
+from fairaudit.store.results import Store, call_key
 
 THINK = Arm("think", True, 64)
 NOTHINK = {"name": "nothink", "think": False, "max_new_tokens": 16}

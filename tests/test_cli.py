@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA_ROOT, REPO, run_app
-from fairaudit import cli, registry
+from fairaudit.cli import main as cli
+from fairaudit.job import registry
 
 ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -33,20 +34,15 @@ def test_list_prints_one_line_per_config_with_its_description(capsys):
     assert cli.main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     sections = [line for line in lines if not line.startswith("  ")]
-    assert [s.split()[0] for s in sections] == ["models", "datasets", "probes", "arms", "studies"]
+    assert [s.split()[0] for s in sections] == ["models", "datasets", "probes", "arms", "backends", "studies"]
     entries = {line.split()[0]: line for line in lines if line.startswith("  ")}
-    for group in ("model", "dataset", "probe", "arm", "experiment"):
-        for path in (REPO / "conf" / group).glob("*.yaml"):
-            assert path.stem in entries, path
+    for group in registry.GROUPS:
+        for name in registry.names(group):
+            assert name in entries, (group, name)
     assert "Qwen3-32B" in entries["qwen3"] and "MMLU" in entries["mmlu"] and "Paper 000" in entries["thinking_fairness"]
     assert all(len(line.split(None, 1)) == 2 for line in entries.values())  # every entry has a description
-
-
-def test_store_without_its_module_says_so(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "fairaudit.store_cli", None)  # import now fails as if the module were absent
-    assert cli.main(["store", "stats"]) == 2
-    assert capsys.readouterr().err.strip() == ("error: `fairaudit store` needs the module fairaudit.store_cli, "
-                                               "which this installation does not have")
+    assert entries["hf"].endswith("[can: scores, depth reads, target NLL, attention graphs]")
+    assert "rehearsal, no model" in entries["mock"] and "needs vLLM" in entries["vllm"]
 
 
 def complete(line: str) -> list[str]:

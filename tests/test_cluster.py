@@ -18,10 +18,10 @@ import pytest
 import sqlalchemy as sa
 from mlflow.tracking import MlflowClient
 
-from fairaudit import store_cli
 from fairaudit.backends import GenerationRequest
-from fairaudit.client import CachingClient, generation_key
-from fairaudit.store import RESULTS, Store
+from fairaudit.store import cli as store_cli
+from fairaudit.store.client import CachingClient, generation_key
+from fairaudit.store.results import RESULTS, Store
 from tests.conftest import REPO, model_results, run_app
 from tests.servers import MlflowServer, PostgresServer, have
 from tests.test_store import ScriptedBackend, requests

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -12,16 +11,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
-from fairaudit.app import PROBE_META
+from fairaudit.job import registry
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = registry.CONF
 RUNTIME_KWARGS = {"backend": {"model_dir", "dtype", "batch_size"}}
-READ_BY_FAIRAUDIT = {"probe": set(PROBE_META)}  # keys the app strips before it builds the object
-GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
-
-
-def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+READ_BY_FAIRAUDIT = {group: set(keys) for group, keys in registry.META.items()}  # stripped before it is built
+GROUPS = registry.groups()
+options = registry.names
 
 
 def composed(*overrides: str) -> DictConfig:

@@ -1,12 +1,11 @@
 """Every backend holds to the one contract of `fairaudit.backends` (real model forward passes where it has one).
 
-A backend joins the suite with one `Subject` in SUBJECTS: its name, a context manager that yields it on a
-model folder, and the tolerance of its reads. Every backend the registry ships (conf/backend/) needs one;
-test-only backends (`scripted`) may have one too. The module whose BACKEND_VERSION names the backend's
-version is the built backend's own. An entry whose backend runs on an optional engine (`Backend.requires`)
-carries a mark of its name and is skipped where the engine is absent, to run where it is (`make test-vllm`,
-`make test-llamacpp`). llama.cpp reads GGUF files only: its entry writes the folder it is given as a float32
-GGUF (once per fingerprint), so it runs the same tiny model as the others.
+A backend joins the suite by declaring it in its own config: `conformance:` in conf/backend/<name>.yaml (the
+tolerance of its reads, the settings it is built with on the suite's tiny model, and how that model reaches it),
+so a new backend is new files only. Test-only backends (`scripted`) join with a `Subject` of their own. The
+module whose BACKEND_VERSION names the backend's version is the built backend's own. A backend that runs on an
+optional engine (`Backend.requires`) is skipped where the engine is absent and marked with its name, to run where
+it is (`make test-vllm`, `make test-llamacpp`).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 import pytest
+from hydra.utils import get_method
 
 from fairaudit.backends import (
     NEEDABLE,
@@ -31,15 +31,17 @@ from fairaudit.backends import (
     GraphGenerationRequest,
     NLLRequest,
 )
-from fairaudit.client import CachingClient
 from fairaudit.errors import AuditError
-from fairaudit.models import embedded_model_dir, tiny_qwen3_dir
-from fairaudit.registry import backend_classes, names
-from fairaudit.store import Store
+from fairaudit.job import registry
+from fairaudit.models.locate import embedded_model_dir, tiny_qwen3_dir
+from fairaudit.store.client import CachingClient
+from fairaudit.store.results import Store
 from model_server import ModelServer
 from scripted import ScriptedModel
 
 Factory = Callable[[Path], contextlib.AbstractContextManager[Backend]]
+MODELS = {"tiny_qwen3": tiny_qwen3_dir, "smollm2": embedded_model_dir}  # what a declaration's `model` may name
+DECLARED = {"tolerance", "settings", "model", "folder", "serve"}
 
 
 @dataclass(frozen=True)
@@ -51,21 +53,14 @@ class Subject:
     from the re-fed prefixes (0 for exact arithmetic; a float32 model's reordered sums need about 1e-6).
     """
 
-    name: str = ""
-    factory: Factory | None = None
-    tolerance: float | None = None
-
-    def __post_init__(self):
-        omitted = [field for field in ("name", "factory", "tolerance") if getattr(self, field) in (None, "")]
-        if omitted:
-            raise TypeError(f"conformance entry {self.name or '(unnamed)'!r} omits {' and '.join(omitted)}: a Subject "
-                            "takes name (its backend= choice), factory (a context manager yielding it on a model "
-                            "folder) and tolerance (batched vs alone, depth vs re-fed prefix)")
+    name: str
+    factory: Factory
+    tolerance: float
 
     @property
     def backend_class(self) -> type[Backend] | None:
         """The registry's class of this name; None for a test-only backend."""
-        return backend_classes().get(self.name)
+        return registry.backend_classes().get(self.name)
 
     def runs_here(self) -> bool:
         """Whether its backend's optional engine, if it names one, is installed here."""
@@ -86,49 +81,43 @@ class Subject:
             yield built
 
 
-@contextlib.contextmanager
-def hf(model_dir: Path) -> Iterator[Backend]:
+def declaration(name: str) -> dict:
+    """conf/backend/<name>.yaml's `conformance:` node, checked."""
+    node = registry.meta("backend", name, "conformance")
+    assert isinstance(node, dict) and "tolerance" in node and set(node) <= DECLARED, (
+        f"{registry.config_file('backend', name)} declares no conformance: {{tolerance, settings, model, folder, "
+        f"serve}} (docs/adding.md), found {node!r}")
+    return node
+
+
+def declared(name: str) -> Subject:
+    """The suite's entry for a registered backend, built as its config's `conformance:` node says: on the suite's
+    model folder (or the embedded one its `model` names in place of the tiny Qwen3), turned into the backend's own
+    folder by its `folder` function, served behind an OpenAI-compatible loopback server when it says
+    `serve: openai` (its `base_url`), with its `settings`; closed (`Backend.close`) when the test is done."""
+    node = declaration(name)
+
+    @contextlib.contextmanager
+    def factory(model_dir: Path) -> Iterator[Backend]:
+        folder = MODELS[node.get("model", "tiny_qwen3")]() if model_dir == tiny_qwen3_dir() else model_dir
+        folder = get_method(node["folder"])(folder) if node.get("folder") else folder
+        server = serve(folder) if node.get("serve") == "openai" else None
+        built = registry.target("backend", name)(folder, **node.get("settings", {}),
+                                                 **({"base_url": server.url} if server else {}))
+        try:
+            yield built
+        finally:
+            built.close()
+            if server:
+                server.stop()
+    return Subject(name, factory, float(node["tolerance"]))
+
+
+def serve(folder: Path) -> ModelServer:
+    """An OpenAI-compatible server on loopback answering from the hf backend on `folder`."""
     from fairaudit.backends.hf import HFBackend
 
-    yield HFBackend(model_dir, device="cpu", batch_size=4)
-
-
-@contextlib.contextmanager
-def openai(model_dir: Path) -> Iterator[Backend]:
-    """backend=openai against a loopback server that answers from the hf backend on the same folder."""
-    from fairaudit.backends.hf import HFBackend
-    from fairaudit.backends.openai import OpenAIBackend
-
-    server = ModelServer(HFBackend(model_dir, device="cpu", batch_size=4))
-    try:
-        yield OpenAIBackend(model_dir, base_url=server.url, max_concurrency=4)
-    finally:
-        server.stop()
-
-
-@contextlib.contextmanager
-def vllm(model_dir: Path) -> Iterator[Backend]:
-    """vLLM's CPU attention has no kernel for the tiny Qwen3's head_dim of 16 ("Unsupported CPU attention
-    configuration"): where the suite runs on that model, this entry runs on the embedded SmolLM2 (head_dim
-    64); a copied folder (the fingerprint test, which starts no engine) is used as given."""
-    from fairaudit.backends.vllm import VLLMBackend, free_engine
-
-    folder = embedded_model_dir() if model_dir == tiny_qwen3_dir() else model_dir
-    try:
-        yield VLLMBackend(folder, batch_size=8, max_model_len=1024, kv_cache_space_gib=1, block_size=32)
-    finally:
-        free_engine()
-
-
-@contextlib.contextmanager
-def llamacpp(model_dir: Path) -> Iterator[Backend]:
-    from fairaudit.backends.gguf import qwen3_gguf_dir
-    from fairaudit.backends.llamacpp import LlamaCppBackend, free_engine
-
-    try:
-        yield LlamaCppBackend(qwen3_gguf_dir(model_dir), n_ctx=2048, n_seq_max=8, n_threads=1)
-    finally:
-        free_engine()
+    return ModelServer(HFBackend(folder, device="cpu", batch_size=4))
 
 
 @contextlib.contextmanager
@@ -136,34 +125,14 @@ def scripted(model_dir: Path) -> Iterator[Backend]:
     yield ScriptedModel(model_dir)
 
 
-@contextlib.contextmanager
-def mock(model_dir: Path) -> Iterator[Backend]:
-    from fairaudit.backends.mock import MockBackend
-
-    yield MockBackend(model_dir, trace_tokens={"median": 40, "sigma": 0.5})
-
-
-SUBJECTS = [
-    Subject("hf", hf, tolerance=1e-6),
-    Subject("openai", openai, tolerance=1e-6),
-    Subject("scripted", scripted, tolerance=1e-12),
-    Subject("mock", mock, tolerance=1e-12),
-    Subject("vllm", vllm, tolerance=2e-4),
-    Subject("llamacpp", llamacpp, tolerance=1e-6),
-]
+SUBJECTS = [declared(name) for name in registry.names("backend") if registry.meta("backend", name, "conformance")]
+SUBJECTS += [Subject("scripted", scripted, 1e-12)]
 PARAMS = [subject.param() for subject in SUBJECTS]
 
 
-def test_every_shipped_backend_has_an_entry():
-    missing = sorted(set(names("backend")) - {subject.name for subject in SUBJECTS})
-    assert not missing, f"backends without a conformance entry (a Subject in SUBJECTS): {missing}"
-
-
-def test_an_entry_that_omits_something_says_what():
-    with pytest.raises(TypeError, match="^conformance entry 'echo' omits tolerance: a Subject takes name"):
-        Subject("echo", hf)
-    with pytest.raises(TypeError, match="^conformance entry 'echo' omits factory and tolerance: "):
-        Subject("echo")
+def test_every_backend_declares_its_conformance():
+    for name in registry.names("backend"):
+        declaration(name)
 
 
 @pytest.fixture(scope="module", params=PARAMS)

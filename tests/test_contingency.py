@@ -11,7 +11,7 @@ from scipy.stats import binomtest
 
 from fairaudit.analysis import contingency
 from fairaudit.analysis.contingency import cell_disparity_table, contingency_table
-from fairaudit.stats import bootstrap_ci, mcnemar_exact_log10_p, sign_test_log10_p
+from fairaudit.analysis.stats import bootstrap_ci, mcnemar_exact_log10_p, sign_test_log10_p
 
 # Table 2: (a, b, c, d, printed McNemar p) and Table 5: (c_alpha_up, c_alpha_prime_up).
 TABLE2 = {
@@ -175,7 +175,7 @@ def test_ratio_interval_for_b2_c20_of_1000_pairs_is_unbounded_above_and_reports_
     assert m["c_b_ratio_exact_ci_low"] == pytest.approx(2.4292, rel=1e-4)
     assert (m["c_b_ratio_ci_n"], m["c_b_ratio_ci_few"]) == (22, 0.0)
     assert (m["delta_d_cf_ci_n"], m["delta_d_cf_ci_few"]) == (1000, 0.0)
-    from fairaudit.tracking import finite_metrics, json_metrics, unbounded_note
+    from fairaudit.tracking.runs import finite_metrics, json_metrics, unbounded_note
     assert "c_b_ratio_ci_high" not in finite_metrics(m) and json_metrics(m)["c_b_ratio_ci_high"] is None
     assert unbounded_note(m) == "c_b_ratio_ci_high=+inf (unbounded; not logged as metrics)"   # the run's tag
     assert unbounded_note({"c_b_ratio": 2.0, "x": math.nan}) is None

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fairaudit import cli
+from fairaudit.cli import main as cli
 from fairaudit.data.files import CHECKSUMS, sha256_of
 from fairaudit.data.mcq import MCQDataset, read_rows, split_lettered_options
 from fairaudit.data.tabular import load_credit

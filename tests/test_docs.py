@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA_ROOT, REPO
-from fairaudit.cli import COMMANDS
+from fairaudit.cli.main import COMMANDS
+from fairaudit.cli.overrides import check
 from fairaudit.data.fetch import DATASETS
-from fairaudit.overrides import check
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 README_MAX_LINES = 250
@@ -119,7 +119,7 @@ def shim(folder: Path) -> dict[str, str]:
     """An environment whose `fairaudit` is this checkout's, every audit run on the tiny model."""
     folder.mkdir()
     script = folder / "fairaudit"
-    script.write_text(f"#!{sys.executable}\nimport sys\nfrom fairaudit.cli import COMMANDS, main\n"
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom fairaudit.cli.main import COMMANDS, main\n"
                       "args = sys.argv[1:]\n"
                       "if not args or (args[0] not in COMMANDS and not args[0].startswith('-')):\n"
                       f"    args += {TINY!r}\nsys.argv[0] = 'fairaudit'\nsys.exit(main(args))\n")

@@ -16,8 +16,8 @@ from mlflow.tracking import MlflowClient
 from statsmodels.stats.multitest import multipletests
 
 from conftest import DATA_ROOT, REPO, model_results, run_app
-from fairaudit.models import tiny_qwen3_dir
-from fairaudit.registry import store_report_settings
+from fairaudit.job.registry import store_report_settings
+from fairaudit.models.locate import tiny_qwen3_dir
 from fairaudit.report import app as report
 
 pytestmark = pytest.mark.slow

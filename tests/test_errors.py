@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import DATA_ROOT, REPO, model_results, run_app
-from fairaudit.overrides import check
+from fairaudit.cli.overrides import check
 
 
 @pytest.mark.parametrize("argv, line", [
@@ -54,7 +54,7 @@ def test_a_misspelt_model_is_one_line_and_exit_2_before_anything_loads(tmp_path)
 
 
 IMPORTED = """import sys
-from fairaudit import cli
+from fairaudit.cli import main as cli
 try:
     cli.main(sys.argv[1:])
 finally:
@@ -140,7 +140,7 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     """The first SIGINT starts the orderly stop; a second one during it exits 130 immediately."""
     code = subprocess.run([sys.executable, "-c", (
         "import os, signal, time\n"
-        "from fairaudit import interrupt\n"
+        "from fairaudit.errors import interrupt\n"
         "interrupt.arm()\n"
         "try:\n    os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n"
         "except KeyboardInterrupt:\n    os.kill(os.getpid(), signal.SIGINT); time.sleep(30)\n"

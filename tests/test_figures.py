@@ -11,13 +11,13 @@ from fairaudit.analysis.cdpg_figures import cdpg_figures
 from fairaudit.analysis.contingency_figures import disparity_shift_figure
 from fairaudit.analysis.influence import influence
 from fairaudit.analysis.influence_figures import influence_rates_figure
-from fairaudit.analysis.position import truncation
 from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
+from fairaudit.analysis.position_truncation import truncation
 from fairaudit.analysis.study import checkpoint_curve
 from fairaudit.analysis.study_figures import checkpoint_curve_figure, delta_figure
 from fairaudit.analysis.transition_figures import group_transition_heatmaps, tpair_heatmap
 from fairaudit.analysis.transitions import transitions
-from fairaudit.app import title_figures
+from fairaudit.job.run import title_figures
 from figure_checks import layout_problems
 from test_cdpg_analysis import run as cdpg_run
 from test_influence_analysis import contrasts_frame

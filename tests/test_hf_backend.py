@@ -7,7 +7,7 @@ import pytest
 
 from fairaudit.backends import GenerationRequest
 from fairaudit.backends.hf import HFBackend
-from fairaudit.models import embedded_model_dir, tiny_qwen3_dir
+from fairaudit.models.locate import embedded_model_dir, tiny_qwen3_dir
 from fairaudit.prompts.yesno import choice_token_ids
 
 PROMPTS = ["Is the sky blue? Answer Yes or No.", "Short?", "A considerably longer question about income " * 4]

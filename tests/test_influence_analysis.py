@@ -8,9 +8,9 @@ import pytest
 
 from fairaudit.analysis.influence import control_summary, influence, influence_rates, ngram_overlap
 from fairaudit.analysis.influence_study import table1, table2, table3, table4, table5
+from fairaudit.analysis.stats import wilson_interval
 from fairaudit.probes.influence_report import add_influence_tables, rate_with_ci
-from fairaudit.report.sections import Report
-from fairaudit.stats import wilson_interval
+from fairaudit.views.sections import Report
 
 # Table 3's printed counts and intervals: (k, n) -> "rate% [low, high]"
 TABLE3 = {(546, 2311): "23.6% [21.9, 25.4]", (54, 2348): "2.3% [1.8, 3.0]",

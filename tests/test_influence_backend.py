@@ -9,7 +9,7 @@ from fairaudit.backends.graphs import graph_allowed, pack_tree, tree_length
 from fairaudit.backends.hf import HFBackend
 from fairaudit.backends.packing import additive_mask
 from fairaudit.errors import AuditError
-from fairaudit.models import embedded_model_dir, tiny_qwen3_dir
+from fairaudit.models.locate import embedded_model_dir, tiny_qwen3_dir
 from fairaudit.probes.influence_transcripts import visibility
 
 

@@ -13,18 +13,18 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from conftest import DATA_ROOT, run_app
-from fairaudit.app import model_spec
 from fairaudit.backends import Block
 from fairaudit.backends.hf import HFBackend
-from fairaudit.client import CachingClient
 from fairaudit.data.mcq import MCQDataset
 from fairaudit.errors import AuditError
-from fairaudit.models import tiny_qwen3_dir
+from fairaudit.job.config import model_spec
+from fairaudit.models.locate import tiny_qwen3_dir
 from fairaudit.probes import AuditContext
 from fairaudit.probes.influence import InfluenceProbe
 from fairaudit.probes.influence_transcripts import A_PRIVATE, Trace, visibility
 from fairaudit.prompts.yesno import Arm
-from fairaudit.store import Store
+from fairaudit.store.client import CachingClient
+from fairaudit.store.results import Store
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

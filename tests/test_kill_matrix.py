@@ -41,7 +41,7 @@ def command(folder: Path, size: str) -> list[str]:
 @pytest.fixture(scope="module")
 def empty_tracking_db(tmp_path_factory) -> Path:
     """MLflow's schema built once (seconds of migrations), copied into each job's folder: the kills come later."""
-    from fairaudit.tracking_db import prepare_tracking
+    from fairaudit.tracking.database import prepare_tracking
 
     path = tmp_path_factory.mktemp("schema") / "mlflow.db"
     prepare_tracking(f"sqlite:///{path}")

@@ -99,7 +99,8 @@ MISTAKES = [
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> Path:
     """The broken files the mistakes point at."""
-    from fairaudit.models import package_dir, tiny_qwen3_dir
+    from fairaudit.models.cache import package_dir
+    from fairaudit.models.locate import tiny_qwen3_dir
 
     root = tmp_path_factory.mktemp("broken")
     (root / "notes.txt").write_text("meeting notes\n")

@@ -7,16 +7,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairaudit.backends import Block, GraphGenerationRequest, NLLRequest, backends_with
+from fairaudit.backends import Block, GraphGenerationRequest, NLLRequest
 from fairaudit.backends.mock import MockBackend
-from fairaudit.client import CachingClient
 from fairaudit.data.tabular import CounterfactualTabular
 from fairaudit.errors import AuditError
-from fairaudit.models import tiny_qwen3_dir
+from fairaudit.job.registry import backends_with
+from fairaudit.models.locate import tiny_qwen3_dir
 from fairaudit.probes import AuditContext, ModelSpec
 from fairaudit.probes.decisions import paired_records
 from fairaudit.prompts.yesno import Arm, Thinking
-from fairaudit.store import Store
+from fairaudit.store.client import CachingClient
+from fairaudit.store.results import Store
 
 THINK, NOTHINK = Arm("think", True, 120), Arm("nothink", False, 16)
 DATASETS = {"adult": ("sex", "Male", "Female"), "compas": ("race", "White", "Non-White")}

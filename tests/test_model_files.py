@@ -13,11 +13,12 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from conftest import REPO, run_app
-from fairaudit.app import model_dir_for
 from fairaudit.errors import AuditError
-from fairaudit.model_files import PROMPT_FILES, ModelFiles
-from fairaudit.models import GGUF_NAME, SMOLLM2_GGUF, package_dir
-from fairaudit.registry import backend_classes, names, settings
+from fairaudit.job.config import composed_folder as model_dir_for
+from fairaudit.job.registry import backend_classes, names, settings
+from fairaudit.models.cache import package_dir
+from fairaudit.models.files import PROMPT_FILES, ModelFiles
+from fairaudit.models.locate import GGUF_NAME, SMOLLM2_GGUF
 
 GGUF_MODEL = "llama31_8b_q4km"  # a config whose repository holds GGUF files only
 REPO_ID, GGUF_FILE = settings("model", GGUF_MODEL)["source"], settings("model", GGUF_MODEL)["gguf_file"]

@@ -13,9 +13,9 @@ from statsmodels.stats.multitest import multipletests
 
 from fairaudit.analysis.contingency import contingency
 from fairaudit.analysis.multiplicity import adjusted_log10_p, family, family_settings, significant
+from fairaudit.analysis.stats import mcnemar_exact_log10_p
 from fairaudit.errors import AuditError
 from fairaudit.report import app
-from fairaudit.stats import mcnemar_exact_log10_p
 from test_report import Store, report_cfg, synthetic_records
 
 

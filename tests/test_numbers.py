@@ -14,15 +14,15 @@ from mlflow.tracking import MlflowClient
 from fairaudit.analysis.cdpg import _cell_slopes, pair_slopes
 from fairaudit.analysis.contingency import contingency
 from fairaudit.analysis.gap import p_gap
+from fairaudit.analysis.numbers import cancelled, format_number, format_p
 from fairaudit.analysis.position import monotonic_profile
-from fairaudit.console import format_metric, format_number
-from fairaudit.numbers import cancelled, format_p
+from fairaudit.analysis.stats import cluster_difference_test, mcnemar_exact_log10_p
 from fairaudit.probes import ProbeResult
 from fairaudit.probes.counterfactual import CounterfactualProbe
 from fairaudit.probes.decisions import paired_metrics
-from fairaudit.report.render import display
-from fairaudit.stats import cluster_difference_test, mcnemar_exact_log10_p
-from fairaudit.tracking import Tracker
+from fairaudit.terminal.results import format_metric
+from fairaudit.tracking.runs import Tracker
+from fairaudit.views.render import display
 
 CELLS = {"a": 40, "b": 75, "c": 363, "d": 32}   # paper 000's Qwen3-Adult discordant cells, a and d made small
 FLIPS = {"a": (False, False), "b": (False, True), "c": (True, False), "d": (True, True)}  # (think flips, nothink flips)

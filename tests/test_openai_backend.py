@@ -23,12 +23,12 @@ from transformers import AutoTokenizer
 from conftest import run_app
 from fairaudit.backends import Capabilities, DepthRequest, GenerationRequest
 from fairaudit.backends.openai import OpenAIBackend
-from fairaudit.client import CachingClient
 from fairaudit.errors import AuditError
-from fairaudit.model_files import PROMPT_FILES
-from fairaudit.models import model_fingerprint, resolve_model_dir, tiny_qwen3_dir
-from fairaudit.registry import backend_classes, probe_classes
-from fairaudit.store import Store
+from fairaudit.job.registry import backend_classes, probe_classes
+from fairaudit.models.files import PROMPT_FILES
+from fairaudit.models.locate import model_fingerprint, resolve_model_dir, tiny_qwen3_dir
+from fairaudit.store.client import CachingClient
+from fairaudit.store.results import Store
 from model_server import LoopbackServer
 
 KEY = "sk-test-5ecret-never-logged"

@@ -11,7 +11,7 @@ from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.backends import DepthRequest
 from fairaudit.backends.packing import check_packable, naive_depth_probs, pack_request, packed_depth_probs, tree_mask
 from fairaudit.backends.tensors import pooled_choice_probs
-from fairaudit.models import embedded_model_dir, tiny_qwen3_dir
+from fairaudit.models.locate import embedded_model_dir, tiny_qwen3_dir
 
 K = 5
 PROMPT = (

@@ -20,8 +20,8 @@ import pytest
 
 from fairaudit.analysis import contingency
 from fairaudit.analysis import fairness_tables as tables
+from fairaudit.analysis.numbers import format_p
 from fairaudit.analysis.transitions import independence_bound
-from fairaudit.numbers import format_p
 
 SPLIT = ("NN", "YY", "YN", "NY")
 PAIR = ("NN", "YY", "M")

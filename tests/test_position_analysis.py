@@ -10,20 +10,17 @@ import pytest
 import statsmodels.api as sm
 from scipy import stats
 
-from fairaudit.analysis.position import (
+from fairaudit.analysis.position import length_bins, monotonic_profile, pbs, pbs_wilcoxon, position
+from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
+from fairaudit.analysis.position_truncation import (
     OFFSETS,
     _changes,
     ccp_chi_square,
     ccp_cluster_test,
-    length_bins,
-    monotonic_profile,
-    pbs,
-    pbs_wilcoxon,
-    position,
     truncation,
     truncation_cuts,
 )
-from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
+from fairaudit.analysis.stats import cluster_difference_test, partial_correlation
 from fairaudit.errors import AuditError
 from fairaudit.prompts.mcq import (
     ANSWER_PATTERNS,
@@ -34,7 +31,6 @@ from fairaudit.prompts.mcq import (
     mcq_messages,
     trajectory,
 )
-from fairaudit.stats import cluster_difference_test, partial_correlation
 
 SQRT_075 = math.sqrt(0.75)
 
@@ -420,7 +416,7 @@ def test_figures_draw_the_table_values():
 
 def test_truncation_trajectories_pick_interior_ccps_of_one_permutation():
     """§3.4: questions with a detectable CCP; CCP = 0 or 1 has no change point to cut around (by default)."""
-    from fairaudit.analysis.position import truncation_trajectories
+    from fairaudit.analysis.position_truncation import truncation_trajectories
 
     records = pd.DataFrame({"question_id": [5, 5, 3, 3, 9, 9, 7, 7], "permutation": [0, 1] * 4,
                             "ccp": [0.4, 0.5, 0.0, 0.3, 1.0, 0.6, np.nan, 0.2]})

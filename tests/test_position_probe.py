@@ -12,18 +12,18 @@ import pytest
 from jinja2.exceptions import TemplateError
 
 from conftest import DATA_ROOT, run_app
-from fairaudit.analysis.position import truncation
-from fairaudit.app import check_fit
+from fairaudit.analysis.position_truncation import truncation
 from fairaudit.backends import Backend, Completion, GenerationRequest
-from fairaudit.cli import hoist_multirun_flag
-from fairaudit.client import CachingClient, generation_key
+from fairaudit.cli.main import hoist_multirun_flag
 from fairaudit.data.mcq import MCQDataset
 from fairaudit.errors import AuditError
+from fairaudit.job.config import check_fit
 from fairaudit.probes import AuditContext, ModelSpec
 from fairaudit.probes.position import PositionProbe, continuation_seed
 from fairaudit.prompts.mcq import final_answer, letter_frequency, render_mcq_prompt
 from fairaudit.prompts.yesno import Arm, Thinking
-from fairaudit.store import Store
+from fairaudit.store.client import CachingClient, generation_key
+from fairaudit.store.results import Store
 
 SQRT_075 = math.sqrt(0.75)
 PROMPTED = Thinking(style="prompted", instruction="answer Yes or No")  # a decision-probe instruction, unused by MCQ

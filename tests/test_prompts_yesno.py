@@ -6,7 +6,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from fairaudit.errors import AuditError
-from fairaudit.models import embedded_model_dir, tiny_qwen3_dir
+from fairaudit.models.locate import embedded_model_dir, tiny_qwen3_dir
 from fairaudit.prompts.yesno import (
     Arm,
     ParsedAnswer,

@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
-from fairaudit import redact
 from fairaudit.errors import AuditError, failure_line
-from fairaudit.mlflow_ui import where_lines
-from fairaudit.tracking import config_key
+from fairaudit.errors import secrets as redact
+from fairaudit.tracking.runs import config_key
+from fairaudit.tracking.ui import where_lines
 
 
 @pytest.fixture(autouse=True)

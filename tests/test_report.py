@@ -13,12 +13,13 @@ from mlflow.entities import Metric, Param
 
 from fairaudit.analysis import study
 from fairaudit.analysis.contingency import contingency
+from fairaudit.analysis.numbers import format_p
+from fairaudit.analysis.stats import mcnemar_exact_log10_p
 from fairaudit.errors import AuditError
-from fairaudit.numbers import format_p
-from fairaudit.registry import store_report_settings
-from fairaudit.report import app, render
-from fairaudit.stats import mcnemar_exact_log10_p
-from fairaudit.tracking import finite_metrics
+from fairaudit.job.registry import store_report_settings
+from fairaudit.report import app
+from fairaudit.tracking.runs import finite_metrics
+from fairaudit.views import render
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 T_975_4 = 2.7764451051977987  # Student t quantile, 0.975, 4 degrees of freedom (scipy.stats.t.ppf(0.975, 4))

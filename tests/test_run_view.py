@@ -20,10 +20,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import run_app
-from fairaudit.app import job_run_name
-from fairaudit.console import format_number
-from fairaudit.sweeps import sweep_run_name, swept
-from fairaudit.tracking import json_metrics
+from fairaudit.analysis.numbers import format_number
+from fairaudit.job.grid import sweep_run_name, swept
+from fairaudit.job.tags import job_run_name
+from fairaudit.tracking.runs import json_metrics
 from servers import free_port, wait_until
 
 TAGS = {"model": "smollm2", "dataset": "adult", "probe": "counterfactual", "arm": "think", "seed": "3",
@@ -202,7 +202,7 @@ def test_fig2_draws_float_noise_as_labelled_zero_bars_on_a_readable_scale():
 
 
 def test_a_checkpoint_study_draws_each_headline_metric_against_training_step_on_its_parent():
-    from fairaudit.sweeps import step_series, training_steps
+    from fairaudit.tracking.sweeps import step_series, training_steps
 
     assert training_steps(pd.Series(["step1000", "step20", "step300"])).tolist() == [1000, 20, 300]
     assert training_steps(pd.Series(["base", "sft", "step2"])).tolist() == [0, 1, 2]  # natural order: no number in all
@@ -221,7 +221,7 @@ def test_a_checkpoint_study_draws_each_headline_metric_against_training_step_on_
 
 
 def test_the_parent_logs_step_metrics_read_back_from_a_real_store(tmp_path):
-    from fairaudit.sweeps import log_summary
+    from fairaudit.tracking.sweeps import log_summary
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     experiment = client.create_experiment("e", artifact_location=(tmp_path / "a").as_uri())

@@ -9,10 +9,10 @@ import re
 import pandas as pd
 import pytest
 
-from fairaudit import samples
 from fairaudit.probes.influence_samples import TRANSCRIPTS
 from fairaudit.probes.paired_samples import PAIRS, pair_cells
 from fairaudit.probes.position_samples import QUESTIONS
+from fairaudit.tracking import samples
 from sample_pages import artifacts, decision_records
 
 

@@ -14,7 +14,7 @@ from matplotlib.image import imread
 
 from conftest import run_app
 from fairaudit.probes.paired_samples import PAIRS
-from fairaudit.samples import POLICY
+from fairaudit.tracking.samples import POLICY
 from sample_pages import artifacts, decision_records
 
 pytestmark = [pytest.mark.slow,

@@ -14,7 +14,7 @@ import pytest
 from fairaudit.probes.influence_samples import TRANSCRIPTS
 from fairaudit.probes.paired_samples import PAIRS
 from fairaudit.probes.position_samples import QUESTIONS
-from fairaudit.samples import POLICY
+from fairaudit.tracking.samples import POLICY
 from sample_pages import artifacts
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

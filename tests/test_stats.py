@@ -13,7 +13,7 @@ import statsmodels.api as sm
 from scipy import stats
 from statsmodels.stats.proportion import proportion_confint
 
-from fairaudit.stats import (
+from fairaudit.analysis.stats import (
     EXACT_CLUSTERS,
     bootstrap_ci,
     clopper_pearson,

@@ -9,11 +9,11 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from fairaudit import store_cli
 from fairaudit.backends import Backend, Completion, GenerationRequest
-from fairaudit.client import CachingClient
 from fairaudit.errors import AuditError
-from fairaudit.store import Store, call_key, checksum, damage
+from fairaudit.store import cli as store_cli
+from fairaudit.store.client import CachingClient
+from fairaudit.store.results import Store, call_key, checksum, damage
 
 
 class ScriptedBackend(Backend):

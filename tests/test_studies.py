@@ -15,11 +15,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from conftest import run_app
-from fairaudit.app import job_tags
+from fairaudit.job import registry
+from fairaudit.job.config import Place
+from fairaudit.job.tags import job_tags
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
-STUDIES = sorted(p.stem for p in (ROOT / "experiments").glob("*.yaml"))
+STUDIES = registry.names("experiment")
 
 
 def compose_job(*overrides: str):
@@ -97,7 +99,8 @@ def test_checkpoint_axis(overrides, path, revision):
     cfg = compose_job("model=qwen3", *overrides)
     checkpoint = OmegaConf.to_container(cfg.model.checkpoint, resolve=True)
     assert checkpoint == {"label": "step2000", "path": path, "revision": revision}
-    assert job_tags(cfg, {"probe": "counterfactual"})["checkpoint"] == "step2000"
+    settings = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("model", "dataset", "arm", "backend")}
+    assert job_tags(settings, Place({"probe": "counterfactual"}, [], []))["checkpoint"] == "step2000"
     sweep = OverridesParser.create().parse_overrides(["model.checkpoint.label=step1000,step2000,step4000"])[0]
     assert list(sweep.sweep_string_iterator()) == ["step1000", "step2000", "step4000"]
 

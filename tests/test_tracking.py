@@ -15,7 +15,8 @@ from omegaconf import OmegaConf
 
 from conftest import REPO, building_tracking_db, cache_without_schema
 from fairaudit.report.runs import select_runs
-from fairaudit.tracking import KEY_TAG, PROCESS_TAGS, SUPERSEDED_TAG, Tracker, process_tags
+from fairaudit.tracking.runs import Tracker, process_tags
+from fairaudit.tracking.tags import KEY_TAG, PROCESS_TAGS, SUPERSEDED_TAG
 
 SELECT_ALL = OmegaConf.create({"experiment": None, "parent": None, "sweep_dir": None, "tags": {}, "filter": None,
                                "status": None})
@@ -81,7 +82,7 @@ def test_a_finished_rerun_supersedes_the_earlier_one_and_the_report_counts_it_on
 
 def test_kill_during_the_tracking_database_creation_leaves_one_the_next_start_uses(tmp_path):
     db = tmp_path / "mlflow.db"
-    code = f"from fairaudit.tracking_db import prepare_tracking; prepare_tracking('sqlite:///{db}')"
+    code = f"from fairaudit.tracking.database import prepare_tracking; prepare_tracking('sqlite:///{db}')"
     env = {**os.environ, "OMP_NUM_THREADS": "1", **cache_without_schema(tmp_path)}
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stderr=subprocess.DEVNULL)
     while proc.poll() is None and not building_tracking_db(tmp_path):
@@ -99,7 +100,7 @@ def test_kill_during_the_tracking_database_creation_leaves_one_the_next_start_us
 
 
 def test_a_new_database_is_built_in_place_when_the_user_cache_cannot_be_written(tmp_path, monkeypatch):
-    from fairaudit.tracking_db import prepare_tracking
+    from fairaudit.tracking.database import prepare_tracking
 
     monkeypatch.setenv("FAIRAUDIT_CACHE", "/proc/fairaudit-cache")
     prepare_tracking(f"sqlite:///{tmp_path}/mlflow.db")

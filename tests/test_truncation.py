@@ -12,7 +12,7 @@ from fairaudit.analysis.contingency import contingency
 from fairaudit.analysis.truncation import completed, truncated_by_cell, truncated_pairs, with_complete
 from fairaudit.probes.decisions import paired_metrics
 from fairaudit.probes.paired_report import completed_traces
-from fairaudit.report.sections import Report
+from fairaudit.views.sections import Report
 
 ANSWERS = {  # pair -> (think alpha, think alpha', nothink alpha, nothink alpha'): cells a, c, c, b
     "p1": ("Yes", "Yes", "Yes", "Yes"), "p2": ("Yes", "No", "No", "No"),

@@ -10,10 +10,10 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import open_dict
 
-from conftest import REPO
-from fairaudit.app import build_probe, check_settings
 from fairaudit.errors import AuditError, input_error_line
-from fairaudit.validate import value_problems
+from fairaudit.job import registry
+from fairaudit.job.checks import value_problems
+from fairaudit.job.config import build_probe, check_settings
 from test_configs import composed
 
 
@@ -125,7 +125,7 @@ def test_reachable_tracking_server_passes(tmp_path):
 def test_hydra_instantiation_wrapper_is_unwrapped_to_one_line(tmp_path):
     cfg = composed("probe=cdpg", "probe.K=0")
     with pytest.raises(InstantiationException) as wrapped:
-        instantiate({k: v for k, v in cfg.probe.items() if k != "report"}, _convert_="all")
+        instantiate({k: v for k, v in cfg.probe.items() if k not in registry.META["probe"]}, _convert_="all")
     assert input_error_line(wrapped.value) == "probe.K=0 must be an integer >= 1"
     with pytest.raises(AuditError, match="^probe.K=0 must be an integer >= 1$"):
         build_probe(cfg.probe)  # the app's own build surfaces the probe's AuditError as itself
@@ -137,7 +137,7 @@ def test_hydra_instantiation_wrapper_is_unwrapped_to_one_line(tmp_path):
     assert input_error_line(RuntimeError("a bug")) is None
 
 
-@pytest.mark.parametrize("model", sorted(p.stem for p in (REPO / "conf" / "model").glob("*.yaml")))
+@pytest.mark.parametrize("model", registry.names("model"))
 def test_every_shipped_model_config_passes_the_value_rules(model):
     """A budget at or past a model's context, say, would stop every run of that config at validation."""
     assert value_problems(job_config(f"model={model}")) == []

@@ -11,9 +11,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import run_app
-from fairaudit import registry
 from fairaudit.analysis.degenerate import decision_warnings, depth_warnings, mcq_warnings, thinking_arms
 from fairaudit.analysis.gap import p_gap
+from fairaudit.job import registry
 from fairaudit.probes.decisions import PairedProbe
 
 # P(Yes) per pair (alpha, alpha') under each arm; pair p4 is scored on one side only under think.
@@ -130,9 +130,9 @@ def test_depth_and_mcq_warnings():
 def test_nothing_is_snapped_on_its_way_to_mlflow_or_the_screen():
     """Float noise is made 0 where a sum cancels (tests/test_numbers.py), never on the way out: a small value,
     a p of 3.2e-14 above all, is logged and printed as it is."""
-    from fairaudit.console import format_number
-    from fairaudit.report.render import display
-    from fairaudit.tracking import finite_metrics, json_metrics
+    from fairaudit.analysis.numbers import format_number
+    from fairaudit.tracking.runs import finite_metrics, json_metrics
+    from fairaudit.views.render import display
 
     small = {"trunc_ccp_chi2_p": 3.2e-14, "partial_rho_length_pbs_p": 1.5e-37, "n": 3}
     assert finite_metrics(small) == small and json_metrics(small) == small

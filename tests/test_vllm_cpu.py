@@ -8,7 +8,7 @@ import pytest
 from fairaudit.backends import vllm_cpu
 from fairaudit.backends.vllm_cpu import THREADS_ENV, cores, cpu_defaults, kv_bytes_per_token, start_failure
 from fairaudit.errors import AuditError
-from fairaudit.models import tiny_qwen3_dir
+from fairaudit.models.locate import tiny_qwen3_dir
 
 GPU_DEFAULTS = {"model": None, "dtype": "float32", "max_model_len": 4096, "tensor_parallel_size": 1,
                 "gpu_memory_utilization": 0.9, "enforce_eager": None, "kv_cache_memory_bytes": None, "block_size": None}

@@ -1,4 +1,5 @@
-"""Pure analysis: records DataFrame in, metrics, tables and figures out. No I/O, no model."""
+"""Pure analysis: records DataFrames in, metrics, tables and figures out; exact statistics (`stats`) and numbers as
+they are and as they read (`numbers`). It never does I/O, asks a model or names a probe's run."""
 
 from fairaudit.analysis.cdpg import cdpg
 from fairaudit.analysis.contingency import contingency

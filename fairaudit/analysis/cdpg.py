@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from fairaudit.analysis.contingency import CELLS, cell_labels
+from fairaudit.analysis.numbers import cancelled, cancelled_mean
 from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, SIDES, complete_pairs
+from fairaudit.analysis.stats import FEW, bootstrap_ci, interval_size
 from fairaudit.errors import AuditError
-from fairaudit.numbers import cancelled, cancelled_mean
-from fairaudit.stats import FEW, bootstrap_ci, interval_size
 
 GROUP_COLUMNS = ("model", "dataset")
 POOLED = "pooled"

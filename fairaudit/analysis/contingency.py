@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, answer_accounting, complete_pairs, flips
-from fairaudit.stats import bootstrap_ci, interval_size, mcnemar_exact_log10_p, p_value, ratio_interval_exact
+from fairaudit.analysis.stats import bootstrap_ci, interval_size, mcnemar_exact_log10_p, p_value, ratio_interval_exact
 
 CELLS = ("a", "b", "c", "d")
 

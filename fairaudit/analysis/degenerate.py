@@ -10,6 +10,8 @@ import pandas as pd
 
 from fairaudit.analysis.flags import as_flags
 
+WARNING = "warning: "  # the prefix of a verdict line that flags a degenerate result
+
 
 def thinking_arms(records: pd.DataFrame) -> list[str]:
     """Arms whose rows carry a think trace: `compliant` is null under thinking arms (probes.decisions.decide).
@@ -119,3 +121,4 @@ def mcq_warnings(records: pd.DataFrame) -> list[str]:
     if truncated >= 0.5:
         lines.append(f"{truncated:.0%} of outputs hit the token budget: raise arm.max_new_tokens")
     return lines
+

@@ -16,9 +16,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from fairaudit.analysis.numbers import cancelled, cancelled_mean
 from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, wide_pairs
-from fairaudit.numbers import cancelled, cancelled_mean
-from fairaudit.stats import bootstrap_ci, interval_size
+from fairaudit.analysis.stats import bootstrap_ci, interval_size
 
 
 def scored_pairs(records: pd.DataFrame, arms: tuple[str, ...]) -> pd.DataFrame:

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from fairaudit.analysis.flags import as_flags
-from fairaudit.numbers import cancelled_mean
-from fairaudit.stats import FEW, interval_size, wilson_interval
+from fairaudit.analysis.numbers import cancelled_mean
+from fairaudit.analysis.stats import FEW, interval_size, wilson_interval
 
 DIRECTIONS = ("a_to_b", "b_to_a")
 THRESHOLDS = (0.0, 0.05)  # inclusive and substantive influence (paper 002 §9)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from fairaudit.analysis import study
-from fairaudit.stats import FEW, sign_test_log10_p, wilson_interval
+from fairaudit.analysis.stats import FEW, sign_test_log10_p, wilson_interval
 
 # Probe settings that change the numbers: Tables 3-5 keep runs apart that differ in any of them. A run logged
 # before a setting existed gets the behaviour it had then (targets with their tags, greedy blocks).

@@ -12,9 +12,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from fairaudit.analysis.numbers import LOG10_SMALLEST
+from fairaudit.analysis.stats import p_value
 from fairaudit.errors import AuditError
-from fairaudit.numbers import LOG10_SMALLEST
-from fairaudit.stats import p_value
 
 METHODS = {"holm": "holm", "bh": "fdr_bh"}  # column suffix -> statsmodels' multipletests method
 LABELS = {"holm": "Holm", "bh": "Benjamini-Hochberg"}

@@ -9,22 +9,23 @@ uniform (one answer alone always scores sqrt(0.75)).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from fairaudit.analysis.flags import as_flags
-from fairaudit.numbers import cancelled, cancelled_mean
+from fairaudit.analysis.numbers import cancelled, cancelled_mean
+from fairaudit.analysis.stats import (
+    PARTIAL_METHODS,
+    p_value,
+    partial_correlation,
+    wilcoxon_log10_p,
+)
 from fairaudit.prompts.mcq import LETTERS, commitment_change_point, effective_switching, trajectory
-from fairaudit.stats import PARTIAL_METHODS, cluster_difference_test, p_value, partial_correlation, wilcoxon_log10_p
 
 N_POSITIONS = 4
 SHARES = [f"share_{letter.lower()}" for letter in LETTERS]
 LENGTH_BIN_COUNTS = (3, 4, 5, 10)  # quartiles (Fig. 1) and the robustness bins of Appendix C
-OFFSETS = (-0.15, -0.05, 0.05, 0.15)  # truncation points relative to CCP (§3.4)
-POSITION_BUCKETS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.0)  # absolute trajectory position (Fig. 3)
 ZERO_METHODS = ("wilcox", "pratt", "zsplit")  # scipy.stats.wilcoxon's treatments of zero differences
 
 
@@ -260,141 +261,3 @@ def pbs_wilcoxon(records_a: pd.DataFrame, records_b: pd.DataFrame, alternative: 
             "pbs_wilcoxon_log10_p": log10_p}
 
 
-
-class Cut(NamedTuple):
-    """Where a trajectory is truncated before its continuation is resampled."""
-
-    offset: float  # relative to CCP
-    position: float  # CCP + offset, a fraction of the text
-    char: int  # the prefix is text[:char]
-
-
-def truncation_trajectories(records: pd.DataFrame, n_questions: int | None = 200, permutation: int | None = 0,
-                            include_ccp_bounds: bool = False) -> pd.DataFrame:
-    """§3.4 / §5.3: the trajectories the intervention cuts, one per question with a detectable CCP.
-
-    records: question_id, permutation, ccp (in the questions' sampled order). Keeps the
-    `permutation` asked (None: every permutation) whose CCP is detectable, strictly inside
-    (0, 1) unless `include_ccp_bounds`: CCP = 0 (committed from the first mention) and CCP = 1
-    (the last mention is not the answer) mark no change point to cut around, and would
-    contribute only after- or only before-CCP cuts. Then the first `n_questions` such
-    questions (None: all); the paper cut 200.
-    """
-    rows = records if permutation is None else records[records["permutation"] == permutation]
-    ccp = rows["ccp"].astype(float)
-    rows = rows[ccp.notna() & (((ccp > 0) & (ccp < 1)) | include_ccp_bounds)]
-    if n_questions is not None:
-        rows = rows[rows["question_id"].isin(list(dict.fromkeys(rows["question_id"]))[:n_questions])]
-    return rows
-
-
-def truncation_cuts(text: str, ccp: float, offsets=OFFSETS) -> list[Cut]:
-    """Cut points at CCP + offset (§3.4); none for a NaN CCP, and none that fall outside (0, 1)."""
-    if math.isnan(ccp):
-        return []
-    positions = [(offset, round(ccp + offset, 10)) for offset in offsets]
-    return [Cut(offset, at, round(at * len(text))) for offset, at in positions if 0.0 < at < 1.0]
-
-
-def _changes(continuations: pd.DataFrame) -> pd.DataFrame:
-    """Continuations with an extracted new answer, flagged `changed` and `toward` (changed to the preferred position).
-
-    continuations: answer_position, new_answer_position, preferred_position
-    """
-    answers = {column: pd.to_numeric(continuations[column], errors="coerce")
-               for column in ("answer_position", "new_answer_position", "preferred_position")}
-    rows = continuations.assign(**answers)[answers["new_answer_position"].notna()]
-    changed = rows["new_answer_position"] != rows["answer_position"]
-    return rows.assign(changed=changed, toward=changed & (rows["new_answer_position"] == rows["preferred_position"]))
-
-
-def _change_summary(rows: pd.DataFrame, key) -> pd.DataFrame:
-    """n, n_changed, change_rate, n_toward_preferred, directional_shift per value of `key`.
-
-    rows: changed, toward (from _changes)
-    """
-    out = rows.groupby(key, observed=False).agg(
-        n=("changed", "size"), n_changed=("changed", "sum"), n_toward_preferred=("toward", "sum")
-    )
-    out["change_rate"] = out["n_changed"] / out["n"].where(out["n"] > 0)
-    out["directional_shift"] = out["n_toward_preferred"] / out["n_changed"].where(out["n_changed"] > 0)
-    return out.reset_index()
-
-
-def ccp_chi_square(rows: pd.DataFrame) -> tuple[float, float, float]:
-    """Chi-square (Yates-corrected, scipy's 2x2 default) of changed vs unchanged before vs after CCP: chi2, p, log10 p.
-
-    rows: offset, changed (bool, 0/1 or nullable Int64 / boolean without missing values); one row per
-    continuation, before = negative offset, after = positive. Cuts that would fall at or beyond an end of the
-    text were never made, so a trajectory with CCP = 0 adds after-CCP continuations only and one with CCP = 1
-    before-CCP ones only (`truncation_trajectories` leaves both out by default). p is from log10 p, computed
-    in log space (NaN below the smallest double); NaN throughout when a row or column of the 2x2 table is empty.
-    """
-    rows = rows[rows["offset"] != 0]
-    after, changed = (rows["offset"] > 0).to_numpy(), as_flags(rows["changed"], "changed").to_numpy()
-    table = np.array([[(side & changed).sum(), (side & ~changed).sum()] for side in (~after, after)])
-    if (table.sum(axis=0) == 0).any() or (table.sum(axis=1) == 0).any():
-        return math.nan, math.nan, math.nan
-    chi2 = float(stats.chi2_contingency(table)[0])
-    log10_p = min(0.0, float(stats.chi2.logsf(chi2, 1)) / math.log(10.0))
-    return chi2, p_value(log10_p), log10_p
-
-
-def ccp_cluster_test(rows: pd.DataFrame, relabelings: int = 10000, seed: int = 0) -> dict[str, float]:
-    """The before/after-CCP comparison with questions as the units (`stats.cluster_difference_test`): each
-    question's own after-minus-before change rate, sign-flipped, so a question that lost its late cuts weighs as
-    much as one that kept them (the chi-square counts its up to 12 continuations as independent).
-
-    rows: question_id, offset, changed (as in `ccp_chi_square`). Returns trunc_ccp_rate_diff (pooled after -
-    before rate), trunc_ccp_question_diff (the statistic: the mean of the questions' own differences),
-    trunc_ccp_perm_p, trunc_ccp_perm_log10_p (two-sided), trunc_ccp_perm_n_questions (the units: questions cut
-    on both sides), trunc_ccp_perm_n_one_sided (those left out), trunc_ccp_perm_exact."""
-    rows = rows[rows["offset"] != 0]
-    after, changed = rows["offset"] > 0, as_flags(rows["changed"], "changed")
-    test = cluster_difference_test(rows["question_id"], after, changed.astype(float), relabelings, seed)
-    pooled = changed[after].mean() - changed[~after].mean() if after.any() and (~after).any() else math.nan
-    return {"trunc_ccp_rate_diff": float(pooled), "trunc_ccp_question_diff": test["diff"],
-            "trunc_ccp_perm_p": test["p"], "trunc_ccp_perm_log10_p": test["log10_p"],
-            "trunc_ccp_perm_n_questions": test["n_clusters"], "trunc_ccp_perm_n_one_sided": test["n_one_sided"],
-            "trunc_ccp_perm_exact": test["exact"]}
-
-
-def truncation(continuations: pd.DataFrame, buckets=POSITION_BUCKETS, relabelings: int = 10000, seed: int = 0) -> dict:
-    """Truncation-intervention metrics (§3.4, §5.3, Fig. 3).
-
-    continuations: one row per resampled continuation with question_id, permutation, offset,
-    position (CCP + offset), sample, answer_position (the original trajectory's answer),
-    new_answer_position (None if not extractable), preferred_position. Continuations without
-    an extracted answer are excluded. Metrics: trunc_n_questions, trunc_n_continuations, trunc_extraction_rate,
-    trunc_n, trunc_change_rate, trunc_directional_shift (share of changes that land on the
-    preferred position), trunc_change_rate_before_ccp / _after_ccp (offset < 0 / > 0),
-    trunc_ccp_chi2, trunc_ccp_chi2_p, trunc_ccp_chi2_log10_p (the paper's test, continuations as independent)
-    and, next to it, `ccp_cluster_test`'s (questions as the units; `relabelings`, `seed`). Tables:
-    truncation_by_position (buckets of absolute position, [low, high)) and truncation_by_offset.
-    """
-    rows = _changes(continuations)
-    edges = list(buckets)
-    labels = [f"{low:g}-{high:g}" for low, high in zip(edges, edges[1:])]
-    bucket = pd.cut(rows["position"], bins=edges, labels=labels, right=False)
-    by_position = _change_summary(rows, bucket.rename("bucket"))
-    by_position.insert(1, "position_low", edges[:-1])
-    by_position.insert(2, "position_high", edges[1:])
-    before, after = rows[rows["offset"] < 0], rows[rows["offset"] > 0]
-    chi2, p, log10_p = ccp_chi_square(rows)
-    n_changed = int(rows["changed"].sum())
-    metrics = {
-        "trunc_n_questions": int(continuations["question_id"].nunique()),
-        "trunc_n_continuations": len(continuations),
-        "trunc_extraction_rate": len(rows) / len(continuations) if len(continuations) else math.nan,
-        "trunc_n": len(rows),
-        "trunc_change_rate": float(rows["changed"].mean()) if len(rows) else math.nan,
-        "trunc_directional_shift": float(rows["toward"].sum() / n_changed) if n_changed else math.nan,
-        "trunc_change_rate_before_ccp": float(before["changed"].mean()) if len(before) else math.nan,
-        "trunc_change_rate_after_ccp": float(after["changed"].mean()) if len(after) else math.nan,
-        "trunc_ccp_chi2": chi2,
-        "trunc_ccp_chi2_p": p,
-        "trunc_ccp_chi2_log10_p": log10_p,
-        **ccp_cluster_test(rows, relabelings, seed),
-    }
-    tables = {"truncation_by_position": by_position, "truncation_by_offset": _change_summary(rows, "offset")}
-    return {"metrics": metrics, "tables": tables}

@@ -15,7 +15,7 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from fairaudit.analysis.contingency import contingency
-from fairaudit.stats import sign_test_log10_p
+from fairaudit.analysis.stats import sign_test_log10_p
 
 AXES = ("model", "dataset", "probe", "arm", "checkpoint", "seed", "engine")  # engine: the backend and its numerics
 ROW_AXES = ("model", "dataset")  # always shown, as in paper 000's tables

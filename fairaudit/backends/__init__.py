@@ -4,20 +4,20 @@ A backend is one class in `fairaudit/backends/<name>.py` named by `_target_` in
 `conf/backend/<name>.yaml` (the only registry). It subclasses `Backend`, declares its
 `capabilities`, and implements `generate` (abstract: a class without it cannot be built) plus the
 calls its capabilities promise; a call it does not implement refuses with an AuditError naming the
-capability and the backends that have it. It finds its own model files (`resolve_model`) and
+capability (`fairaudit list` shows the backends that have it). It finds its own model files (`resolve_model`) and
 names the optional engine it runs on (`requires`). All calls are batched, take and return token ids
 rendered by the project's own prompts (so a record means the same under every backend), and return
 results in request order.
 
 Backends share helpers as free functions (`backends.common`, torch-free; `backends.tensors`,
-torch), never by inheritance between backends. Caching is a wrapper (`fairaudit.client`), not
-part of a backend. docs/adding.md walks through adding one.
+torch), never by inheritance between backends. Caching is a wrapper (`fairaudit.store.client`), never part of a
+backend. docs/adding.md walks through adding one.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-from abc import ABCMeta, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Sequence
@@ -25,8 +25,9 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 import numpy as np
 
 from fairaudit.errors import AuditError
-from fairaudit.model_files import ModelFiles
-from fairaudit.models import resolve_model_dir
+from fairaudit.errors.contracts import Contract, Terms
+from fairaudit.models.files import ModelFiles
+from fairaudit.models.locate import resolve_model_dir
 
 
 @dataclass(frozen=True)
@@ -166,19 +167,7 @@ class Engine:
         return None
 
 
-class BackendType(ABCMeta):
-    """Backend's metaclass: a constructor that leaves `fingerprint` or `tokenizer` unset fails as it returns."""
-
-    def __call__(cls, *args, **kwargs):
-        backend = super().__call__(*args, **kwargs)
-        unset = [name for name in ("fingerprint", "tokenizer") if not hasattr(backend, name)]
-        if unset:
-            raise TypeError(f"{cls.__qualname__}'s constructor did not set {' and '.join(unset)} "
-                            "(the Backend contract, fairaudit/backends/__init__.py)")
-        return backend
-
-
-class Backend(metaclass=BackendType):
+class Backend(metaclass=Contract):
     """A loaded model behind the calls below; subclass it, declare `capabilities`, implement what they promise.
 
     name: the `backend=` choice (its conf/backend file name); fingerprint: names the weights, the
@@ -190,6 +179,9 @@ class Backend(metaclass=BackendType):
     on the first model call, so a run served wholly from the store never loads them.
     """
 
+    terms = Terms("backend", {"name": str, "capabilities": Capabilities}, ("fingerprint", "tokenizer"),
+                  "a backend implements generate(requests) and the calls its capabilities promise, and its "
+                  "constructor sets fingerprint and tokenizer (docs/adding.md)")
     name: ClassVar[str] = ""
     rehearsal: ClassVar[bool] = False  # True: no model behind it (backend=mock); never offered in place of a model
     capabilities: Capabilities = Capabilities()  # the class's declaration; an instance may narrow it (capabilities_for)
@@ -282,6 +274,10 @@ class Backend(metaclass=BackendType):
         float32`, `llamacpp Q4_K_M`): the model dtype it computes in by default, "" when it has none."""
         return str(getattr(self, "dtype", ""))
 
+    def close(self) -> None:
+        """Release what the backend holds beyond its Python objects (an engine, its worker processes, its memory);
+        the object is not used after it. Default: nothing to release."""
+
     def metrics(self) -> dict[str, float]:
         """Figures of this backend's work so far, logged with the run (e.g. a prefix-cache hit rate); default none."""
         return {}
@@ -290,33 +286,16 @@ class Backend(metaclass=BackendType):
 Streamed = Callable[[int, Any], None]  # on_result(i, result) of a streaming backend
 
 
-def require_implemented(cls: type[Backend]) -> None:
-    """One AuditError line for a backend class that leaves a required method of the contract unimplemented (it
-    could not be built); the app calls it before anything loads."""
-    if getattr(cls, "__abstractmethods__", None):
-        raise AuditError(f"backend class {cls.__module__}.{cls.__qualname__} does not implement "
-                         f"{', '.join(sorted(cls.__abstractmethods__))} (required by fairaudit.backends.Backend)")
-
-
 def missing(backend: Backend | type[Backend], capability: str, hint: str = "") -> AuditError:
-    """The error for a call `backend` cannot serve: the capability it lacks, the backends that have it, a hint."""
+    """The error for a call `backend` cannot serve: the capability it lacks, where to find backends that have it,
+    a hint (a run is refused earlier, before anything loads, with the backends that can named)."""
     cls = backend if isinstance(backend, type) else type(backend)
     name = cls.name or cls.__name__
-    others = [b for b in backends_with(capability) if b != name]
-    where = f"; backends that can: {', '.join(f'backend={b}' for b in others)}" if others else ""
-    return AuditError(f"backend={name} cannot {WHAT[capability]} (capability {capability!r}){where}"
-                      + (f"; {hint}" if hint else ""))
+    return AuditError(f"backend={name} cannot {WHAT[capability]} (capability {capability!r}); `fairaudit list` "
+                      f"shows each backend's capabilities" + (f"; {hint}" if hint else ""))
 
 
 def refuse_graphs(backend: Backend, requests: Sequence) -> None:
     """For a backend without `attention_graphs`: refuse a batch holding a GraphGenerationRequest in one line."""
     if any(isinstance(r, GraphGenerationRequest) for r in requests):
         raise missing(backend, "attention_graphs")
-
-
-def backends_with(capability: str) -> list[str]:
-    """Names of the shipped model backends whose declared capabilities include `capability` (a rehearsal
-    backend such as backend=mock is never offered in place of a model)."""
-    from fairaudit.registry import backend_classes
-
-    return [name for name, cls in backend_classes().items() if cls.capabilities.has(capability) and not cls.rehearsal]

@@ -16,22 +16,21 @@ import os
 from pathlib import Path
 
 from fairaudit.errors import AuditError
-from fairaudit.model_checks import gguf_metadata
-from fairaudit.models import (
+from fairaudit.models.cache import materialise, package_dir
+from fairaudit.models.checks import gguf_metadata
+from fairaudit.models.locate import (
     EMBEDDED,
     EMBEDDED_SMOLLM2,
     EMBEDDED_TINY_QWEN3,
     GGUF_NAME,
     SMOLLM2_GGUF,
     ModelFiles,
-    _materialise,
-    cache_root,
     gguf_folder,
     hub_file,
-    package_dir,
     tiny_qwen3_dir,
 )
-from fairaudit.packaged_gguf import gemma3_gguf, write_gemma_turns
+from fairaudit.models.packaged import gemma3_gguf, write_gemma_turns
+from fairaudit.places import cache_root
 
 
 def _write_qwen3(source: Path, out: Path) -> None:
@@ -87,10 +86,10 @@ def _add_vocab(writer, tokenizer, source: Path) -> None:
 
 def qwen3_gguf_dir(source: Path) -> Path:
     """A Qwen3 Hugging Face folder (one safetensors file) as a float32 GGUF folder, written once per fingerprint."""
-    from fairaudit.models import model_fingerprint
+    from fairaudit.models.locate import model_fingerprint
 
     (cache_root() / "gguf").mkdir(parents=True, exist_ok=True)
-    return _materialise(cache_root() / "gguf" / f"qwen3-f32-{model_fingerprint(source)}",
+    return materialise(cache_root() / "gguf" / f"qwen3-f32-{model_fingerprint(source)}",
                         lambda out: _write_qwen3(source, out))
 
 

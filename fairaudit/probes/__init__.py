@@ -1,32 +1,32 @@
-"""The probe contract: one file per audit, which asks the model (through the client) for what it needs
-and hands records to `analysis/`.
+"""The probe contract: one file per audit, which asks the model (through the client) for what it needs, hands
+records to `analysis/` and returns words and numbers; it never computes a store key, logs to MLflow or prints.
 
 A probe is the class named by `_target_` in `conf/probe/<name>.yaml`; that file also lists, under
 `report:`, the functions that build the probe's sections of `fairaudit report`. A probe declares
 what it `needs` (data set family, backend capabilities: the app checks both before anything
 loads), the arms it asks under, the prompts it sends (`fairaudit dry_run=true` prints them), how
-its records are shown per sample (`samples`: a records frame and a `samples.Layout` the probe's
-own module defines), what a run found in words (`verdict`, printed before the metrics table and
+its records are shown per sample (`samples`: a records frame and a `Layout` the probe's
+own module defines, `fairaudit.views.pages`), what a run found in words (`verdict`, printed before the metrics table and
 kept as the run's description), and it validates its own settings in its constructor.
 `prompts`, `run` and `verdict` are abstract and `needs` / `samples` are checked when a class is
-defined, so a probe that lacks one fails with one `error:` line before anything loads.
+defined (`fairaudit.errors.contracts`, as for backends), so a probe that lacks one fails with one `error:` line
+before anything loads.
 docs/adding.md walks through adding one.
 """
 
 from __future__ import annotations
 
-import inspect
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pandas as pd
 
-from fairaudit.errors import AuditError
+from fairaudit.errors.contracts import Contract, Terms
 from fairaudit.prompts.yesno import Arm, Thinking
 
 if TYPE_CHECKING:
-    from fairaudit.samples import Layout
+    from fairaudit.views.pages import Layout
 
 
 @dataclass(frozen=True)
@@ -90,30 +90,15 @@ class ProbeResult:
     headline: list[str] = field(default_factory=list)
 
 
-class Probe(ABC):
+class Probe(metaclass=Contract):
     """Base of every probe: declare `needs` and `samples`, implement `prompts`, `run` and `verdict`."""
+
+    terms = Terms("probe", {"needs": Needs, "samples": SampleView}, (),
+                  "a probe declares `needs` (a Needs) and `samples` (a SampleView) and implements prompts(ctx), "
+                  "run(ctx) and verdict(result) (docs/adding.md)")
 
     needs: ClassVar[Needs]
     samples: ClassVar[SampleView]
-
-    def __init_subclass__(cls, **kwargs):
-        """A concrete probe class (one that implements every abstract method) declares `needs` and `samples`."""
-        super().__init_subclass__(**kwargs)
-        if _unimplemented(cls):
-            return  # a base of probes (PairedProbe): its subclasses are checked
-        declared = {"needs": Needs, "samples": SampleView}
-        lacking = [f"`{name}` (a {kind.__name__})" for name, kind in declared.items()
-                   if not isinstance(getattr(cls, name, None), kind)]
-        if lacking:
-            raise AuditError(f"probe class {_qualified(cls)} declares no {' and no '.join(lacking)}: every probe "
-                             "says what it needs and how samples.html shows its records (docs/adding.md)")
-
-    def __new__(cls, *args, **kwargs):
-        missing = _unimplemented(cls)
-        if missing:
-            raise AuditError(f"probe class {_qualified(cls)} does not implement {', '.join(missing)}: a probe "
-                             "implements prompts(ctx), run(ctx) and verdict(result) (docs/adding.md)")
-        return super().__new__(cls)
 
     def arms(self, arm: Arm) -> list[Arm]:
         """Every arm the probe asks the model under, given the grid's arm; checked before any model loads."""
@@ -138,12 +123,3 @@ class Probe(ABC):
         """What `result` (this probe's own `run`'s) found, in words a newcomer can act on: one or more
         sentences (what was compared, on how many units, what came out, with its interval), then one
         line per degenerate result, each starting with WARNING (e.g. every answer identical)."""
-
-
-def _unimplemented(cls: type) -> list[str]:
-    """The abstract methods of Probe that `cls` leaves unimplemented, in name order."""
-    return sorted(name for name, member in inspect.getmembers(cls) if getattr(member, "__isabstractmethod__", False))
-
-
-def _qualified(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from fairaudit.analysis.numbers import format_number as num
 from fairaudit.analysis.pairs import answer_accounting
 from fairaudit.analysis.transition_figures import group_transition_heatmaps, tpair_heatmap
 from fairaudit.analysis.transitions import transitions
-from fairaudit.console import format_number as num
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.probes.decisions import (
     PairedProbe,

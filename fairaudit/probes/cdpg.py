@@ -9,11 +9,11 @@ import pandas as pd
 from fairaudit.analysis.cdpg import cdpg, segment_cuts
 from fairaudit.analysis.cdpg_figures import cdpg_figures
 from fairaudit.analysis.contingency import CELLS
-from fairaudit.analysis.degenerate import depth_warnings
+from fairaudit.analysis.degenerate import WARNING, depth_warnings
+from fairaudit.analysis.numbers import format_number as num
 from fairaudit.analysis.pairs import answer_accounting
-from fairaudit.console import WARNING
-from fairaudit.console import format_number as num
 from fairaudit.errors import AuditError
+from fairaudit.errors.rules import check_fields, integer, list_of, number, optional
 from fairaudit.probes import AuditContext, Needs, ProbeResult
 from fairaudit.probes.decisions import (
     RESAMPLING,
@@ -32,7 +32,6 @@ from fairaudit.probes.decisions import (
     warnings_of,
 )
 from fairaudit.prompts.yesno import Arm
-from fairaudit.validate import check_fields, integer, list_of, number, optional
 
 SETTINGS = {**RESAMPLING, "K": integer(1), "k_list": list_of(integer(1)), "identity_atol": number(0),
             "k_sensitivity_subsample": optional(integer(1, why=" (pairs per model and dataset, or null for all)"))}

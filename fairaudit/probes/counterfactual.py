@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from fairaudit.analysis.contingency import cell_disparity_table, contingency, contingency_table
 from fairaudit.analysis.contingency_figures import disparity_shift_figure
-from fairaudit.console import WARNING
-from fairaudit.console import format_number as num
-from fairaudit.numbers import format_p
+from fairaudit.analysis.degenerate import WARNING
+from fairaudit.analysis.numbers import format_number as num
+from fairaudit.analysis.numbers import format_p
+from fairaudit.analysis.stats import FEW
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.probes.decisions import (
     PairedProbe,
@@ -20,7 +21,6 @@ from fairaudit.probes.decisions import (
     pairs_phrase,
     warnings_of,
 )
-from fairaudit.stats import FEW
 
 HEADLINE = ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "mcnemar_p", "d_cf_{t}", "d_cf_{b}",
             "delta_d_cf", "p_gap_{t}", "p_gap_{b}", "delta_p_gap", "delta_d_group", "d_disp_c_{t}", "asym_c",

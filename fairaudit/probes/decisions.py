@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fairaudit.analysis.degenerate import decision_warnings
+from fairaudit.analysis.degenerate import WARNING, decision_warnings
 from fairaudit.analysis.gap import p_gap
+from fairaudit.analysis.numbers import format_number as num
 from fairaudit.analysis.pairs import TEXT_COLUMNS
+from fairaudit.analysis.stats import FEW
 from fairaudit.analysis.truncation import truncated_by_cell, with_complete
 from fairaudit.backends import DepthRequest, GenerationRequest
-from fairaudit.console import WARNING
-from fairaudit.console import format_number as num
+from fairaudit.errors.rules import MIN_BOOT, arm_rules, check_fields, integer
 from fairaudit.probes import AuditContext, Needs, Probe, Prompt, SampleView
 from fairaudit.probes.paired_samples import PAIRS
 from fairaudit.prompts.yesno import (
@@ -23,8 +24,6 @@ from fairaudit.prompts.yesno import (
     split_output,
     think_prompt_prefix,
 )
-from fairaudit.stats import FEW
-from fairaudit.validate import MIN_BOOT, arm_rules, check_fields, integer
 
 RESAMPLING = {"n_boot": integer(MIN_BOOT), "seed": integer(0, 2**32 - 1)}  # the paired bootstrap's settings
 BLOCK = 4096  # rows generated and scored at a time

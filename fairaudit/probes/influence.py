@@ -16,10 +16,11 @@ import math
 
 import pandas as pd
 
+from fairaudit.analysis.degenerate import WARNING
 from fairaudit.analysis.influence import THRESHOLDS, influence
 from fairaudit.analysis.influence_figures import influence_rates_figure
-from fairaudit.console import WARNING
-from fairaudit.console import format_number as num
+from fairaudit.analysis.numbers import format_number as num
+from fairaudit.errors.rules import boolean, check_fields, integer, list_of, number, one_of, template_fields, text
 from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import few_units
 from fairaudit.probes.influence_contrasts import ContrastScorer, Donors
@@ -27,7 +28,6 @@ from fairaudit.probes.influence_diagnostics import trace_records
 from fairaudit.probes.influence_samples import TRANSCRIPTS
 from fairaudit.probes.influence_transcripts import DEFAULT_TAGS, GRAPHS, Tags, TranscriptWriter
 from fairaudit.prompts.yesno import Arm
-from fairaudit.validate import boolean, check_fields, integer, list_of, number, one_of, template_fields, text
 
 TARGETS = ("content", "with_tags")   # score a target's own tokens, or its delimiters too
 LENGTH_MATCH = ("exact", "complete", "off")

@@ -9,12 +9,12 @@ import pandas as pd
 
 from fairaudit.analysis import influence_study as tables
 from fairaudit.analysis.influence_figures import checkpoint_rates_figure, influence_rates_figure
-from fairaudit.numbers import format_p
+from fairaudit.analysis.numbers import format_p
+from fairaudit.errors.rules import check_fields, one_of
 from fairaudit.probes.influence_transcripts import GRAPHS
-from fairaudit.report.render import NA
-from fairaudit.report.sections import RecordsLoader, Report, Section
-from fairaudit.report.selection import Settings, shared
-from fairaudit.validate import check_fields, one_of
+from fairaudit.views.render import NA
+from fairaudit.views.sections import RecordsLoader, Report, Section
+from fairaudit.views.selection import Settings, shared
 
 NO_CONTRASTS = "n/a (no contrasts)"
 FEW_MARK = " †"

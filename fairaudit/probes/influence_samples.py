@@ -3,7 +3,7 @@ validity, block lengths, n-gram overlaps, canary and text), labelled by its visi
 
 from __future__ import annotations
 
-from fairaudit.samples import Layout, esc, item, three_decimals
+from fairaudit.views.pages import Layout, esc, item, three_decimals
 
 FIRST_BLOCKS = ("a_private", "a_public", "b_private", "b_public")
 

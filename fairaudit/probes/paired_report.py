@@ -18,10 +18,10 @@ from fairaudit.analysis.contingency import CELLS, contingency
 from fairaudit.analysis.pairs import TEXT_COLUMNS
 from fairaudit.analysis.study_figures import delta_figure
 from fairaudit.analysis.truncation import COMPLETE, completed, truncated_by_cell
-from fairaudit.report import render
-from fairaudit.report.render import count, one_decimal, section, times
-from fairaudit.report.sections import RecordsLoader, Report, Section
-from fairaudit.report.selection import (
+from fairaudit.views import render
+from fairaudit.views.render import count, one_decimal, section, times
+from fairaudit.views.sections import RecordsLoader, Report, Section
+from fairaudit.views.selection import (
     Settings,
     comparison,
     declaring,

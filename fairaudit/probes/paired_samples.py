@@ -8,7 +8,7 @@ import pandas as pd
 
 from fairaudit.analysis.contingency import cell_labels
 from fairaudit.analysis.pairs import SIDES, complete_pairs
-from fairaudit.samples import Layout, esc, item, slug, three_decimals
+from fairaudit.views.pages import Layout, esc, item, slug, three_decimals
 
 UNPARSED = "unparsed"
 

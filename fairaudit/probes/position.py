@@ -15,30 +15,21 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fairaudit.analysis.degenerate import mcq_warnings
-from fairaudit.analysis.position import (
-    LETTERS,
-    OFFSETS,
-    position,
-    preferred_position,
-    truncation,
-    truncation_cuts,
-    truncation_trajectories,
-    with_trajectory_metrics,
-)
+from fairaudit.analysis.degenerate import WARNING, mcq_warnings
+from fairaudit.analysis.numbers import format_number as num
+from fairaudit.analysis.numbers import format_p
+from fairaudit.analysis.position import LETTERS, position, preferred_position, with_trajectory_metrics
 from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
+from fairaudit.analysis.position_truncation import OFFSETS, truncation, truncation_cuts, truncation_trajectories
+from fairaudit.analysis.stats import PARTIAL_METHODS
 from fairaudit.backends import GenerationRequest
-from fairaudit.console import WARNING
-from fairaudit.console import format_number as num
 from fairaudit.errors import AuditError
-from fairaudit.numbers import format_p
+from fairaudit.errors.rules import boolean, check_fields, integer, list_of, number, one_of, optional, text
 from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import encode
 from fairaudit.probes.position_samples import QUESTIONS
 from fairaudit.prompts.mcq import MCQ_ARMS, MENTION_CASES, final_answer, render_mcq_prompt
 from fairaudit.prompts.yesno import Arm
-from fairaudit.stats import PARTIAL_METHODS
-from fairaudit.validate import boolean, check_fields, integer, list_of, number, one_of, optional, text
 
 HEADLINE = ["n_questions_complete", "extraction_rate", "fallback_rate", "answered_rate", "accuracy", "pbs", "pbs_q1",
             "pbs_q2", "pbs_q3", "pbs_q4", "partial_rho_length_pbs", "partial_rho_length_pbs_p",

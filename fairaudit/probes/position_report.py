@@ -10,13 +10,14 @@ from typing import Mapping
 import pandas as pd
 
 from fairaudit.analysis import position_tables as f001
-from fairaudit.analysis.position import ZERO_METHODS, truncation
+from fairaudit.analysis.position import ZERO_METHODS
 from fairaudit.analysis.position_figures import length_pbs_panels, pbs_length_figure, truncation_figure
-from fairaudit.report.render import count, section
-from fairaudit.report.sections import RecordsLoader, Report
-from fairaudit.report.selection import Settings, shared, stacked
-from fairaudit.stats import PARTIAL_METHODS
-from fairaudit.validate import check_fields, one_of
+from fairaudit.analysis.position_truncation import truncation
+from fairaudit.analysis.stats import PARTIAL_METHODS
+from fairaudit.errors.rules import check_fields, one_of
+from fairaudit.views.render import count, section
+from fairaudit.views.sections import RecordsLoader, Report
+from fairaudit.views.selection import Settings, shared, stacked
 
 SETTINGS = {"partial_corr": one_of(*PARTIAL_METHODS), "zero_method": one_of(*ZERO_METHODS)}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fairaudit.analysis.position import LETTERS
-from fairaudit.samples import Layout, esc, item
+from fairaudit.views.pages import Layout, esc, item
 
 
 def question_labels(records: pd.DataFrame) -> pd.Series:

@@ -1,6 +1,7 @@
-"""`python -m fairaudit.report`: turn a set of MLflow runs into a study's tables and figures.
+"""`fairaudit report` (`python -m fairaudit.report`): turn a set of MLflow runs into a study's tables and figures.
 
-runs.py selects and reads runs (MLflow I/O), build.py decides what the selection supports
-(paper tables with a pooled row, seed summaries, sign test, checkpoint curves) from the pure
-functions of fairaudit.analysis.study, render.py formats, app.py writes, prints and logs.
+runs.py selects and reads runs (MLflow I/O), build.py hands each probe's section builders their runs and adds what
+the selection supports across probes (seed summaries, sign test, checkpoint curves, the family of tests, engine
+sensitivity) from the pure functions of fairaudit.analysis, app.py writes, prints and logs; tables are formatted by
+fairaudit.views. It never names a probe or holds one's tables: each probe's config lists its own sections.
 """

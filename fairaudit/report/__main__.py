@@ -4,8 +4,8 @@ import hydra
 from omegaconf import DictConfig
 
 from fairaudit import CONF_DIR
-from fairaudit.console import run_or_exit
-from fairaudit.registry import store_report_settings
+from fairaudit.job.registry import store_report_settings
+from fairaudit.job.run import run_or_exit
 from fairaudit.report import app
 
 store_report_settings()  # the probes' report settings (probes.<name>.<key>), before Hydra composes the config

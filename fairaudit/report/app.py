@@ -10,13 +10,10 @@ from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
 from fairaudit import __version__
-from fairaudit.console import console, out, print_result
-from fairaudit.mlflow_ui import where_lines
-from fairaudit.redact import hide_password, scrub_tree
-from fairaudit.report import render
+from fairaudit.errors.secrets import hide_password, scrub_tree
+from fairaudit.job.checks import validate_tracking
 from fairaudit.report.build import Report, build
 from fairaudit.report.runs import (
-    MAX_TAG,
     Selection,
     left_out_summary,
     load_records,
@@ -24,8 +21,12 @@ from fairaudit.report.runs import (
     select_runs,
     source_tags,
 )
-from fairaudit.tracking import finite_metrics, flatten
-from fairaudit.validate import validate_tracking
+from fairaudit.terminal.output import console, out
+from fairaudit.terminal.results import print_result
+from fairaudit.tracking.runs import finite_metrics, flatten
+from fairaudit.tracking.tags import MAX_TAG, NOTE_TAG, VERSION_TAG
+from fairaudit.tracking.ui import where_lines
+from fairaudit.views import render
 
 
 @dataclass
@@ -63,7 +64,7 @@ def run(cfg: DictConfig) -> ReportResult:
 def log(client, report: Report, selection: Selection, out_dir: Path, files: list[Path], settings: dict,
         fallback_experiment: str) -> str:
     """The report as an MLflow run in its sources' experiment, tagged with them, its config as params."""
-    tags = {**source_tags(selection), "fairaudit.version": __version__, "mlflow.note.content": run_note(report)}
+    tags = {**source_tags(selection), VERSION_TAG: __version__, NOTE_TAG: run_note(report)}
     main = {report.main: report.section(report.main).table}
     run_id = log_report(client, report_experiment(client, selection, fallback_experiment), report_name(selection),
                         out_dir, files, tags, flatten(settings), report.metrics, main)

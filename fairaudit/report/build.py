@@ -17,14 +17,14 @@ from typing import Any
 import pandas as pd
 
 from fairaudit.analysis import study
+from fairaudit.analysis.numbers import format_p
 from fairaudit.analysis.study_figures import checkpoint_curve_figure
-from fairaudit.numbers import format_p
-from fairaudit.registry import report_builders
-from fairaudit.report import render
+from fairaudit.job.registry import report_builders
 from fairaudit.report.engines import add_engine_sensitivity
 from fairaudit.report.family import add_family
-from fairaudit.report.sections import RecordsLoader, Report, Section
-from fairaudit.report.selection import runs_of
+from fairaudit.views import render
+from fairaudit.views.sections import RecordsLoader, Report, Section
+from fairaudit.views.selection import runs_of
 
 
 def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:

@@ -19,10 +19,10 @@ import pandas as pd
 
 from fairaudit.analysis import engines, study
 from fairaudit.analysis.engine_figures import engine_figure
-from fairaudit.console import format_number as num
+from fairaudit.analysis.numbers import format_number as num
+from fairaudit.job.registry import names, probe_classes
 from fairaudit.probes import Probe
-from fairaudit.registry import names, probe_classes
-from fairaudit.report.sections import RecordsLoader, Report, Section
+from fairaudit.views.sections import RecordsLoader, Report, Section
 
 AXIS = "engine"
 FIGURE_METRICS = 4  # metric panels in a group's figure: those with intervals first

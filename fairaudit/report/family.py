@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from fairaudit.analysis import multiplicity, study
-from fairaudit.report import render
-from fairaudit.report.sections import Report, Section
+from fairaudit.views import render
+from fairaudit.views.sections import Report, Section
 
 HEADERS = {"test": "test", "p": "p", "p_holm": "Holm p", "p_bh": "BH p"}
 

@@ -11,18 +11,9 @@ import pandas as pd
 
 from fairaudit.analysis.study import AXES
 from fairaudit.errors import AuditError
-from fairaudit.scratch import scratch
-from fairaudit.sweeps import HEADLINE_TAG
-from fairaudit.tracking import (
-    COMMAND_TAG,
-    JOBS_TAG,
-    MAX_TAG,
-    PROBE_TAG,
-    STUDY_TAG,
-    SUPERSEDED_TAG,
-    finite_metrics,
-    parent_run_id,
-)
+from fairaudit.tracking import tags as t
+from fairaudit.tracking.runs import finite_metrics, parent_run_id
+from fairaudit.tracking.scratch import scratch
 
 BASELINE_PARAM = "probe.baseline_arm.name"
 SETTING_PARAMS = ("probe.",)  # params kept as columns: a probe's settings, for tables that keep settings apart
@@ -64,18 +55,18 @@ def latest_study(client, exp_ids: list[str]) -> list[str]:
     """The latest study's sweeps, newest first: the newest sweep and, for each other probe, the newest sweep of
     the same grid (same overrides but the probe's, tag fairaudit.study) that ran it."""
     order = ["attributes.start_time DESC"]
-    found = client.search_runs(exp_ids, "tags.`fairaudit.kind` = 'sweep'", max_results=1, order_by=order)
+    found = client.search_runs(exp_ids, f"tags.`{t.KIND_TAG}` = 'sweep'", max_results=1, order_by=order)
     if not found:
         raise AuditError(f"no sweep run in {client.tracking_uri}; run a study with -m first, or pass "
                          "select.parent=null to select runs by select.experiment / select.tags / select.filter alone")
-    study = found[0].data.tags.get(STUDY_TAG)
+    study = found[0].data.tags.get(t.STUDY_TAG)
     if not study:  # a sweep logged before studies were tagged
         return [found[0].info.run_id]
-    sweeps = client.search_runs([found[0].info.experiment_id], f"tags.`fairaudit.kind` = 'sweep' AND "
-                                f"tags.`{STUDY_TAG}` = {_quote(study)}", order_by=order)
+    sweeps = client.search_runs([found[0].info.experiment_id], f"tags.`{t.KIND_TAG}` = 'sweep' AND "
+                                f"tags.`{t.STUDY_TAG}` = {_quote(study)}", order_by=order)
     chosen: dict[str, str] = {}
     for sweep in sweeps:
-        chosen.setdefault(sweep.data.tags.get(PROBE_TAG, sweep.info.run_id), sweep.info.run_id)
+        chosen.setdefault(sweep.data.tags.get(t.PROBE_TAG, sweep.info.run_id), sweep.info.run_id)
     return list(chosen.values())
 
 
@@ -94,9 +85,9 @@ def resolve_parents(client, select, exp_ids: list[str]) -> list[str]:
 
 def filter_string(select, parent: str | None) -> str:
     """MLflow search filter: job runs, under `parent`, with the selected tags, ANDed with select.filter."""
-    clauses = ["tags.`fairaudit.kind` = 'job'"]
+    clauses = [f"tags.`{t.KIND_TAG}` = 'job'"]
     if parent:
-        clauses.append(f"tags.`mlflow.parentRunId` = {_quote(parent)}")
+        clauses.append(f"tags.`{t.PARENT_TAG}` = {_quote(parent)}")
     for key, value in (select.tags or {}).items():
         if value is not None:
             clauses.append(f"tags.`{key}` = {_quote(value)}")
@@ -128,8 +119,8 @@ def runs_frame(runs: Iterable) -> pd.DataFrame:
         row.update({axis: tags.get(axis, "") for axis in AXES})
         row["baseline"] = run.data.params.get(BASELINE_PARAM)
         row.update({k: v for k, v in run.data.params.items() if k.startswith(SETTING_PARAMS)})
-        row["superseded_by"] = tags.get(SUPERSEDED_TAG)
-        row["headline"] = tags.get(HEADLINE_TAG)
+        row["superseded_by"] = tags.get(t.SUPERSEDED_TAG)
+        row["headline"] = tags.get(t.HEADLINE_TAG)
         row.update(run.data.metrics)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -174,18 +165,18 @@ def unfinished_sweep(client, parent_id: str) -> str | None:
     parent = client.get_run(parent_id)
     if parent.info.status == "FINISHED":
         return None
-    children = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = {_quote(parent_id)}")
-    status = {run.data.tags.get("fairaudit.job_num"): run.info.status for run in children
-              if SUPERSEDED_TAG not in run.data.tags}
-    jobs = json.loads(parent.data.tags.get(JOBS_TAG, "[]"))
+    children = client.search_runs([parent.info.experiment_id], f"tags.`{t.PARENT_TAG}` = {_quote(parent_id)}")
+    status = {run.data.tags.get(t.JOB_NUM_TAG): run.info.status for run in children
+              if t.SUPERSEDED_TAG not in run.data.tags}
+    jobs = json.loads(parent.data.tags.get(t.JOBS_TAG, "[]"))
     left = [f"{label or f'job {num}'} ({status.get(str(num), 'not started')})" for num, label in enumerate(jobs)
             if status.get(str(num)) != "FINISHED"]
     if not jobs:  # a sweep logged before its jobs were tagged: the runs it opened
         left = [f"job {num} ({state})" for num, state in sorted(status.items()) if state != "FINISHED"]
     if not left:
         return None
-    overrides = json.loads(parent.data.tags.get("fairaudit.overrides", "[]"))
-    command = parent.data.tags.get(COMMAND_TAG) or " ".join(["fairaudit", *map(shlex.quote, overrides), "-m"])
+    overrides = json.loads(parent.data.tags.get(t.OVERRIDES_TAG, "[]"))
+    command = parent.data.tags.get(t.COMMAND_TAG) or " ".join(["fairaudit", *map(shlex.quote, overrides), "-m"])
     ended = "has not ended (it runs, or its process died)" if parent.info.status == "RUNNING" else \
         f"ended {parent.info.status}"
     return (f"sweep {parent.info.run_name!r} ({parent_id}) {ended}: {len(left)} of {len(jobs) or len(status)} jobs "
@@ -218,7 +209,7 @@ def log_report(client, experiment_id: str, name: str, out_dir: Path, files: list
     """The report as an MLflow run: its files as artifacts, tags linking the source runs, headline metrics."""
     from mlflow.entities import Metric, Param
 
-    run = client.create_run(experiment_id, run_name=name, tags={k: v[:MAX_TAG] for k, v in tags.items()})
+    run = client.create_run(experiment_id, run_name=name, tags={k: v[:t.MAX_TAG] for k, v in tags.items()})
     run_id = run.info.run_id
     try:
         items = [Param(k, v[:6000]) for k, v in params.items()]
@@ -245,13 +236,13 @@ def source_tags(selection: Selection) -> dict[str, str]:
     ids = list(selection.runs["run_id"])
     joined = ",".join(ids)
     tags = {
-        "fairaudit.kind": "report",
-        "fairaudit.selection": selection.filter_string,
-        "fairaudit.n_source_runs": str(len(ids)),
-        "fairaudit.source_runs": joined if len(joined) <= MAX_TAG else "see runs.csv (too many for a tag)",
+        t.KIND_TAG: "report",
+        t.SELECTION_TAG: selection.filter_string,
+        t.N_SOURCE_RUNS_TAG: str(len(ids)),
+        t.SOURCE_RUNS_TAG: joined if len(joined) <= t.MAX_TAG else "see runs.csv (too many for a tag)",
     }
     if selection.parent:
-        tags["fairaudit.source_parent"] = selection.parent
+        tags[t.SOURCE_PARENT_TAG] = selection.parent
     if len(selection.parents) > 1:
-        tags["fairaudit.source_parents"] = ",".join(selection.parents)
+        tags[t.SOURCE_PARENTS_TAG] = ",".join(selection.parents)
     return tags

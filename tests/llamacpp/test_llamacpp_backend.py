@@ -15,13 +15,13 @@ from fairaudit.backends import GenerationRequest
 from fairaudit.backends.gguf import tiny_qwen3_gguf_dir
 from fairaudit.backends.hf import HFBackend
 from fairaudit.backends.llamacpp import LlamaCppBackend, free_engine
-from fairaudit.client import CachingClient
-from fairaudit.model_files import ModelFiles
-from fairaudit.models import EMBEDDED_SMOLLM2, embedded_model_dir
+from fairaudit.models.files import ModelFiles
+from fairaudit.models.locate import EMBEDDED_SMOLLM2, embedded_model_dir
 from fairaudit.probes import AuditContext
 from fairaudit.probes.decisions import answer_choices, answer_parts, decide, encode
 from fairaudit.prompts.yesno import Arm
-from fairaudit.store import Store
+from fairaudit.store.client import CachingClient
+from fairaudit.store.results import Store
 
 pytestmark = pytest.mark.llamacpp
 IDENTICAL_SHARE = 0.75  # the targets: the engines differ in arithmetic (quantised dot products)

@@ -10,7 +10,7 @@ import pytest
 
 from fairaudit.backends import GenerationRequest
 from fairaudit.backends.llamacpp import LlamaCppBackend, free_engine
-from fairaudit.model_files import ModelFiles
+from fairaudit.models.files import ModelFiles
 
 pytestmark = pytest.mark.llamacpp
 MODELS = ["embedded:smollm2", "embedded:gemma3_270m_q4km"]
@@ -123,7 +123,7 @@ def test_gemma_under_llama_cpp_agrees_with_hf_on_the_same_file(default_audit):
     """P(Yes) of the default audit's think prompts, read after the same prefixes: llama.cpp's Q4_K_M kernels against
     hf's float32 computation of the same file dequantised (only the arithmetic differs)."""
     from fairaudit.backends.hf import HFBackend
-    from fairaudit.models import resolve_model_dir
+    from fairaudit.models.locate import resolve_model_dir
     from fairaudit.probes import AuditContext
     from fairaudit.probes.decisions import answer_choices, answer_parts_all, render_prompts
 

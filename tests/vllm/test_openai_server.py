@@ -23,10 +23,10 @@ from fairaudit.backends import GenerationRequest
 from fairaudit.backends.hf import HFBackend
 from fairaudit.backends.openai import OpenAIBackend
 from fairaudit.backends.vllm_server import free_port, start_server, stop_server, wait_ready
-from fairaudit.client import CachingClient
-from fairaudit.models import embedded_model_dir
+from fairaudit.models.locate import embedded_model_dir
 from fairaudit.prompts.yesno import choice_token_ids
-from fairaudit.store import Store
+from fairaudit.store.client import CachingClient
+from fairaudit.store.results import Store
 
 P_YES_TOLERANCE = 2e-3  # fp32 CPU kernels of vLLM and transformers differ in summation order
 P_YES_SAME_ENGINE = 1e-4  # the server and the offline engine run the same vLLM kernels

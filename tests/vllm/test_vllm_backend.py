@@ -13,11 +13,11 @@ from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.backends import GenerationRequest
 from fairaudit.backends.hf import HFBackend
 from fairaudit.backends.vllm import VLLMBackend, free_engine
-from fairaudit.client import CachingClient
 from fairaudit.probes import AuditContext
 from fairaudit.probes.decisions import answer_choices, answer_parts, decide, encode
 from fairaudit.prompts.yesno import Arm
-from fairaudit.store import Store
+from fairaudit.store.client import CachingClient
+from fairaudit.store.results import Store
 
 P_YES_ATOL = 2e-3   # the bound between backends
 DEPTH_ATOL = 1e-4   # a depth read served from the prefix cache vs the same prefix re-fed cold
@@ -27,7 +27,7 @@ DEPTH_TRACES, DEPTH_K = 6, 5
 
 @pytest.fixture(scope="module")
 def vllm_backend(default_audit):
-    from fairaudit.models import embedded_model_dir
+    from fairaudit.models.locate import embedded_model_dir
 
     # 32-token blocks: the prefix cache shares more of each read
     backend = VLLMBackend(embedded_model_dir(), "float32", batch_size=40, max_model_len=2048, enforce_eager=True,
@@ -38,7 +38,7 @@ def vllm_backend(default_audit):
 
 @pytest.fixture(scope="module")
 def hf_backend():
-    from fairaudit.models import embedded_model_dir
+    from fairaudit.models.locate import embedded_model_dir
 
     return HFBackend(embedded_model_dir(), "float32", batch_size=8)
 

@@ -1,0 +1,116 @@
+"""The `fairaudit` command: `list`, `data`, `store` and `report` subcommands; anything else is a Hydra audit run."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+
+from fairaudit.cli.completion import complete
+from fairaudit.cli.listing import list_configs
+from fairaudit.cli.overrides import MULTIRUN_FLAGS
+
+HELP = """\
+fairaudit: audit reasoning language models for bias that appears, moves or grows inside their thinking.
+
+usage:
+  fairaudit [OVERRIDES...] [-m]       run an audit (Hydra): model=... dataset=... probe=... arm=...; -m sweeps
+                                      e.g. fairaudit model=qwen3 -m dataset=adult,compas,credit
+  fairaudit dry_run=true [OVERRIDES]  print the prompts (and pairs) a run would send, without loading a model
+  fairaudit list                      the models, datasets, probes, arms and studies (+experiment=NAME)
+  fairaudit data fetch [NAMES...]     download the data sets into the data root and verify their checksums
+  fairaudit data check                per data file: present, checksum, source
+  fairaudit store ...                 inspect and maintain the result store (fairaudit store --help)
+  fairaudit report [OVERRIDES...]     a study's cross-run tables and figures from MLflow
+
+Hydra's own options work on audit runs: --cfg job (print the composed config), --info, --hydra-help,
+--shell-completion install=bash (eval "$(fairaudit -sc install=bash)" completes subcommands, their options
+and overrides). Each run prints its verdict and metrics, then the mlflow ui command and the run's URL.
+"""
+
+
+def hoist_multirun_flag(argv: list[str]) -> list[str]:
+    """`-m`/`--multirun` moved before the overrides: Hydra 1.3's argparse rejects overrides on
+    both sides of it (hydra issue 3053), as in `probe=position -m arm=direct,cot`."""
+    flags = [arg for arg in argv[1:] if arg in MULTIRUN_FLAGS]
+    return argv[:1] + flags + [arg for arg in argv[1:] if arg not in MULTIRUN_FLAGS]
+
+
+def data_command(argv: list[str]) -> int:
+    from fairaudit.data.fetch import main as data_main
+
+    return data_main(argv)
+
+
+def store_command(argv: list[str]) -> int:
+    """`fairaudit store`: delegated to fairaudit.store.cli, imported only when asked for."""
+    from fairaudit.store.cli import main as store_main
+
+    return store_main(argv)
+
+
+def hydra_command(module: str, argv: list[str], config_name: str = "config") -> int:
+    """Run a Hydra app (`python -m <module>`) with `argv` as its command line, once its overrides are
+    checked: an unknown option or key is one `error:` line with the nearest names, exit code 2."""
+    import importlib
+
+    from fairaudit.cli.overrides import check, sweeps_itself, tracking_database
+
+    problem = check(config_name, argv)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    argv = tracking_database((["-m"] if config_name == "config" and sweeps_itself(argv) else []) + argv)
+    with scratch_outputs(argv) as argv:
+        sys.argv = hoist_multirun_flag([sys.argv[0]] + argv)
+        importlib.import_module(module).main()
+    return 0
+
+
+@contextlib.contextmanager
+def scratch_outputs(argv: list[str]):
+    """A dry run's Hydra output folders in a temporary folder, removed when it ends: a dry run writes nothing."""
+    from fairaudit.cli.overrides import dry_run_asked
+
+    if not dry_run_asked(argv):
+        yield argv
+        return
+    with tempfile.TemporaryDirectory(prefix="fairaudit-dry-run-") as tmp:
+        kept = [a for a in argv if not a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]
+        yield [*kept, f"hydra.run.dir={tmp}/run", f"hydra.sweep.dir={tmp}/sweep"]
+
+
+def report_command(argv: list[str]) -> int:
+    return hydra_command("fairaudit.report.__main__", argv, "report")
+
+
+COMMANDS = {"list": list_configs, "data": data_command, "store": store_command, "report": report_command}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `fairaudit` console script."""
+    import os
+
+    from fairaudit.errors import interrupt
+    from fairaudit.errors.secrets import remember, scrub_logs
+
+    argv = sys.argv[1:] if argv is None else argv
+    remember([*argv, os.environ.get("MLFLOW_TRACKING_URI", "")])  # hidden in whatever this process prints or logs
+    scrub_logs()
+    if argv and argv[0] in ("-h", "--help", "help"):
+        print(HELP, end="")
+        return 0
+    if argv[:2] in (["-sc", "query=bash"], ["--shell-completion", "query=bash"]):
+        return complete(argv, list(COMMANDS))
+    interrupt.arm()
+    try:
+        if argv and argv[0] in COMMANDS:
+            return COMMANDS[argv[0]](argv[1:])
+        return hydra_command("fairaudit.job.__main__", argv)
+    except KeyboardInterrupt:  # outside a run (a run says what it kept itself), e.g. a parallel sweep's launcher
+        print(interrupt.message(None), file=sys.stderr)
+        return interrupt.EXIT_CODE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

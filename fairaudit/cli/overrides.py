@@ -1,0 +1,168 @@
+"""Command-line overrides checked before Hydra sees them: a misspelt group option or key is one `error:`
+line naming the nearest names (lm-eval's "did you mean"), instead of Hydra's multi-line message."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from fairaudit import CONF_DIR
+from fairaudit.job import registry
+
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def group_options(group: str) -> list[str] | None:
+    """The options of a config group of ours (in any config root: `registry.groups`), None for anything else
+    (hydra/ plugins)."""
+    if group.startswith("hydra") or group not in registry.groups():
+        return None
+    return registry.names(group)
+
+
+def nearest(word: str, names: list[str]) -> str:
+    """ '; did you mean X?' (or 'X or Y'), or the choices when nothing is near."""
+    close = difflib.get_close_matches(word, names, n=2, cutoff=0.6)
+    if close:
+        return f"; did you mean {' or '.join(close)}?"
+    return f"; choices: {', '.join(names)}" if len(names) <= 30 else ""
+
+
+def values_of(override) -> list[str]:
+    """The values an override sets: one, or each value of a sweep (`dataset=adult,compas`)."""
+    if override.is_sweep_override():
+        return [str(v) for v in override.sweep_string_iterator()]
+    return [str(override.value())]
+
+
+def group_problem(override, options: list[str] | None = None) -> str | None:
+    """An option that its group (one of ours, or `options`) does not have."""
+    group, ours = override.key_or_group, options is None
+    options = group_options(group) if ours else options
+    if options is None or override.is_delete() or override.value() is None:
+        return None
+    for value in values_of(override):
+        if value not in options:
+            listed = " (`fairaudit list` shows them all)" if ours else ""
+            return f"{override.input_line}: there is no {group} named {value!r}{nearest(value, options)}{listed}"
+    return None
+
+
+def key_problem(key: str, composed) -> str | None:
+    """A dotted key the composed config lacks: the nearest names at the level where it goes astray."""
+    from omegaconf import DictConfig
+
+    node, parts = composed, key.split(".")
+    for depth, part in enumerate(parts):
+        if not isinstance(node, DictConfig):
+            return None  # below a value: not a key problem
+        if part not in node:
+            where = ".".join(parts[:depth])
+            names = [f"{where}.{name}" if where else str(name) for name in node.keys()]
+            missing = ".".join(parts[:depth + 1])
+            return (f"{key}: the config has no key {missing!r}{nearest(missing, names)} (to add a new key on "
+                    f"purpose, write +{key}=...)")
+        node = node._get_node(part) if hasattr(node, "_get_node") else node[part]
+    return None
+
+
+def job_line(override) -> str:
+    """The override as one job of a sweep sees it: a sweep at its first value."""
+    if not override.is_sweep_override():
+        return override.input_line
+    return f"{override.input_line.split('=', 1)[0]}={values_of(override)[0]}"
+
+
+def check(config_name: str, argv: list[str]) -> str | None:
+    """The one error line for overrides that name an unknown option or key (None when they compose; command
+    lines with other Hydra flags, --cfg or -sc, are left to Hydra)."""
+    args = [a for a in argv if a not in MULTIRUN_FLAGS]
+    if not args or any(a.startswith("-") for a in args):
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        overrides = OverridesParser.create().parse_overrides(args)
+    except OverrideParseException as error:
+        return " ".join(str(error).split())
+    groups = [o for o in overrides if group_options(o.key_or_group) is not None]
+    for override in groups:
+        problem = group_problem(override)
+        if problem:
+            return problem
+    return compose_problem(config_name, overrides)
+
+
+def compose_problem(config_name: str, overrides) -> str | None:
+    """Compose one job's config; a key that does not exist, or any other composition error, as one line.
+    hydra.* overrides and deletions are left to Hydra."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    registry.store_report_settings()  # the report's config names the probes' report settings (probes.<name>.<key>)
+    kept = [o for o in overrides if not o.key_or_group.startswith("hydra") and not o.is_delete()]
+    keys = [o for o in kept if group_options(o.key_or_group) is None and not (o.is_add() or o.is_force_add())]
+    with initialize_config_dir(CONF_DIR, version_base=None):
+        try:
+            loader = GlobalHydra.instance().config_loader()
+            plugins = [o for o in overrides if o.key_or_group.startswith("hydra/") and not o.is_delete()]
+            problem = next((p for p in (group_problem(o, loader.get_group_options(o.key_or_group))
+                                        for o in plugins) if p), None)  # e.g. hydra/launcher=joblibb
+            if problem:
+                return problem
+            base = compose(config_name, overrides=[job_line(o) for o in kept if o not in keys])
+            problem = next((p for p in (key_problem(o.key_or_group, base) for o in keys) if p), None)
+            if problem:
+                return problem
+            compose(config_name, overrides=[job_line(o) for o in kept])
+        except Exception as error:  # a composition Hydra would refuse: its message, on one line
+            return " ".join(str(error).split())
+        finally:
+            GlobalHydra.instance().clear()
+    return None
+
+
+def sweeps_itself(argv: list[str]) -> bool:
+    """The command, without -m, picks a study whose config sweeps (`+experiment=seed_sweep` sets
+    hydra.sweeper.params): it runs as the sweep it names, as with -m."""
+    if any(a in MULTIRUN_FLAGS for a in argv) or not any(a.lstrip("+").startswith("experiment=") for a in argv):
+        return False
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-")])
+    with initialize_config_dir(CONF_DIR, version_base=None):
+        try:
+            cfg = compose("config", overrides=[job_line(o) for o in overrides], return_hydra_config=True)
+        except Exception:  # Hydra says what is wrong with it when it runs
+            return False
+        finally:
+            GlobalHydra.instance().clear()
+    return bool(cfg.hydra.sweeper.get("params"))
+
+
+def tracking_database(argv: list[str]) -> list[str]:
+    """`tracking.uri=<a folder>` (a path or file:// URL: MLflow 3 has no file store) as the sqlite database in it,
+    `tracking.uri=sqlite:///<folder>/mlflow.db`; a path to a .db or .sqlite file as that database."""
+    out = []
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") == "tracking.uri" and value and ("://" not in value or value.startswith("file://")):
+            path = Path(value.removeprefix("file://")).expanduser().absolute()
+            database = path if path.suffix in (".db", ".sqlite") else path / "mlflow.db"
+            arg = f"{key}=sqlite:///{database}"
+        out.append(arg)
+    return out
+
+
+def dry_run_asked(argv: list[str]) -> bool:
+    """The command sets dry_run=true (a dry run writes nothing, Hydra's output folders included)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        overrides = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-")])
+    except Exception:
+        return False
+    return any(o.key_or_group == "dry_run" and not o.is_sweep_override() and o.value() is True for o in overrides)

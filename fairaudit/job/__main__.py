@@ -1,0 +1,23 @@
+"""The audit as a Hydra app (`python -m fairaudit.job`; the `fairaudit` command runs it once its overrides are checked):
+compose model x dataset x probe x arm and run the job, or a sweep's jobs one by one."""
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from fairaudit import CONF_DIR
+from fairaudit.job.run import run, run_or_exit
+from fairaudit.job.sweep import run_sweep_job
+
+
+@hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
+def main(cfg: DictConfig) -> None:
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        run_sweep_job(cfg)  # a failing job is recorded and the sweep goes on; the exit code comes at its end
+    else:
+        run_or_exit(run, cfg)
+
+
+if __name__ == "__main__":
+    main()

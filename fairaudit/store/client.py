@@ -1,0 +1,220 @@
+"""The model as probes see it: every backend call answered from the result store first.
+
+`CachingClient` wraps any backend (lm-eval's CachingLM, inspect's Model around a ModelAPI): a call
+reaches the model only for what the store lacks, results are committed as they come, and every
+call is refused with one AuditError line when the backend's capabilities do not cover it. Probes
+talk to this client alone; they never import the store or compute keys (a Completion carries its key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields, replace
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from fairaudit.backends import (
+    Backend,
+    Completion,
+    DepthRequest,
+    GenerationRequest,
+    GraphGenerationRequest,
+    NLLRequest,
+    missing,
+)
+from fairaudit.backends.common import encode_texts, tokenizer_digest
+from fairaudit.store.results import Store, call_key
+from fairaudit.terminal.progress import progress
+
+
+def array_json(values) -> list:
+    """An array result (probabilities) as nested float lists for the store."""
+    return np.asarray(values, dtype=float).tolist()
+
+
+ENCODE_CHUNK = 256  # texts per tokenizer batch and store commit
+READ_CHUNK = 1000   # stored values parsed at a time
+_INTS: list[int] = []  # one int object per token id seen, shared by every token tuple
+
+
+def shared_ints(ids: Sequence[int]) -> tuple[int, ...]:
+    """`tuple(ids)` whose ints are shared objects: CPython keeps each int above 256 in an object of its own,
+    so thousands of 2,000-token lists would hold 36 bytes per token; shared, a tuple holds 8."""
+    if not ids or min(ids) < 0:
+        return tuple(ids)
+    try:
+        return tuple(map(_INTS.__getitem__, ids))
+    except IndexError:
+        _INTS.extend(range(len(_INTS), max(max(ids) + 1, 2 * len(_INTS))))
+        return tuple(map(_INTS.__getitem__, ids))
+
+
+def payload(request) -> dict:
+    """A request as its store key reads it: `dataclasses.asdict`, without deep-copying a flat request's
+    token tuples (GenerationRequest, DepthRequest: the same JSON, hence the same key)."""
+    if isinstance(request, (GenerationRequest, DepthRequest)):
+        return {f.name: getattr(request, f.name) for f in fields(request)}
+    return asdict(request)
+
+
+def generation_key(fingerprint: str, request: GenerationRequest | GraphGenerationRequest) -> str:
+    """The store key of one generation of the model `fingerprint` names (the records' prompt_hash)."""
+    return call_key("generate", fingerprint, payload(request))
+
+
+def completion_json(completion: Completion) -> dict:
+    """A completion as stored: text, token ids and finish reason (its key is the row's own)."""
+    return {"text": completion.text, "token_ids": list(completion.token_ids), "finish_reason": completion.finish_reason}
+
+
+class CachingClient:
+    """A backend behind the store.
+
+    A batch backend gets the missing calls in chunks of its `capabilities.chunk_size` (else
+    `chunk_size`, the model's batch size). A streaming backend (`capabilities.streaming`: its calls
+    take `on_result(i, result)`, e.g. a server pool that bounds its own in-flight requests) gets
+    them all at once. Either way results are committed every chunk of arrivals and, when a call
+    fails, before the failure propagates, so a re-run resumes. Before each batch the store is read
+    again, so what another job committed meanwhile is served, not recomputed. `model_calls` counts
+    the results the model produced.
+    """
+
+    def __init__(self, backend: Backend, store: Store, chunk_size: int = 8):
+        self.backend = backend
+        self.store = store
+        self.capabilities = backend.capabilities
+        self.fingerprint = backend.fingerprint
+        self.tokenizer = backend.tokenizer
+        self.chunk_size = max(1, self.capabilities.chunk_size or chunk_size)
+        self.model_calls = 0
+        self._tokenizer_digest: str | None = None
+
+    def require(self, capability: str) -> None:
+        """Refuse a call the backend's capabilities do not cover: one line naming it and the backends that have it."""
+        if not self.capabilities.has(capability):
+            raise missing(self.backend, capability)
+
+    def key(self, kind: str, payload: object) -> str:
+        """The store key of one call of this client's backend."""
+        return call_key(kind, self.fingerprint, payload)
+
+    def generate(self, requests: Sequence[GenerationRequest | GraphGenerationRequest],
+                 label: str = "generate") -> list[Completion]:
+        """Completions for the requests, from the store where present, each carrying its store key."""
+        if any(isinstance(r, GraphGenerationRequest) for r in requests):
+            self.require("attention_graphs")
+        payloads = [payload(r) for r in requests]  # generation_key's payload
+        keys, rows = self._cached("generate", payloads, label, self.backend.generate, requests, to_json=completion_json,
+                                  convert=lambda r: Completion(r["text"], shared_ints(r["token_ids"]),
+                                                               r["finish_reason"]))
+        return [replace(completion, key=key) for key, completion in zip(keys, rows)]
+
+    def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]],
+                     label: str = "score") -> np.ndarray:
+        """Choice probabilities per prefix (rows in prefix order), from the store where present."""
+        self.require("scores")
+        choice_lists = [list(c) for c in choices]
+        payloads = ({"prefix": list(p), "choices": choice_lists} for p in prefixes)  # one at a time: keys only
+        _, rows = self._cached("choice_probs", payloads, label, self.backend.choice_probs, prefixes, (choice_lists,))
+        return np.array(rows, dtype=float).reshape(len(prefixes), len(choices))
+
+    def depth_choice_probs(self, requests: Sequence[DepthRequest], choices: Sequence[Sequence[int]],
+                           label: str = "depth") -> list[np.ndarray]:
+        """Choice probabilities at every cut of each trace, from the store where present."""
+        self.require("depth_reads")
+        choice_lists = [list(c) for c in choices]
+        payloads = ({**payload(r), "choices": choice_lists} for r in requests)
+        _, rows = self._cached("depth_choice_probs", payloads, label, self.backend.depth_choice_probs, requests,
+                               (choice_lists,))
+        return [np.array(r, dtype=float) for r in rows]
+
+    def target_nll(self, requests: Sequence[NLLRequest], label: str = "target nll") -> np.ndarray:
+        """Target NLL (nats/token) per request, from the store where present; keyed by blocks, target and graph."""
+        self.require("target_nll")
+        if any(r.visibility is not None for r in requests):
+            self.require("attention_graphs")
+        payloads = [asdict(r) for r in requests]
+        _, rows = self._cached("target_nll", payloads, label, self.backend.target_nll, requests)
+        return np.array(rows, dtype=float)
+
+    def encode(self, texts: Sequence[str], label: str = "tokenize") -> list[tuple[int, ...]]:
+        """Token ids of each text (no special tokens added), from the store where present.
+
+        Tokenizing is not a model call (model_calls does not count it), but at paper scale it costs more
+        than the store does (thousands of 2,000-token traces, a regex pre-tokenizer at ~0.3M tokens/s per
+        core), so its results are kept beside the model's, keyed by the text and the tokenizer's digest.
+        """
+        if self._tokenizer_digest is None:
+            self._tokenizer_digest = tokenizer_digest(self.tokenizer)
+        unique = list(dict.fromkeys(texts))
+        keys = {t: call_key("encode", self._tokenizer_digest, t) for t in unique}
+        found = self._read(list(keys.values()), shared_ints)
+        todo = [t for t in unique if keys[t] not in found]
+        with progress(label, total=len(todo), done_before=len(unique) - len(todo)) as advance:
+            for start in range(0, len(todo), ENCODE_CHUNK):
+                chunk = todo[start:start + ENCODE_CHUNK]
+                items = [(keys[t], ids) for t, ids in zip(chunk, encode_texts(self.tokenizer, chunk))]
+                self.store.put_many("encode", self._tokenizer_digest, items)
+                found.update((key, shared_ints(ids)) for key, ids in items)
+                advance(len(chunk))
+        return [found[keys[t]] for t in texts]
+
+    def metrics(self) -> dict[str, float]:
+        """Model calls made through this client, and the backend's own figures."""
+        return {"model_calls": self.model_calls, **self.backend.metrics()}
+
+    def _read(self, keys: Sequence[str], convert: Callable) -> dict:
+        """convert(value) of each key the store holds, read a chunk at a time (so parsed JSON never piles up)."""
+        found = {}
+        for start in range(0, len(keys), READ_CHUNK):
+            found.update((k, convert(v)) for k, v in self.store.get_many(keys[start:start + READ_CHUNK]).items())
+        return found
+
+    def _cached(self, kind: str, payloads: Iterable[object], label: str, method: Callable, items: Sequence,
+                extra: tuple = (), to_json: Callable = array_json,
+                convert: Callable = lambda v: v) -> tuple[list[str], list]:
+        """(keys, results) of method(items, *extra), read from the store where present, stored as to_json(result),
+        each kept as convert(stored value)."""
+        keys = [self.key(kind, p) for p in payloads]
+        found = self._read(keys, convert)
+        absent = [i for i, k in enumerate(keys) if k not in found]
+        first_of_key: dict[str, int] = {}
+        todo = [i for i in absent if first_of_key.setdefault(keys[i], i) == i]
+        pending: list[tuple[str, object]] = []
+        streams = self.capabilities.streaming
+        calls_before = self.model_calls
+
+        def commit() -> None:
+            if pending:  # left: those of `todo` not computed yet
+                self.store.put_many(kind, self.fingerprint, pending, left=len(todo) - self.model_calls + calls_before)
+                pending.clear()
+
+        with progress(label, total=len(todo), done_before=len(keys) - len(absent)) as advance:
+            def receive(i: int, result: object) -> None:
+                value = to_json(result)
+                pending.append((keys[i], value))
+                found[keys[i]] = convert(value)
+                self.model_calls += 1
+                advance(1)
+                if len(pending) >= self.chunk_size:
+                    commit()
+
+            step = max(len(todo), 1) if streams else self.chunk_size
+            try:
+                for start in range(0, len(todo), step):
+                    idx = todo[start:start + step]
+                    if start:  # another job may have committed some of these meanwhile
+                        found.update(self._read([keys[i] for i in idx], convert))
+                        advance(sum(keys[i] in found for i in idx))
+                        idx = [i for i in idx if keys[i] not in found]
+                    batch = [items[i] for i in idx]
+                    if not batch:
+                        continue
+                    if streams:
+                        method(batch, *extra, on_result=lambda j, result, idx=idx: receive(idx[j], result))
+                    else:
+                        for i, result in zip(idx, method(batch, *extra)):
+                            receive(i, result)
+            finally:
+                commit()
+        return keys, [found[k] for k in keys]

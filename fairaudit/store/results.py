@@ -1,0 +1,228 @@
+"""Content-addressed store of every generation and score (`fairaudit.client` puts it in front of a backend).
+
+A result is keyed by (call kind, model fingerprint, exact token ids, decoding parameters,
+backend version) in one table, reached through an SQLAlchemy URL: a sqlite file (WAL mode) on
+one machine, a PostgreSQL server when many nodes share it. Each value carries a checksum written
+with it; a value that fails it, does not parse, or holds a probability row not summing to 1 is
+reported, deleted and recomputed. Results are committed chunk by chunk (first writer wins), so
+a killed run resumes where it stopped and concurrent jobs share work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from fairaudit.errors import AuditError
+from fairaudit.errors.disk import full_error, is_full, megabytes
+from fairaudit.errors.secrets import hide_password
+from fairaudit.terminal.output import warn
+
+STORE_VERSION = 1
+PROBABILITY_KINDS = ("choice_probs", "depth_choice_probs")  # values whose innermost rows are distributions
+PROBABILITY_ATOL = 1e-4
+INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+
+METADATA = sa.MetaData()
+RESULTS = sa.Table(
+    "results", METADATA,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("checksum", sa.String(64)),
+    sa.Column("created", sa.Float, nullable=False),
+)
+
+
+def store_url(location: str | Path) -> str:
+    """An SQLAlchemy URL as is; a plain path is a sqlite file (its folder is created)."""
+    text = str(location)
+    if "://" in text:
+        return text
+    path = Path(text).expanduser().resolve()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise AuditError(f"store.url {text}: cannot create its folder ({error.strerror})") from None
+    return f"sqlite:///{path}"
+
+
+def checksum(key: str, value: str) -> str:
+    """The checksum written with a value: binds the exact stored text to its key."""
+    return hashlib.sha256(f"{key}\0{value}".encode()).hexdigest()
+
+
+def _probability_rows(value) -> Iterator[list]:
+    """The innermost lists of a nested list of numbers."""
+    if value and isinstance(value[0], list):
+        for item in value:
+            yield from _probability_rows(item)
+    else:
+        yield value
+
+
+def examine(key: str, kind: str, value: str, stored_checksum: str | None) -> tuple[str | None, object]:
+    """(why a stored row cannot be served or None when it is sound, its parsed value), parsing it once."""
+    if stored_checksum != checksum(key, value):
+        return "fails its checksum", None
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return "does not parse", None
+    if kind in PROBABILITY_KINDS:
+        for row in _probability_rows(parsed):
+            if not abs(sum(row) - 1.0) <= PROBABILITY_ATOL:  # NaN fails too
+                return f"has a probability row summing to {sum(row):.6g}", None
+    return None, parsed
+
+
+def damage(key: str, kind: str, value: str, stored_checksum: str | None) -> str | None:
+    """Why a stored row cannot be served, or None when it is sound."""
+    return examine(key, kind, value, stored_checksum)[0]
+
+
+class Store:
+    """A key -> JSON value table behind an SQLAlchemy URL (or a sqlite file path)."""
+
+    def __init__(self, location: str | Path):
+        self.url = store_url(location)
+        try:
+            backend = sa.engine.make_url(self.url).get_backend_name()
+            if backend not in INSERTS:
+                raise AuditError(f"store.url {hide_password(self.url)!r}: only sqlite and postgresql stores are "
+                             "supported")
+            self.engine = sa.create_engine(self.url, **_engine_options(backend))
+        except (sa.exc.ArgumentError, ImportError) as error:
+            raise AuditError(f"store.url {hide_password(self.url)!r} is not usable: {error}") from None
+        self._insert = INSERTS[backend]
+        if backend == "sqlite":
+            sa.event.listen(self.engine, "connect", _sqlite_wal)
+        try:
+            self._create_table()
+        except sa.exc.DBAPIError as error:
+            raise AuditError(f"store.url {hide_password(self.url)!r} cannot be opened: "
+                             f"{' '.join(str(error.orig).split())}") from None
+
+    def _create_table(self) -> None:
+        """The table, once (serialised across processes on PostgreSQL); a pre-checksum sqlite store gains the column."""
+        with self.engine.begin() as conn:
+            if self.engine.dialect.name == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('fairaudit.results'))"))
+            METADATA.create_all(conn)
+            if "checksum" not in {c["name"] for c in sa.inspect(conn).get_columns("results")}:
+                conn.execute(sa.text("ALTER TABLE results ADD COLUMN checksum VARCHAR(64)"))
+                rows = conn.execute(sa.select(RESULTS.c.key, RESULTS.c.value)).all()
+                if rows:
+                    conn.execute(RESULTS.update().where(RESULTS.c.key == sa.bindparam("k"))
+                                 .values(checksum=sa.bindparam("c")),
+                                 [{"k": k, "c": checksum(k, v)} for k, v in rows])
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, object]:
+        """Sound stored values of those keys that exist; a damaged one is reported and deleted."""
+        found: dict[str, object] = {}
+        unique = list(dict.fromkeys(keys))
+        with self.engine.connect() as conn:
+            for start in range(0, len(unique), 500):
+                query = sa.select(RESULTS).where(RESULTS.c.key.in_(unique[start:start + 500]))
+                for row in conn.execute(query):
+                    problem, parsed = examine(row.key, row.kind, row.value, row.checksum)
+                    if problem:
+                        self._discard(row, problem)
+                    else:
+                        found[row.key] = parsed
+        return found
+
+    def _discard(self, row, problem: str) -> None:
+        warn(f"store value {row.key[:16]} ({row.kind}, {row.model}) {problem}; deleted, it will be recomputed")
+        with self.engine.begin() as conn:
+            conn.execute(RESULTS.delete().where(RESULTS.c.key == row.key, RESULTS.c.value == row.value))
+
+    def put_many(self, kind: str, model: str, items: Sequence[tuple[str, object]], left: int = 0) -> None:
+        """Insert results and commit at once; a key already stored keeps its first value. `left`: how many more
+        the caller has to compute (named with the space they need, should the disk be full)."""
+        now = time.time()
+        rows = []
+        for key, value in items:
+            text = json.dumps(value, separators=(",", ":"))
+            rows.append({"key": key, "kind": kind, "model": model, "value": text, "checksum": checksum(key, text),
+                         "created": now})
+        self.put_rows(rows, left)
+
+    def put_rows(self, rows: Sequence[dict], left: int = 0) -> int:
+        """Insert whole rows (checksums included); returns how many keys were new."""
+        if not rows:
+            return 0
+        try:
+            with self.engine.begin() as conn:
+                insert = self._insert(RESULTS).on_conflict_do_nothing(index_elements=["key"]).returning(RESULTS.c.key)
+                return len(conn.execute(insert, list(rows)).all())
+        except sa.exc.DBAPIError as error:
+            if not is_full(error):
+                raise
+            raise self._full(rows, left) from None
+
+    def _full(self, rows: Sequence[dict], left: int) -> AuditError:
+        """The one line for a commit refused for want of space: the store's folder, what the commit and the `left`
+        results still to come need (rows written twice: to the write-ahead log, then into the database; at the
+        failed commit's bytes per row), and how many results are kept."""
+        per_row = 2 * sum(len(r["value"]) + 200 for r in rows) / len(rows)
+        need = f"about {megabytes(int(per_row * len(rows)))} needed for the commit of {len(rows)} results"
+        if left:
+            need += f", {megabytes(int(per_row * (len(rows) + left)))} with the {left:,} more this step computes"
+        kept = f"the {self.count() - self.count('encode'):,} model results committed so far are kept"
+        url = sa.engine.make_url(self.url)
+        if url.get_backend_name() != "sqlite":
+            return AuditError(f"the store's database server is out of space (store.url {hide_password(self.url)!r}); "
+                              f"{kept}: free space on the server and run the same command to resume")
+        return full_error(Path(url.database).parent, "the store, store.url", need, kept)
+
+    def rows(self, batch: int = 1000) -> Iterator[sa.Row]:
+        """Every stored row, in key order, a batch at a time."""
+        last = ""
+        while True:
+            with self.engine.connect() as conn:
+                page = conn.execute(sa.select(RESULTS).where(RESULTS.c.key > last).order_by(RESULTS.c.key)
+                                    .limit(batch)).all()
+            yield from page
+            if len(page) < batch:
+                return
+            last = page[-1].key
+
+    def count(self, kind: str | None = None) -> int:
+        """Number of stored results, of one kind or all."""
+        query = sa.select(sa.func.count()).select_from(RESULTS)
+        if kind is not None:
+            query = query.where(RESULTS.c.kind == kind)
+        with self.engine.connect() as conn:
+            return conn.execute(query).scalar_one()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _engine_options(backend: str) -> dict:
+    if backend == "sqlite":
+        return {"connect_args": {"timeout": 60.0}}
+    return {"pool_pre_ping": True}
+
+
+def _sqlite_wal(dbapi_connection, _record) -> None:
+    """WAL mode; synchronous=NORMAL, WAL's recommended setting: a commit survives the process being killed
+    (what resuming relies on), only a power loss may drop the last commits, never corrupt the file."""
+    dbapi_connection.execute("PRAGMA journal_mode=WAL")
+    dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+
+
+def call_key(kind: str, fingerprint: str, payload: object) -> str:
+    """The store key of one model call."""
+    blob = json.dumps([STORE_VERSION, kind, fingerprint, payload], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+

@@ -1,0 +1,292 @@
+"""MLflow runs: one per job, opened after its inputs are checked and closed FINISHED, FAILED or KILLED, holding
+everything the run needs to be repeated; a run a killed process left RUNNING is closed by the next of its job."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import socket
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+from fairaudit.errors import AuditError
+from fairaudit.errors.disk import size_of
+from fairaudit.errors.secrets import hide_password, scrub, scrub_tree
+from fairaudit.tracking.database import close_on_a_full_disk, create_experiment, prepare_tracking
+from fairaudit.tracking.scratch import scratch
+from fairaudit.tracking.tags import (
+    ERROR_TAG,
+    KEY_TAG,
+    MAX_TAG,
+    NOTE_TAG,
+    PARENT_ID_FILE,
+    PROCESS_TAGS,
+    RESUMES_TAG,
+    SUPERSEDED_TAG,
+    UNBOUNDED_TAG,
+)
+
+
+def tracking_failure(error: BaseException, uri: str) -> AuditError | None:
+    """The one-line error for a tracking server that stopped answering mid-run, or None for other errors."""
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(error, MlflowException) and uri.startswith(("http://", "https://")):
+        first_line = str(error).strip().splitlines()[0][:300]
+        return AuditError(f"tracking.uri {hide_password(uri)} failed mid-run ({first_line}); the results computed so "
+                          "far are in the store, a re-run logs them without model calls")
+    return None
+
+
+def flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
+    """Nested config as flat dotted params (MLflow values are strings of at most 6000 characters)."""
+    flat: dict[str, str] = {}
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = str(value)[:6000]
+    return flat
+
+
+def finite_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """Metrics MLflow can store as numbers, as they are (a p of 2.2e-46 too); the rest (nan, inf, a p below the
+    smallest double, which is NaN beside its `*_log10_p`) live in metrics.json."""
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def unbounded_note(metrics: dict[str, Any]) -> str | None:
+    """The note a run carries (tag UNBOUNDED_TAG) for metrics that are infinite, e.g. an interval unbounded above:
+    MLflow stores finite numbers only, so they are absent from its metrics and null in metrics.json."""
+    names = sorted(k for k, v in metrics.items() if isinstance(v, float) and math.isinf(v))
+    if not names:
+        return None
+    return ", ".join(f"{k}={'+' if metrics[k] > 0 else '-'}inf" for k in names) + " (unbounded; not logged as metrics)"
+
+
+def json_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Metrics as strict JSON values: numbers, null for nan/inf (JSON has neither), strings for the rest."""
+    def value(v: Any) -> Any:
+        if isinstance(v, (int, float)):
+            return v if math.isfinite(v) else None
+        return str(v)
+    return {k: value(v) for k, v in metrics.items()}
+
+
+def experiment_id(client, name: str) -> str:
+    """The id of experiment `name`, created if missing (a concurrent creator may win the race)."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        try:
+            return create_experiment(client, name)
+        except Exception:
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if experiment.lifecycle_stage == "deleted":
+        raise AuditError(f"tracking.experiment {name!r} is deleted in {client.tracking_uri}; "
+                         "restore it (mlflow experiments restore) or choose another name")
+    return experiment.experiment_id
+
+
+def config_key(*parts: Any) -> str:
+    """A stable hash naming a job (its resolved config and overrides) or a sweep (its overrides); computed with
+    passwords hidden, so a job is the same job whatever its password (and the hash reveals nothing of it)."""
+    return hashlib.sha256(scrub(json.dumps(parts, sort_keys=True, default=str)).encode()).hexdigest()[:20]
+
+
+def _process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot (Linux), to tell a live pid from a reused one."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def process_tags() -> dict[str, str]:
+    """Which process owns a run, so a later run can tell that it died without closing it."""
+    pid = os.getpid()
+    return dict(zip(PROCESS_TAGS, (socket.gethostname(), str(pid), _process_start(pid))))
+
+
+def owner_is_dead(tags: dict[str, str]) -> bool:
+    """The run's process is gone: same host, and its pid is not running (or now belongs to another process).
+    Runs owned by another host are left alone: their liveness cannot be seen from here."""
+    host, pid, started = (tags.get(name) for name in PROCESS_TAGS)
+    if host != socket.gethostname() or not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return bool(started) and _process_start(int(pid)) != started
+
+
+def close_stale_runs(client, experiment: str, key: str, successor: str) -> list[str]:
+    """Runs of the same job (or sweep) left RUNNING by a dead process: closed KILLED, linked to `successor`."""
+    stale = [run for run in client.search_runs([experiment],
+                                               f"tags.`{KEY_TAG}` = '{key}' AND attributes.status = 'RUNNING'")
+             if run.info.run_id != successor and owner_is_dead(run.data.tags)]
+    for run in stale:
+        client.set_tag(run.info.run_id, SUPERSEDED_TAG, successor)
+        client.set_terminated(run.info.run_id, status="KILLED")
+    return [run.info.run_id for run in stale]
+
+
+def supersede_ended(client, experiment: str, key: str, successor: str) -> None:
+    """Earlier ended runs (FINISHED or FAILED) of the job that `successor` just finished are marked
+    replaced by it; the report skips them."""
+    for run in client.search_runs([experiment], f"tags.`{KEY_TAG}` = '{key}' AND attributes.status != 'RUNNING'"):
+        if run.info.run_id != successor and SUPERSEDED_TAG not in run.data.tags:
+            client.set_tag(run.info.run_id, SUPERSEDED_TAG, successor)
+
+
+def open_tracking(uri: str, experiment: str):
+    """A client on a ready tracking store and the experiment's id."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    prepare_tracking(uri)
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient(uri)
+    return client, experiment_id(client, experiment)
+
+
+class Tracker:
+    """One MLflow run, opened after the inputs are validated and closed FINISHED or FAILED.
+
+    A run tagged with a job key closes the runs of the same job that a killed process left RUNNING
+    (KILLED, superseded by this one) and, when it finishes, supersedes earlier ended runs of that job.
+    """
+
+    def __init__(self, uri: str, experiment: str):
+        import mlflow
+
+        self.mlflow = mlflow
+        self.uri = uri
+        self.client, self.experiment_id = open_tracking(uri, experiment)
+        # the kind of experiment this is; MLflow 3.17's UI opens the GenAI view anyway, so the printed run URL
+        # carries ?workflowType=machine_learning (mlflow_ui.VIEW) to open "Model training" (runs, params, metrics)
+        self.client.set_experiment_tag(self.experiment_id, "mlflow.experimentKind", "custom_model_development")
+        self.run = None
+        self.key: str | None = None
+        self.writing = ("", 0)  # the artifact being logged and its bytes, named when its disk fills
+
+    def start(self, run_name: str, tags: dict[str, str], params: dict[str, str],
+              parent_run_id: str | None = None) -> str:
+        """Open the job's run (as a child of `parent_run_id` in a sweep) and log tags and params."""
+        self.key = tags.get(KEY_TAG)
+        tags, params = scrub_tree(tags), scrub_tree(params)
+        self.run = self.mlflow.start_run(run_name=scrub(run_name), experiment_id=self.experiment_id,
+                                         parent_run_id=parent_run_id, tags={**tags, **process_tags()})
+        run_id = self.run.info.run_id
+        if self.key:
+            killed = close_stale_runs(self.client, self.experiment_id, self.key, run_id)
+            if killed:
+                self.mlflow.set_tag(RESUMES_TAG, ",".join(killed))
+        items = list(params.items())
+        for start in range(0, len(items), 100):
+            self.mlflow.log_params(dict(items[start:start + 100]))
+        return run_id
+
+    def log_config(self, settings: Mapping, overrides: list[str]) -> None:
+        """The resolved config and the command-line overrides, so the run can be repeated exactly."""
+        from omegaconf import OmegaConf
+
+        config = scrub(OmegaConf.to_yaml(OmegaConf.create(dict(settings))))
+        self.writing = ("config/config.yaml", len(config.encode()))
+        self.mlflow.log_text(config, "config/config.yaml")
+        self.mlflow.log_text(scrub("\n".join(overrides) + "\n"), "config/overrides.txt")
+
+    def log_result(self, metrics: dict[str, float], tables: dict[str, pd.DataFrame], figures: dict[str, Any],
+                   records: dict[str, pd.DataFrame]) -> None:
+        """Metrics, tables (parquet + MLflow table), figures (PNG) and records (parquet)."""
+        self.mlflow.log_metrics(finite_metrics(metrics))
+        self.mlflow.log_dict(json_metrics(metrics), "metrics.json")
+        note = unbounded_note(metrics)
+        if note:
+            self.mlflow.set_tag(UNBOUNDED_TAG, note[:MAX_TAG])
+        with scratch() as tmp:  # one a killed job left is removed
+            for name, table in tables.items():
+                path = Path(tmp) / f"{name}.parquet"
+                table.to_parquet(path)
+                self.writing = (f"tables/{path.name}", path.stat().st_size)
+                self.mlflow.log_artifact(str(path), "tables")
+                self.mlflow.log_table(data=table.reset_index() if _has_named_index(table) else table,
+                                      artifact_file=f"tables/{name}.json")
+            for name, frame in records.items():
+                path = Path(tmp) / f"{name}.parquet"
+                frame.to_parquet(path)
+                self.writing = (f"records/{path.name}", path.stat().st_size)
+                self.mlflow.log_artifact(str(path), "records")
+        for name, figure in figures.items():
+            self.mlflow.log_figure(figure, f"figures/{name}.png")
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self.mlflow.set_tags(scrub_tree(tags))
+
+    def log_dataset(self, frame: pd.DataFrame, name: str, source: str) -> None:
+        """The job's data set as an MLflow input (the runs table's Dataset column): its sampled rows' digest,
+        schema and size, named `name`, its source the file or data root it was read from."""
+        import warnings
+
+        import mlflow.data
+
+        with warnings.catch_warnings():  # its schema inference warns about integer columns, which records never null
+            warnings.simplefilter("ignore")
+            self.mlflow.log_input(mlflow.data.from_pandas(frame, source=source, name=name), context="audit")
+
+    def log_texts(self, texts: dict[str, str]) -> None:
+        """Text artifacts by file name (e.g. samples.html, samples.jsonl)."""
+        for name, text in texts.items():
+            self.mlflow.log_text(scrub(text), name)
+
+    def log_samples(self, records: pd.DataFrame, layout, title: str) -> None:
+        """The per-sample pages and samples.jsonl of `records` in `layout` (a `fairaudit.views.pages.Layout`),
+        written to a temporary folder a page at a time and logged as the run's top-level artifacts."""
+        from fairaudit.tracking import samples
+
+        with scratch() as tmp:  # one a killed job left is removed
+            samples.write(records, layout, title, tmp)
+            self.writing = ("the samples pages and samples.jsonl", size_of(tmp))
+            self.mlflow.log_artifacts(str(tmp))
+
+    def end(self, failed: bool = False, error: str | None = None, killed: bool = False) -> None:
+        """Close the run (KILLED when `killed`: stopped by the user); `error` (one line) becomes its error tag
+        and description. Closing a failed or killed run is best effort: its tracking server may be the failure."""
+        if self.run is None:
+            return
+        run_id = self.run.info.run_id
+        self.run = None
+        error = scrub(error) if error else error
+        if not failed and not killed:
+            self.mlflow.end_run(status="FINISHED")
+            if self.key:
+                supersede_ended(self.client, self.experiment_id, self.key, run_id)
+            return
+        line = (error or ("interrupted" if killed else ""))[:MAX_TAG]
+
+        def close() -> None:
+            if line:
+                self.mlflow.set_tags({ERROR_TAG: line, NOTE_TAG: line})
+            self.mlflow.end_run(status="KILLED" if killed else "FAILED")
+        close_on_a_full_disk(self.uri, close)
+
+
+def _has_named_index(table: pd.DataFrame) -> bool:
+    return any(name is not None for name in table.index.names)
+
+
+def parent_run_id(sweep_dir: str | Path) -> str | None:
+    """The sweep's parent run, written by SweepCallback when the multirun started."""
+    path = Path(sweep_dir) / PARENT_ID_FILE
+    return path.read_text().strip() if path.exists() else None
+
+
