@@ -200,23 +200,24 @@ def partial_correlation(x, y, covariate, method: str = "pearson") -> Correlation
     return Correlation(r, p_value(log10_p), log10_p)
 
 
-EXACT_WORK = 20_000_000  # cells the exact convolution may take (its support x a stratum's); past it, relabelings
+EXACT_WORK = 10 ** 9  # multiply-adds the exact convolution may take (about 1 s); past it, sampled relabelings
 
 
 def stratified_exact_test(stratum, group, outcome, unit=None, relabelings: int = 10000,
                           seed: int = 0) -> dict[str, float]:
     """Two-sided test that `group` (True: e.g. after the change point) does not move a count `outcome` within
-    strata (questions), exact for any per-stratum counts and rates: the Mantel-Haenszel test's exact conditional form.
+    strata (questions), exact for any per-stratum counts and rates: the Mantel-Haenszel test's exact conditional
+    form.
 
     Within each stratum the units' group labels are permuted, keeping how many units each group holds; the
     statistic T is the outcome summed over group True. Conditional on every stratum's units and outcomes, T's null
-    distribution is the convolution of the strata's, each the sum of a random subset of its units' outcomes
-    (hypergeometric for 0/1 units), computed exactly in log space; p = min(1, 2 min(P(T <= t), P(T >= t))), at most
-    alpha under the null whatever the counts (benchmarks/cluster_test_size.py). A unit (`unit`, e.g. the cut its
-    continuations were resampled from) holds the sum of its observations' outcomes and one group, and moves whole:
-    observations that share a prefix are not exchangeable one by one. Default: each observation is a unit. Where
-    the exact convolution would pass EXACT_WORK cells, `relabelings` seeded draws give p = min(1, 2 min(1 + #{T* <=
-    t}, 1 + #{T* >= t}) / (1 + draws)), exact 0.0.
+    law is the convolution of the strata's, each the sum of a random subset of its units' outcomes (hypergeometric
+    for 0/1 units), computed exactly (in log space where a tail nears the doubles' floor); p = min(1, 2 min(P(T <=
+    t), P(T >= t))), at most alpha under the null whatever the counts (benchmarks/cluster_test_size.py). A unit
+    (`unit`, e.g. the cut its continuations were resampled from) holds the sum of its observations' outcomes and one
+    group, and moves whole: observations that share a prefix are not exchangeable one by one. Default: each
+    observation is a unit. Where the exact convolution would pass EXACT_WORK multiply-adds, `relabelings` seeded
+    draws give p = min(1, 2 min(1 + #{T* <= t}, 1 + #{T* >= t}) / (1 + draws)), exact 0.0.
 
     stratum, unit: labels per observation; group: bool per observation (constant within a unit); outcome: whole
     numbers >= 0. Returns statistic (t), expected (E[T] under the null), mh_diff (the Mantel-Haenszel risk
@@ -232,8 +233,8 @@ def stratified_exact_test(stratum, group, outcome, unit=None, relabelings: int =
     if not informative:
         return out
     t = int(sum(s.observed for s in informative))
-    support = [int(np.sort(s.values)[::-1][:s.picked].sum()) + 1 for s in informative]
-    exact = sum(support) * max(support) <= EXACT_WORK
+    support = np.array([np.sort(s.values)[::-1][:s.picked].sum() + 1 for s in informative], dtype=float)
+    exact = float(np.sum((np.cumsum(support) - support) * support)) <= EXACT_WORK  # the sum so far x each stratum
     log_tails = _exact_log_tails(informative, t) if exact else _sampled_log_tails(informative, t, relabelings, seed)
     log10_p = min(0.0, (math.log(2.0) + min(log_tails)) / LN10)
     weights = [s.n1 * s.n0 / (s.n1 + s.n0) for s in informative]
