@@ -12,10 +12,17 @@ from scipy import stats
 
 from fairaudit.analysis.flags import as_flags
 from fairaudit.analysis.numbers import cancelled_mean
+from fairaudit.analysis.ranges import COUNT, POSITIVE, SHARE, SIGNED
 from fairaudit.analysis.stats import p_value, stratified_exact_test
 
 OFFSETS = (-0.15, -0.05, 0.05, 0.15)  # truncation points relative to CCP (§3.4)
 POSITION_BUCKETS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.0)  # absolute trajectory position (Fig. 3)
+RANGES = {  # the metrics of `truncation` (analysis.ranges), an arm's name after each
+    "trunc_n(_questions|_continuations)?": COUNT, "trunc_extraction_rate": SHARE, "trunc_change_rate": SHARE,
+    "trunc_directional_shift": SHARE, "trunc_ccp_chi2": POSITIVE, "trunc_ccp_chi2_p": SHARE,
+    "trunc_ccp_(rate|question|mh)_diff": SIGNED, "trunc_ccp_perm_p": SHARE,
+    "trunc_ccp_perm_n_(questions|one_sided)": COUNT, "trunc_ccp_perm_exact": SHARE,
+}
 
 
 class Cut(NamedTuple):
