@@ -92,6 +92,15 @@ def test_p_values_read_as_people_read_them():
     assert format_p(math.nan) == "n/a" and format_p(-math.inf) == "0"
 
 
+@pytest.mark.parametrize("p, shown", [
+    (0.04996, "0.04996"), (0.05004, "0.05004"),   # both read "0.05" before: a p is never rounded onto a level
+    (0.05, "0.05"), (0.0100001, "0.0100001"), (0.0099996, "0.0099996"), (0.00099996, "9.9996e-4"),
+    (0.1001, "0.1001"), (0.0501, "0.0501"), (0.0126, "0.0126"), (0.04449, "0.0445"), (0.123456, "0.123"),
+])
+def test_a_p_next_to_a_level_gets_the_digits_that_tell_it_from_the_level(p, shown):
+    assert format_p(math.log10(p)) == shown
+
+
 def test_a_flat_trajectorys_slope_is_0_and_prints_0_while_small_values_stay():
     depth = np.arange(1, 11) / 10
     traj = pd.DataFrame({"pair_id": np.repeat([1, 2], 10), "K": 10, "cell": "c", "k": np.tile(np.arange(1, 11), 2),
