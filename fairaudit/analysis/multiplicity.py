@@ -121,8 +121,8 @@ def family(runs: pd.DataFrame, metrics: Sequence[str], axes: Sequence[str]) -> p
 
 
 def family_phrase(runs: pd.DataFrame, tests: pd.DataFrame) -> str:
-    """What the family is, e.g. "one per model x dataset hypothesis; its 3 seeds combined into one p (3/2 x their
-    median p), never counted as tests"."""
+    """What the family is, e.g. "one per model x dataset hypothesis; its 3 seed replicates combined into one p (3/2
+    x their median p, valid whatever their dependence), never counted as tests"."""
     keys = [c for c in tests.columns if c not in FAMILY_COLUMNS]
     what = f"one per {' x '.join(keys)} hypothesis" if keys else "one per hypothesis"
     varied = [a for a in REPLICATES if a in runs and runs[a].nunique(dropna=False) > 1]
