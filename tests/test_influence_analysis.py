@@ -213,6 +213,15 @@ def test_table2_at_both_thresholds_with_counts_and_wilson_intervals():
     assert not row["few"] and t2.loc["B-to-A influence rate, Δ > 0 (%)", "few"]      # 22 contrasts, and 8 < FEW
 
 
+def test_a_table2_rate_row_over_no_contrast_is_flagged_few():
+    """Seed 1 has no B-to-A contrast and seed 0's 8 are dropped here: n = 0, no interval, and few (0 < 10)."""
+    runs = small_runs().assign(n_contrasts_b_to_a_masked=0, influence_k_b_to_a_masked=0)
+    row = table2(runs).set_index("metric").loc["B-to-A influence rate, Δ > 0 (%)"]
+    assert row["n"] == 0 and math.isnan(row["ci_low"]) and math.isnan(row["value"]) and row["few"]
+    assert table2(runs.drop(columns="n_contrasts_b_to_a_masked")).set_index("metric").loc[
+        "B-to-A influence rate, Δ > 0 (%)", "few"]   # no n logged at all: no interval either
+
+
 def test_table2_marks_its_rows_over_fewer_than_ten_contrasts():
     report = Report()
     add_influence_tables(report, small_runs())

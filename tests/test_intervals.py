@@ -1,5 +1,6 @@
 """Every interval a probe logs carries its n: each `*_ci_low` metric of every shipped probe has its `*_ci_n` (the
-units it resamples) and `*_ci_few` (1.0 below stats.FEW), on a real run of the probe on the tiny Qwen3."""
+units it resamples) and `*_ci_few` (1.0 below stats.FEW), on a real run of the probe on the tiny Qwen3; and every
+metric a shipped probe logs has a declared range (analysis/ranges.py) that holds its value."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from conftest import REPO
+from fairaudit.analysis import study
+from fairaudit.analysis.ranges import declared_range
 from fairaudit.analysis.stats import FEW
 from fairaudit.backends.hf import HFBackend
 from fairaudit.job import registry
@@ -46,6 +49,7 @@ def probe_result(probe: str, data_root, store: Store):
 
 
 WITH_INTERVALS = {"counterfactual", "btm", "cdpg", "influence"}  # the shipped probes that log intervals
+DECLARING = {*WITH_INTERVALS, "position"}  # the shipped probes, whose analysis modules study.DECLARED lists
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +70,12 @@ def test_every_interval_a_probe_logs_has_its_n_and_its_few_flag(probe, store, da
         assert n in kept and few in kept, f"{probe}: {low} has no {n} / {few}"
         if low in logged:   # a NaN interval (over no unit: every pair cut, `_complete`) has a NaN n beside it
             assert n in logged and logged[few] == float(logged[n] < FEW), (probe, low)
+    if probe in DECLARING:   # every metric declares its range (analysis/ranges.py), which holds its value
+        undeclared = [name for name in kept if declared_range(name, study.DECLARED) is None]
+        assert not undeclared, f"{probe}: no range declared for {undeclared} (a RANGES table beside their definition)"
+        outside = {name: value for name, value in logged.items()
+                   if not study.metric_range(name)[0] <= value <= study.metric_range(name)[1]}
+        assert not outside, f"{probe}: values outside their declared ranges: {outside}"
     if probe in ("counterfactual", "btm", "cdpg"):
         assert logged["p_gap_think_ci_n"] == logged["delta_p_gap_ci_n"] == metrics["n_pairs_scored"] == 3
     if probe == "counterfactual":

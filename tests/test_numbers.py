@@ -16,7 +16,8 @@ from fairaudit.analysis.contingency import contingency
 from fairaudit.analysis.gap import p_gap
 from fairaudit.analysis.numbers import cancelled, format_number, format_p
 from fairaudit.analysis.position import monotonic_profile
-from fairaudit.analysis.stats import cluster_difference_test, mcnemar_exact_log10_p
+from fairaudit.analysis.position_truncation import ccp_cluster_test
+from fairaudit.analysis.stats import mcnemar_exact_log10_p
 from fairaudit.probes import ProbeResult
 from fairaudit.probes.counterfactual import CounterfactualProbe
 from fairaudit.probes.decisions import paired_metrics
@@ -91,6 +92,15 @@ def test_p_values_read_as_people_read_them():
     assert format_p(math.nan) == "n/a" and format_p(-math.inf) == "0"
 
 
+@pytest.mark.parametrize("p, shown", [
+    (0.04996, "0.04996"), (0.05004, "0.05004"),   # both read "0.05" before: a p is never rounded onto a level
+    (0.05, "0.05"), (0.0100001, "0.0100001"), (0.0099996, "0.0099996"), (0.00099996, "9.9996e-4"),
+    (0.1001, "0.1001"), (0.0501, "0.0501"), (0.0126, "0.0126"), (0.04449, "0.0445"), (0.123456, "0.123"),
+])
+def test_a_p_next_to_a_level_gets_the_digits_that_tell_it_from_the_level(p, shown):
+    assert format_p(math.log10(p)) == shown
+
+
 def test_a_flat_trajectorys_slope_is_0_and_prints_0_while_small_values_stay():
     depth = np.arange(1, 11) / 10
     traj = pd.DataFrame({"pair_id": np.repeat([1, 2], 10), "K": 10, "cell": "c", "k": np.tile(np.arange(1, 11), 2),
@@ -118,8 +128,8 @@ def test_signed_p_yes_differences_that_cancel_name_no_favoured_side():
 def test_other_differences_that_cancel_are_0_where_they_are_computed():
     assert monotonic_profile([0.1 + 0.2, 0.5, 0.3])["gradient"] == 0.0        # last bin minus first
     # ten continuations a side; after - before: 1/10 - 0, 2/10 - 0, 0 - 3/10, which cancel (0.1 + 0.2 - 0.3)
-    cluster, after = np.repeat([1, 2, 3], 20), np.tile(np.r_[[True] * 10, [False] * 10], 3)
-    changed = np.zeros(60)
-    changed[[0, 20, 21, 50, 51, 52]] = 1
-    out = cluster_difference_test(cluster, after, changed)
-    assert out["diff"] == 0.0 and np.mean([0.1, 0.2, -0.3]) != 0.0
+    changed = np.zeros(60, dtype=bool)
+    changed[[0, 20, 21, 50, 51, 52]] = True
+    rows = pd.DataFrame({"question_id": np.repeat([1, 2, 3], 20), "changed": changed,
+                         "offset": np.tile(np.r_[[0.05] * 10, [-0.05] * 10], 3)})
+    assert ccp_cluster_test(rows)["trunc_ccp_question_diff"] == 0.0 and np.mean([0.1, 0.2, -0.3]) != 0.0

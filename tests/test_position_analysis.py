@@ -20,8 +20,9 @@ from fairaudit.analysis.position_truncation import (
     truncation,
     truncation_cuts,
 )
-from fairaudit.analysis.stats import cluster_difference_test, partial_correlation
+from fairaudit.analysis.stats import partial_correlation
 from fairaudit.errors import AuditError
+from fairaudit.probes.position_report import _truncation_sections
 from fairaudit.prompts.mcq import (
     ANSWER_PATTERNS,
     TRAJECTORY_PATTERNS,
@@ -340,7 +341,7 @@ def test_truncation_metrics_on_a_hand_example():
     assert by_offset["n_changed"].tolist() == [1, 1, 0, 2]
 
 
-def test_truncation_reports_the_question_level_sign_flip_test_beside_the_chi_square():
+def test_truncation_reports_the_test_within_questions_beside_the_chi_square():
     two = pd.concat([CONTINUATIONS, CONTINUATIONS.assign(question_id=2, new_answer_position=2)], ignore_index=True)
     m = truncation(two)["metrics"]
     rows = _changes(two)
@@ -349,9 +350,31 @@ def test_truncation_reports_the_question_level_sign_flip_test_beside_the_chi_squ
     # question 1: after 2/4 - before 2/3; question 2 (new answer 2 = its answer): no change either side
     assert m["trunc_ccp_question_diff"] == pytest.approx(((2 / 4 - 2 / 3) + 0.0) / 2)
     assert (m["trunc_ccp_perm_n_questions"], m["trunc_ccp_perm_n_one_sided"], m["trunc_ccp_perm_exact"]) == (2, 0, 1.0)
-    expected = cluster_difference_test(rows["question_id"], rows["offset"] > 0, rows["changed"])
-    assert m["trunc_ccp_perm_p"] == expected["p"] == 1.0 and m["trunc_ccp_perm_log10_p"] == 0.0
+    # the test relabels question 1's cuts (changes 1, 1 before; 0, 2 after): 2 of (1, 1, 0, 2) sum to 1, 2 or 3,
+    # each in 2 of 6 ways, so T = 2 gives p = min(1, 2 x 4/6) = 1; question 2 changes nowhere
+    assert m["trunc_ccp_perm_p"] == 1.0 and m["trunc_ccp_perm_log10_p"] == 0.0
+    # Mantel-Haenszel: question 1 (after 2 of 4, before 2 of 3) (2 x 3 - 2 x 4) / 7 over weight 4 x 3 / 7;
+    # question 2 (4 and 4, no change) 0 over weight 4 x 4 / 8
+    assert m["trunc_ccp_mh_diff"] == pytest.approx((-2 / 7) / (12 / 7 + 2))
     assert m["trunc_ccp_chi2_log10_p"] == pytest.approx(math.log10(m["trunc_ccp_chi2_p"]))
+
+
+def test_a_cut_is_one_runs_trajectory_at_one_offset_and_the_report_keeps_runs_apart():
+    """Question 1 in runs a and b, cut at -0.05 and +0.05 with 2 continuations each, changing 0 and 2 times in a,
+    1 and 2 in b: four cuts (0, 2, 1, 2), two after. 2 of them sum to 4 in 1 of 6 ways, so T = 4 gives p = 1/3;
+    merged across runs the two cuts (1, 4) would give p = 1."""
+    rows = pd.DataFrame({"question_id": 1, "run_id": list("aaaabbbb"), "offset": [-0.05, -0.05, 0.05, 0.05] * 2,
+                         "changed": [0, 0, 1, 1, 1, 0, 1, 1]})
+    assert ccp_cluster_test(rows)["trunc_ccp_perm_p"] == pytest.approx(1 / 3)
+    assert ccp_cluster_test(rows.drop(columns="run_id"))["trunc_ccp_perm_p"] == 1.0
+    frames = {run: CONTINUATIONS.assign(new_answer_position=answers, arm="cot", dataset="mmlu", model="m")
+              for run, answers in (("a", [2, 2, 2, 2, 0, 0, 0, 0]), ("b", [2, 0, 2, 2, 0, 0, 0, 2]))}
+    runs = pd.DataFrame({"run_id": ["a", "b"], "model": "m", "dataset": "mmlu", "trunc_n_continuations_cot": 8})
+    (section,), figures = _truncation_sections(runs, lambda ids, name: {run: frames[run] for run in ids})
+    shown = section.table.iloc[0]
+    expected = ccp_cluster_test(_changes(pd.concat([f.assign(run_id=r) for r, f in frames.items()])))
+    assert shown["trunc_ccp_perm_p"] == expected["trunc_ccp_perm_p"] and "p001_fig3_truncation" in figures
+    assert shown["trunc_ccp_mh_diff"] == expected["trunc_ccp_mh_diff"] and shown["trunc_n"] == 16
 
 
 def test_before_after_ccp_chi_square_by_hand():

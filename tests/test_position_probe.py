@@ -12,6 +12,7 @@ import pytest
 from jinja2.exceptions import TemplateError
 
 from conftest import DATA_ROOT, run_app
+from fairaudit.analysis.numbers import format_number, format_p
 from fairaudit.analysis.position_truncation import truncation
 from fairaudit.backends import Backend, Completion, GenerationRequest
 from fairaudit.cli.main import hoist_multirun_flag
@@ -250,6 +251,10 @@ def test_truncation_continuations_are_exact_and_cached(tmp_path, dataset):
     expected = truncation(continuations)["metrics"]
     assert {f"{k}_reason": v for k, v in expected.items() if not math.isnan(v)}.items() <= m.items()
     assert set(result.tables) >= {"truncation_by_position", "truncation_by_offset"} and "truncation" in result.figures
+    line = next(text for text in probe(permutation=None).verdict(result) if text.startswith("truncation: "))
+    assert (f"exact p = {format_p(m['trunc_ccp_perm_log10_p_reason'])} relabeling cuts within each of "
+            f"{format_number(m['trunc_ccp_perm_n_questions_reason'])} questions" in line)
+    assert m["trunc_ccp_perm_p_reason"] < 0.01 and m["trunc_ccp_perm_exact_reason"] == 1.0   # 30 changes, all before
 
     # a second run over the same store makes no model call and gives the same records
     again_ctx, again_inner = context(tmp_path, dataset)

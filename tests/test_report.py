@@ -259,6 +259,13 @@ def test_sign_test_all_fifteen_cells_one_way():
     assert against_zero["successes"] == 15
 
 
+def test_a_sign_test_p_below_the_smallest_double_is_nan_and_lives_in_its_log10():
+    cells = pd.DataFrame({"delta": np.ones(1100)})   # 1100 cells one way: p = 2^-1100 = 10^-331.1, no double
+    result = study.sign_test(study.sign_comparisons(cells, "delta", 0))
+    assert result["log10_p"] == pytest.approx(-1100 * math.log10(2)) and math.isnan(result["p"])   # was 0.0
+    assert study.sign_test(study.sign_comparisons(cells.iloc[:1000], "delta", 0))["p"] == pytest.approx(2.0 ** -1000)
+
+
 def test_checkpoint_sweep_report(store, tmp_path):
     """3 checkpoints x 5 seeds in one sweep: seed summaries per checkpoint, sign test 15/15, a curve figure."""
     parent = store.sweep()

@@ -129,7 +129,10 @@ def test_the_sweeps_parent_holds_its_verdict_and_each_jobs_headline_metrics_by_s
     by_num = {int(run.data.tags["fairaudit.job_num"]): run for run in children.values()}
     assert sorted(by_num) == [0, 1, 2]
     jobs, family = note[1:4], note[4:]
-    assert family and family[0].startswith("3 tests (mcnemar_log10_p) across the sweep's 3 finished jobs: ")
+    assert family and family[0].startswith("3 tests (mcnemar_log10_p: one per model x dataset hypothesis) across the "
+                                           "sweep's 3 finished jobs: ")
+    assert [line.split(" · ")[0] for line in family[1:]] == list(DATASETS)   # each test's p, Holm p and BH p
+    assert all(re.search(r": p = \S+, Holm p = \S+, BH p = \S+$", line) for line in family[1:])
     for num, line in enumerate(jobs):
         run, dataset = by_num[num], DATASETS[num]
         metrics = run.data.metrics
@@ -148,7 +151,9 @@ def test_the_sweeps_parent_holds_its_verdict_and_each_jobs_headline_metrics_by_s
     headline = json.loads(by_num[0].data.tags["fairaudit.headline"])
     logged = {name for name in headline if any(name in run.data.metrics for run in children.values())}  # finite
     family_counts = {"family_n_tests", "family_n_significant", "family_n_significant_holm", "family_n_significant_bh"}
-    assert set(parent.data.metrics) == logged | family_counts  # one key per headline metric, no per-job copies
+    tests = {f"family/mcnemar_{name}{suffix}/{dataset}" for name in ("p", "log10_p") for suffix in ("", "_holm", "_bh")
+             for dataset in DATASETS}
+    assert set(parent.data.metrics) == logged | family_counts | tests  # one key per headline metric, no per-job copies
     assert parent.data.metrics["family_n_tests"] == 3
     for name in ("cell_c", "p_gap_think", "delta_p_gap"):
         history = client.get_metric_history(parent.info.run_id, name)
@@ -218,6 +223,25 @@ def test_a_checkpoint_study_draws_each_headline_metric_against_training_step_on_
     assert ("d_cf_think/compas", 1.0, 20) in step_series(two)  # other varied axes split the curves
     neither = summary.iloc[[0, 2]].assign(checkpoint="base")  # neither axis varies: step = the job's number
     assert step_series(neither) == [("d_cf_think", 0.1, 0), ("d_cf_think", 0.5, 2)]
+
+
+def test_no_p_value_is_averaged_over_seeds_and_no_seed_is_dropped_for_underflow():
+    """The issue's case: at one checkpoint, seeds at 10^-485.6 (mcnemar_p NaN: no double) and 0.30 logged
+    mcnemar_p = 0.30, the mean over the one seed left. Now each seed's log10 p is logged, and at the step their
+    combination, 2 x the smaller p for two seeds (a p-value whatever their dependence): 10^-485.3, so no mcnemar_p."""
+    from fairaudit.tracking.sweeps import step_series
+
+    rows = [{"run": f"r{i}", "status": "FINISHED", "job": i, "model": "m", "dataset": "adult", "probe": "c",
+             "arm": "think", "seed": str(seed), "checkpoint": label, "mcnemar_log10_p": log10_p,
+             "mcnemar_p": 10 ** log10_p if log10_p > -300 else math.nan, "d_cf_think": 0.1 * (i + 1)}
+            for i, (label, seed, log10_p) in enumerate([("step20", 0, -485.6), ("step20", 1, math.log10(0.3)),
+                                                        ("step100", 0, -2.0), ("step100", 1, -1.0)])]
+    series = {(key, step): value for key, value, step in step_series(pd.DataFrame(rows))}
+    assert ("mcnemar_p", 20) not in series and series[("mcnemar_log10_p", 20)] == pytest.approx(-485.6 + math.log10(2))
+    assert series[("mcnemar_log10_p/seed 0", 20)] == -485.6
+    assert series[("mcnemar_log10_p/seed 1", 20)] == pytest.approx(math.log10(0.3))
+    assert series[("mcnemar_p", 100)] == pytest.approx(0.02) and series[("mcnemar_log10_p/seed 1", 100)] == -1.0
+    assert series[("d_cf_think", 20)] == pytest.approx(0.15)   # other metrics: the mean over seeds, as before
 
 
 def test_the_parent_logs_step_metrics_read_back_from_a_real_store(tmp_path):

@@ -1,6 +1,6 @@
 """The statistics this round added, against hand-computed values, scipy and statsmodels: the exact and
 bootstrap c/b ratio intervals, Clopper-Pearson, the Spearman partial correlation, p-values in log space and the
-clustered sign-flip test."""
+exact stratified permutation test."""
 
 from __future__ import annotations
 
@@ -13,15 +13,17 @@ import statsmodels.api as sm
 from scipy import stats
 from statsmodels.stats.proportion import proportion_confint
 
+from fairaudit.analysis import stats as stats_module
 from fairaudit.analysis.stats import (
-    EXACT_CLUSTERS,
     bootstrap_ci,
     clopper_pearson,
-    cluster_difference_test,
     p_value,
     partial_correlation,
     ratio_interval_exact,
+    stratified_exact_test,
+    subset_sum_log_pmf,
     wilcoxon_log10_p,
+    wilson_interval,
 )
 
 
@@ -30,6 +32,17 @@ def test_clopper_pearson_equals_statsmodels_beta_method(k, n):
     assert clopper_pearson(k, n) == pytest.approx(proportion_confint(k, n, method="beta"), abs=1e-12)
     assert clopper_pearson(k, n, 0.9) == pytest.approx(proportion_confint(k, n, alpha=0.1, method="beta"), abs=1e-12)
     assert all(math.isnan(v) for v in clopper_pearson(0, 0))
+
+
+def test_wilson_ends_at_0_of_n_and_n_of_n_are_exactly_0_and_1():
+    """Center and half width are equal at k = 0 (and at k = n for the upper end); in floats their difference was
+    5.6e-17 at 0 of 3, logged as a lower end. The other end is z^2 / (n + z^2) by hand."""
+    z2 = stats.norm.ppf(0.975) ** 2
+    assert wilson_interval(0, 3) == (0.0, pytest.approx(z2 / (3 + z2), rel=1e-12))
+    assert wilson_interval(3, 3) == (pytest.approx(3 / (3 + z2), rel=1e-12), 1.0)
+    assert wilson_interval(1, 3) == pytest.approx(proportion_confint(1, 3, method="wilson"), rel=1e-12)
+    for n in range(1, 60):
+        assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
 
 
 def test_exact_ratio_interval_by_hand_and_its_edges():
@@ -95,59 +108,108 @@ def test_spearman_partial_correlation_equals_the_formula_on_spearman_correlation
         partial_correlation(x, y, z, method="kendall")
 
 
-def test_cluster_difference_test_enumerates_every_sign_vector_by_hand():
-    # three questions: d = (1 - 0), (1 - 0), (0 - 1) -> mean 1/3; of the 8 sign vectors, |mean| is 1/3 or 1: all count
-    out = cluster_difference_test([1, 1, 2, 2, 3, 3], [0, 1, 0, 1, 0, 1], [0, 1, 0, 1, 1, 0])
-    assert out["diff"] == pytest.approx(1 / 3) and out["n_clusters"] == 3 and out["exact"] == 1.0
-    assert out["p"] == 1.0 and out["log10_p"] == 0.0 and out["n_one_sided"] == 0
-    # four questions all favouring "after": only the two all-one-way sign vectors reach |mean| = 1
-    strong = cluster_difference_test(np.repeat([1, 2, 3, 4], 2), [0, 1] * 4, [0, 1] * 4)
-    assert (strong["diff"], strong["p"]) == (1.0, pytest.approx(2 / 16))
-    assert strong["log10_p"] == pytest.approx(math.log10(2 / 16))
+def test_the_issues_minimal_case_is_exact_where_the_sign_flip_said_1e_4():
+    """20 questions, each 1 unchanged after-continuation and 9 before, one of which changed in 15 questions: the
+    after-changes T ~ Binomial(15, 1/10) given the counts; T = 0, so p = 2 P(T <= 0) = 2 x 0.9^15 = 0.41."""
+    question, after = np.repeat(np.arange(20), 10), np.tile([True] + [False] * 9, 20)
+    changed = np.zeros(200, dtype=int)
+    changed[np.arange(15) * 10 + 1] = 1
+    out = stratified_exact_test(question, after, changed)
+    assert out["p"] == pytest.approx(2 * 0.9 ** 15, rel=1e-12) and out["log10_p"] == pytest.approx(math.log10(out["p"]))
+    assert (out["statistic"], out["expected"], out["exact"]) == (0.0, pytest.approx(1.5), 1.0)
+    assert (out["n_strata"], out["n_one_sided"]) == (20, 0)
+    # Mantel-Haenszel: weights 1 x 9 / 10 each; after 0 - before 1/9 in 15 questions, 0 - 0 in 5
+    assert out["mh_diff"] == pytest.approx(15 * 0.9 * (-1 / 9) / (20 * 0.9))
 
 
-def test_each_question_weighs_the_same_whatever_its_counts_and_one_sided_questions_are_left_out():
-    # q1: 1 before (0), 3 after (1, 1, 0) -> d = 2/3; q2: 2 before (1, 1), 1 after (0) -> d = -1; q3: after only
-    cluster = [1, 1, 1, 1, 2, 2, 2, 3, 3]
-    group = [0, 1, 1, 1, 0, 0, 1, 1, 1]
-    outcome = [0, 1, 1, 0, 1, 1, 0, 1, 1]
-    out = cluster_difference_test(cluster, group, outcome)
-    assert out["diff"] == pytest.approx((2 / 3 - 1) / 2) and (out["n_clusters"], out["n_one_sided"]) == (2, 1)
-    assert out["p"] == 1.0   # signs (+, +), (-, -) give |mean| 1/6; (+, -), (-, +) give 5/6: all at least 1/6
-    assert math.isnan(cluster_difference_test([1, 2], [True, True], [0, 1])["p"])   # no question holds both
+def _brute_force_p(strata: list[tuple[list[int], int]], t: int) -> float:
+    """Every relabeling of every stratum (its units' outcomes, how many are after), equally likely."""
+    sums = [[sum(c) for c in itertools.combinations(values, picked)] for values, picked in strata]
+    totals = np.array([sum(parts) for parts in itertools.product(*sums)])
+    return min(1.0, 2 * min(np.mean(totals <= t), np.mean(totals >= t)))
 
 
-def test_cluster_difference_test_against_brute_force_and_the_sampled_approximation():
-    rng = np.random.default_rng(5)
-    cluster = np.repeat(np.arange(6), 5)
-    group = np.tile([True, False, True, False, True], 6)
-    outcome = (rng.random(30) < np.where(group, 0.6, 0.3)).astype(float)
-    out = cluster_difference_test(cluster, group, outcome)
-    d = np.array([outcome[(cluster == q) & group].mean() - outcome[(cluster == q) & ~group].mean() for q in range(6)])
-    means = [np.mean(np.array(signs) * d) for signs in itertools.product([1, -1], repeat=6)]
-    assert out["diff"] == pytest.approx(d.mean())
-    assert out["p"] == pytest.approx(np.mean(np.abs(means) >= abs(d.mean()) - 1e-12))
-    # more clusters than EXACT_CLUSTERS: sampled sign vectors, (1 + hits) / (1 + draws), close to the exact value
-    many = np.repeat(np.arange(EXACT_CLUSTERS + 4), 4)
-    g, o = np.tile([True, False], len(many) // 2), (rng.random(len(many)) < 0.4).astype(float)
-    sampled = cluster_difference_test(many, g, o, n_flips=20000, seed=1)
-    d = o[g].reshape(-1, 2).mean(axis=1) - o[~g].reshape(-1, 2).mean(axis=1)
-    signs = 1 - 2 * ((np.arange(2 ** len(d))[:, None] >> np.arange(len(d))) & 1)   # all 2^20 sign vectors
-    exact = np.mean(np.abs(signs @ d / len(d)) >= abs(d.mean()) - 1e-12)
-    assert sampled["exact"] == 0.0 and sampled["p"] == pytest.approx(exact, abs=0.01)
+def test_the_exact_law_is_every_relabeling_of_whole_units_equally_likely():
+    """Three questions whose cuts hold 1 to 3 continuations: a cut's continuations move together."""
+    question = [1] * 7 + [2] * 5 + [3] * 4
+    cut = ["a", "a", "b", "c", "c", "c", "d"] + ["a", "b", "b", "c", "c"] + ["a", "b", "c", "c"]
+    after = [1, 1, 0, 0, 0, 0, 1] + [1, 0, 0, 0, 0] + [0, 0, 1, 1]
+    changed = [1, 1, 0, 1, 0, 1, 0] + [1, 0, 1, 0, 0] + [0, 1, 1, 1]
+    out = stratified_exact_test(question, np.array(after, bool), changed, cut)
+    # units: q1 a=2 (after), b=0, c=2, d=0 (after); q2 a=1 (after), b=1, c=0; q3 a=0, b=1, c=2 (after)
+    strata = [([2, 0, 2, 0], 2), ([1, 1, 0], 1), ([0, 1, 2], 1)]
+    assert out["statistic"] == 2 + 1 + 2 and out["p"] == pytest.approx(_brute_force_p(strata, 5), rel=1e-12)
+    assert out["expected"] == pytest.approx(2 / 4 * 4 + 1 / 3 * 2 + 1 / 3 * 3)
+    singly = stratified_exact_test(question, np.array(after, bool), changed)   # each continuation a unit
+    assert singly["p"] != out["p"]  # a different law: continuations relabeled one by one
+    assert singly["p"] == pytest.approx(_brute_force_p([([1, 1, 0, 1, 0, 1, 0], 3), ([1, 0, 1, 0, 0], 1),
+                                                        ([0, 1, 1, 1], 2)], 2 + 1 + 2), rel=1e-12)
+
+
+def test_one_2x2_table_is_the_hypergeometric_law_of_fishers_test():
+    # after: 7 of 12 changed; before: 2 of 10; 9 changes among 22
+    after = np.r_[[True] * 12, [False] * 10]
+    changed = np.r_[[1] * 7, [0] * 5, [1] * 2, [0] * 8]
+    out = stratified_exact_test(np.zeros(22), after, changed)
+    law = stats.hypergeom(22, 9, 12)
+    assert out["p"] == pytest.approx(2 * min(law.cdf(7), law.sf(6)), rel=1e-12)
+    assert out["expected"] == pytest.approx(12 * 9 / 22)
+    assert out["mh_diff"] == pytest.approx(7 / 12 - 2 / 10)
+
+
+def test_subset_sums_by_hand():
+    # two of (3, 0, 2, 2, 1): the ten pairs sum to 1 once, 2 twice, 3 three times, 4 twice, 5 twice
+    assert np.exp(subset_sum_log_pmf(np.array([3, 0, 2, 2, 1]), 2)) == pytest.approx([0, .1, .2, .3, .2, .2])
+    assert np.exp(subset_sum_log_pmf(np.array([1, 1, 0, 0]), 0)) == pytest.approx([1.0])
+
+
+def test_one_sided_questions_are_counted_and_left_out_and_none_gives_nan():
+    out = stratified_exact_test([1, 1, 2, 2, 3], [True, False, True, False, True], [1, 0, 0, 1, 1])
+    assert (out["n_strata"], out["n_one_sided"], out["statistic"]) == (2, 1, 1.0) and out["p"] == 1.0
+    none = stratified_exact_test([1, 2], [True, True], [0, 1])
+    assert (none["n_strata"], none["n_one_sided"]) == (0, 2) and math.isnan(none["p"]) and math.isnan(none["mh_diff"])
+
+
+def test_a_p_below_the_smallest_double_is_exact_in_log_space():
+    """400 questions, each its one after-continuation changed and its 9 before not: T = 400 has probability
+    10^-400 given the counts, so p = 2 x 10^-400, beyond the rescaled convolution's floor."""
+    question, after = np.repeat(np.arange(400), 10), np.tile([True] + [False] * 9, 400)
+    out = stratified_exact_test(question, after, after.astype(int))
+    assert out["log10_p"] == pytest.approx(math.log10(2) - 400, abs=1e-9) and math.isnan(out["p"])
+
+
+def test_a_very_large_study_draws_seeded_relabelings(monkeypatch):
+    rng = np.random.default_rng(3)
+    question, after = np.repeat(np.arange(40), 6), np.tile([True, True, False, False, False, False], 40)
+    changed = (rng.random(240) < np.where(after, 0.35, 0.2)).astype(int)
+    exact = stratified_exact_test(question, after, changed)
+    monkeypatch.setattr(stats_module, "EXACT_WORK", 10)
+    sampled = stratified_exact_test(question, after, changed, relabelings=20000, seed=1)
+    assert (exact["exact"], sampled["exact"]) == (1.0, 0.0) and sampled["p"] == pytest.approx(exact["p"], abs=0.01)
+    assert sampled == stratified_exact_test(question, after, changed, relabelings=20000, seed=1)   # seeded
+    assert sampled["statistic"] == exact["statistic"] and sampled["mh_diff"] == exact["mh_diff"]
+
+
+@pytest.mark.parametrize("outcome,unit,message", [
+    ([0, 2.5, 1, 0], None, "outcome: expected whole numbers >= 0"),
+    ([0, -1, 1, 0], None, "outcome: expected whole numbers >= 0"),
+    ([0, 1, 1, 0], ["a", "a", "b", "b"], "unit: a unit holds observations of both groups")])
+def test_what_the_test_cannot_read_is_one_line(outcome, unit, message):
+    with pytest.raises(ValueError, match=message):
+        stratified_exact_test([1, 1, 1, 1], [True, False, True, False], outcome, unit)
 
 
 def test_clustered_data_makes_the_pooled_chi_square_overconfident():
     """Ten questions whose twelve continuations all change or none do; the fragile five happen to hold 8 after-CCP
     cuts and 4 before, the stable five the reverse. Pooled, after changes 40/60 and before 20/60 and the chi-square,
     counting 120 independent continuations, finds p < 1e-3; but no question changes more after its CCP than
-    before it (each d = 0), and the sign-flip test says so: p = 1."""
+    before it, and the stratified test, which relabels within questions only, says so: p = 1."""
     questions = np.repeat(np.arange(10), 12)
-    fragile = np.repeat(np.arange(10) < 5, 12)
+    fragile = np.repeat(np.arange(10) < 5, 12).astype(int)
     after = np.concatenate([np.r_[[True] * 8, [False] * 4] if q < 5 else np.r_[[True] * 4, [False] * 8]
                             for q in range(10)])
-    flip = cluster_difference_test(questions, after, fragile)
-    assert flip["diff"] == 0.0 and flip["p"] == 1.0
+    within = stratified_exact_test(questions, after, fragile)
+    assert within["mh_diff"] == 0.0 and within["p"] == 1.0 and within["statistic"] == within["expected"] == 40
     chi2_p = stats.chi2_contingency([[40, 20], [20, 40]])[1]
     assert chi2_p < 1e-3
 

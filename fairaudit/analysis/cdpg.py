@@ -17,8 +17,11 @@ import pandas as pd
 from fairaudit.analysis.contingency import CELLS, cell_labels
 from fairaudit.analysis.numbers import cancelled, cancelled_mean
 from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, SIDES, complete_pairs
+from fairaudit.analysis.ranges import COUNT, FREE
 from fairaudit.analysis.stats import FEW, bootstrap_ci, interval_size
 from fairaudit.errors import AuditError
+
+RANGES = {"cdpg_n_([abcd]|pairs)": COUNT, "cdpg_slope_[abcd]": FREE}  # a slope of CDPG_k per segment: any sign
 
 GROUP_COLUMNS = ("model", "dataset")
 POOLED = "pooled"

@@ -8,9 +8,15 @@ import numpy as np
 import pandas as pd
 
 from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, answer_accounting, complete_pairs, flips
+from fairaudit.analysis.ranges import COUNT, POSITIVE, SHARE, SIGNED
 from fairaudit.analysis.stats import bootstrap_ci, interval_size, mcnemar_exact_log10_p, p_value, ratio_interval_exact
 
 CELLS = ("a", "b", "c", "d")
+RANGES = {  # the values each metric of `contingency` can take (analysis.ranges), an arm's name after it
+    "cell_[abcd]": COUNT, "n_pairs": COUNT, "n_pairs_total": COUNT, "[cd]_alpha(_prime)?_up": COUNT,
+    "mcnemar_p": SHARE, "d_cf": SHARE, "d_group": SHARE, "d_disp_[abcd]": SHARE, "asym_[cd]": SHARE,
+    "delta_d_cf": SIGNED, "delta_d_group": SIGNED, "delta_[cd]": SIGNED, "c_b_ratio": POSITIVE,
+}
 
 
 def cell_labels(pairs: pd.DataFrame, treatment: str, baseline: str) -> pd.Series:

@@ -18,7 +18,10 @@ import pandas as pd
 
 from fairaudit.analysis.numbers import cancelled, cancelled_mean
 from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, wide_pairs
+from fairaudit.analysis.ranges import COUNT, SHARE, SIGNED
 from fairaudit.analysis.stats import bootstrap_ci, interval_size
+
+RANGES = {"p_gap": SHARE, "p_diff": SIGNED, "delta_p_gap": SIGNED, "n_pairs_scored": COUNT}
 
 
 def scored_pairs(records: pd.DataFrame, arms: tuple[str, ...]) -> pd.DataFrame:

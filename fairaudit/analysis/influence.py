@@ -14,11 +14,20 @@ import pandas as pd
 
 from fairaudit.analysis.flags import as_flags
 from fairaudit.analysis.numbers import cancelled_mean
+from fairaudit.analysis.ranges import COUNT, FREE, POSITIVE, SHARE
 from fairaudit.analysis.stats import FEW, interval_size, wilson_interval
 
 DIRECTIONS = ("a_to_b", "b_to_a")
 THRESHOLDS = (0.0, 0.05)  # inclusive and substantive influence (paper 002 §9)
 RATE_NAMES = {0.0: "influence", 0.05: "substantive"}
+RATE = "(influence|substantive|rate_gt[^_]+)"  # a threshold's name (RATE_NAMES, else rate_gt<threshold>)
+RANGES = {  # every metric of `influence` (analysis.ranges); a direction, condition or block follows the name
+    f"{RATE}_rate": SHARE, f"{RATE}_k": COUNT, "n_contrasts": COUNT, "mean_delta": FREE, "n_traces": COUNT,
+    "n_valid": COUNT, "validity_rate": SHARE, "truncated_rate": SHARE, "bridge_share": SHARE,
+    "ngram_(raw|corrected)_[kn]": COUNT, "ngram_(raw|corrected)_(rate|mean)": SHARE, "canary_[kn]": COUNT,
+    "canary_rate": SHARE, "skipped": COUNT, "control_(n|zero_count|differs_k)": COUNT,
+    "control_(zero|differs)_rate": SHARE, "control_mean_delta": FREE, "control_nll_(min|max|mean|sd)": POSITIVE,
+}
 SKIP_REASONS = ("no_donor", "identical", "truncated")  # why a contrast has no donor (probes.influence.donor)
 BLOCKS = ("a_private", "a_public", "b_private", "b_public", "a2_private", "a2_public")
 

@@ -89,12 +89,13 @@ def table1(runs: pd.DataFrame, conditions: tuple[str, ...] = ("unmasked", "maske
 
 
 def _rate_row(runs: pd.DataFrame, label: str, k: str, n: str) -> dict:
-    """A Table 2 row of a pooled count: value (%), k, n, the Wilson 95% interval (%) and `few` (0 < n < FEW)."""
+    """A Table 2 row of a pooled count: value (%), k, n, the Wilson 95% interval (%) and `few` (n < FEW, n = 0 too:
+    no interval at all, as `stats.interval_size` flags it)."""
     total_k, total_n = _total(runs, k), _total(runs, n)
     low, high = (wilson_interval(int(total_k), int(total_n)) if total_n > 0 and math.isfinite(total_k)
                  else (math.nan,) * 2)
     return {"metric": label, "value": 100 * total_k / total_n if total_n else math.nan, "k": total_k, "n": total_n,
-            "ci_low": 100 * low, "ci_high": 100 * high, "few": bool(0 < total_n < FEW)}
+            "ci_low": 100 * low, "ci_high": 100 * high, "few": bool(not total_n >= FEW)}
 
 
 def table2(runs: pd.DataFrame, condition: str = "masked") -> pd.DataFrame:

@@ -43,20 +43,35 @@ def log10_sibling(name: str) -> str | None:
     return "_".join(parts[:at[-1]] + ["log10"] + parts[at[-1]:]) if at else None
 
 
+LEVELS = (0.1, 0.05, 0.01, 0.005, 0.001)  # the levels a p-value is read against: never printed rounded onto one
+
+
 def format_p(log10_p: float) -> str:
     """A p-value from its log10, as people read it, exact far below float range: 0 -> "1", -1.9 -> "0.0126",
-    -45.657 -> "2.2e-46", and below the smallest double (1e-308) the power itself, -485.605 -> "10^-485.6"."""
+    -45.657 -> "2.2e-46", and below the smallest double (1e-308) the power itself, -485.605 -> "10^-485.6". A p
+    that would round onto a level it is not (LEVELS: 0.04996 and 0.05004 both "0.05") gets the digits that
+    tell it from that level: "0.04996", "0.05004"."""
     if not math.isfinite(log10_p):
         return "0" if log10_p == -math.inf else "n/a"
-    if log10_p >= -3:
-        return f"{10.0 ** log10_p:.3g}"
     if log10_p < LOG10_SMALLEST:
         return f"10^{log10_p:.1f}"
+    p = 10.0 ** log10_p
+    for digits in range(3, 18):
+        text = _p_text(log10_p, digits)
+        if float(text) not in LEVELS or math.isclose(p, float(text), rel_tol=1e-12):
+            break
+    return text
+
+
+def _p_text(log10_p: float, digits: int) -> str:
+    """p with `digits` significant digits: plain from 0.001 up, else mantissa and exponent from the log10."""
+    if log10_p >= -3:
+        return f"{10.0 ** log10_p:.{digits}g}"
     exponent = math.floor(log10_p)
     mantissa = 10.0 ** (log10_p - exponent)
-    if round(mantissa, 1) >= 10.0:
+    if round(mantissa, digits - 2) >= 10.0:
         mantissa, exponent = mantissa / 10.0, exponent + 1
-    return f"{mantissa:.1f}e{exponent}"
+    return f"{mantissa:.{digits - 2}f}e{exponent}"
 
 
 def format_number(value: Any) -> str:

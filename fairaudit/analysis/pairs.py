@@ -7,8 +7,10 @@ import math
 import pandas as pd
 
 from fairaudit.analysis.flags import as_flags
+from fairaudit.analysis.ranges import COUNT, SHARE
 
 ALPHA, ALPHA_PRIME = "alpha", "alpha_prime"
+RANGES = {"parse_rate": SHARE, "compliance_rate": SHARE, "n_dropped_(truncated|noncompliant)": COUNT}  # accounting
 SIDES = (ALPHA, ALPHA_PRIME)
 TEXT_COLUMNS = ("prompt", "trace", "text")  # provenance records keep and no analysis reads
 

@@ -15,6 +15,7 @@ import pandas as pd
 from scipy import stats
 
 from fairaudit.analysis.numbers import cancelled, cancelled_mean
+from fairaudit.analysis.ranges import COUNT, POSITIVE, SHARE, SIGNED
 from fairaudit.analysis.stats import (
     PARTIAL_METHODS,
     p_value,
@@ -27,6 +28,15 @@ N_POSITIONS = 4
 SHARES = [f"share_{letter.lower()}" for letter in LETTERS]
 LENGTH_BIN_COUNTS = (3, 4, 5, 10)  # quartiles (Fig. 1) and the robustness bins of Appendix C
 ZERO_METHODS = ("wilcox", "pratt", "zsplit")  # scipy.stats.wilcoxon's treatments of zero differences
+RANGES = {  # the metrics of `position` and `pbs_wilcoxon` (analysis.ranges), an arm's name after each
+    "n_records": COUNT, "n_questions": COUNT, "n_questions_complete": COUNT, "extraction_rate": SHARE,
+    "fallback_rate": SHARE, "answered_rate": SHARE, "accuracy": SHARE, "pbs": SHARE, "ccp": SHARE, "eff_sw": SHARE,
+    "length_chars": POSITIVE, "preferred_position": (0.0, 3.0), "answer_share_[a-d]": SHARE,
+    "partial_rho_length_pbs(_pearson|_spearman)?": SIGNED, "partial_rho_length_pbs(_pearson|_spearman)?_p": SHARE,
+    "pbs_q[1-4]": SHARE, "pbs_monotonic_k[0-9]+": SHARE, "pbs_first_violation_k[0-9]+": COUNT,
+    "pbs_gradient_k[0-9]+": SIGNED, "pbs_wilcoxon_(n|zeros)": COUNT, "pbs_wilcoxon_mean_diff": SIGNED,
+    "pbs_wilcoxon_statistic": POSITIVE, "pbs_wilcoxon_p": SHARE,
+}
 
 
 def pbs(distribution):

@@ -11,10 +11,18 @@ import pandas as pd
 from scipy import stats
 
 from fairaudit.analysis.flags import as_flags
-from fairaudit.analysis.stats import cluster_difference_test, p_value
+from fairaudit.analysis.numbers import cancelled_mean
+from fairaudit.analysis.ranges import COUNT, POSITIVE, SHARE, SIGNED
+from fairaudit.analysis.stats import p_value, stratified_exact_test
 
 OFFSETS = (-0.15, -0.05, 0.05, 0.15)  # truncation points relative to CCP (§3.4)
 POSITION_BUCKETS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.0)  # absolute trajectory position (Fig. 3)
+RANGES = {  # the metrics of `truncation` (analysis.ranges), an arm's name after each
+    "trunc_n(_questions|_continuations)?": COUNT, "trunc_extraction_rate": SHARE, "trunc_change_rate": SHARE,
+    "trunc_directional_shift": SHARE, "trunc_ccp_chi2": POSITIVE, "trunc_ccp_chi2_p": SHARE,
+    "trunc_ccp_(rate|question|mh)_diff": SIGNED, "trunc_ccp_perm_p": SHARE,
+    "trunc_ccp_perm_n_(questions|one_sided)": COUNT, "trunc_ccp_perm_exact": SHARE,
+}
 
 
 class Cut(NamedTuple):
@@ -97,22 +105,42 @@ def ccp_chi_square(rows: pd.DataFrame) -> tuple[float, float, float]:
 
 
 def ccp_cluster_test(rows: pd.DataFrame, relabelings: int = 10000, seed: int = 0) -> dict[str, float]:
-    """The before/after-CCP comparison with questions as the units (`stats.cluster_difference_test`): each
-    question's own after-minus-before change rate, sign-flipped, so a question that lost its late cuts weighs as
-    much as one that kept them (the chi-square counts its up to 12 continuations as independent).
+    """The before/after-CCP comparison within questions (`stats.stratified_exact_test`): each question's cuts
+    relabeled before/after at random, keeping how many it has on each side, a cut's continuations moving together
+    (they resample one prefix); the statistic is the changes after the CCP, its null law exact whatever the counts
+    per question and the change rates (the chi-square counts a question's up to 12 continuations as independent).
 
-    rows: question_id, offset, changed (as in `ccp_chi_square`). Returns trunc_ccp_rate_diff (pooled after -
-    before rate), trunc_ccp_question_diff (the statistic: the mean of the questions' own differences),
-    trunc_ccp_perm_p, trunc_ccp_perm_log10_p (two-sided), trunc_ccp_perm_n_questions (the units: questions cut
-    on both sides), trunc_ccp_perm_n_one_sided (those left out), trunc_ccp_perm_exact."""
+    rows: question_id, offset, changed (as in `ccp_chi_square`) and, when present, permutation and run_id (a cut
+    is one run's trajectory at one offset; a question's cuts in several runs are one stratum). Returns
+    trunc_ccp_rate_diff (pooled after - before rate), trunc_ccp_question_diff (the mean of the questions' own after -
+    before rates, every question weighing the same), trunc_ccp_mh_diff (the Mantel-Haenszel after - before
+    difference, the test's own effect), trunc_ccp_perm_p, trunc_ccp_perm_log10_p (two-sided),
+    trunc_ccp_perm_n_questions (the test's strata: questions cut on both sides), trunc_ccp_perm_n_one_sided (those
+    left out) and trunc_ccp_perm_exact (0.0 where `relabelings` seeded draws stood in for the exact law of a very
+    large study)."""
     rows = rows[rows["offset"] != 0]
     after, changed = rows["offset"] > 0, as_flags(rows["changed"], "changed")
-    test = cluster_difference_test(rows["question_id"], after, changed.astype(float), relabelings, seed)
+    cut = rows["offset"].astype(str)
+    for part in ("permutation", "run_id"):  # a cut is one run's trajectory (one permutation) at one offset
+        cut = cut + "@" + rows[part].astype(str) if part in rows else cut
+    test = stratified_exact_test(rows["question_id"], after, changed.astype(int), cut, relabelings, seed)
     pooled = changed[after].mean() - changed[~after].mean() if after.any() and (~after).any() else math.nan
-    return {"trunc_ccp_rate_diff": float(pooled), "trunc_ccp_question_diff": test["diff"],
-            "trunc_ccp_perm_p": test["p"], "trunc_ccp_perm_log10_p": test["log10_p"],
-            "trunc_ccp_perm_n_questions": test["n_clusters"], "trunc_ccp_perm_n_one_sided": test["n_one_sided"],
-            "trunc_ccp_perm_exact": test["exact"]}
+    return {"trunc_ccp_rate_diff": float(pooled), "trunc_ccp_question_diff": question_diff(rows, after, changed),
+            "trunc_ccp_mh_diff": test["mh_diff"], "trunc_ccp_perm_p": test["p"],
+            "trunc_ccp_perm_log10_p": test["log10_p"], "trunc_ccp_perm_n_questions": test["n_strata"],
+            "trunc_ccp_perm_n_one_sided": test["n_one_sided"], "trunc_ccp_perm_exact": test["exact"]}
+
+
+def question_diff(rows: pd.DataFrame, after: pd.Series, changed: pd.Series) -> float:
+    """The mean of the questions' own after-CCP minus before-CCP change rates, over those cut on both sides.
+
+    rows: question_id; after, changed: bool per row"""
+    index = pd.factorize(rows["question_id"])[0]
+    on, y = after.to_numpy(bool), changed.to_numpy(float)
+    n = [np.bincount(index[on == side], minlength=index.max(initial=-1) + 1) for side in (False, True)]
+    k = [np.bincount(index[on == side], y[on == side], minlength=len(n[0])) for side in (False, True)]
+    both = (n[0] > 0) & (n[1] > 0)
+    return cancelled_mean(k[1][both] / n[1][both] - k[0][both] / n[0][both]) if both.any() else math.nan
 
 
 def truncation(continuations: pd.DataFrame, buckets=POSITION_BUCKETS, relabelings: int = 10000, seed: int = 0) -> dict:

@@ -14,8 +14,19 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from fairaudit.analysis import ranges
+from fairaudit.analysis.cdpg import RANGES as CDPG
+from fairaudit.analysis.contingency import RANGES as CONTINGENCY
 from fairaudit.analysis.contingency import contingency
-from fairaudit.analysis.stats import sign_test_log10_p
+from fairaudit.analysis.gap import RANGES as GAP
+from fairaudit.analysis.influence import RANGES as INFLUENCE
+from fairaudit.analysis.pairs import RANGES as PAIRS
+from fairaudit.analysis.position import RANGES as POSITION
+from fairaudit.analysis.position_truncation import RANGES as POSITION_TRUNCATION
+from fairaudit.analysis.ranges import COUNT
+from fairaudit.analysis.stats import p_value, sign_test_log10_p
+from fairaudit.analysis.transitions import RANGES as TRANSITIONS
+from fairaudit.analysis.truncation import RANGES as TRUNCATION
 
 AXES = ("model", "dataset", "probe", "arm", "checkpoint", "seed", "engine")  # engine: the backend and its numerics
 ROW_AXES = ("model", "dataset")  # always shown, as in paper 000's tables
@@ -127,34 +138,24 @@ def paper_tables(runs: pd.DataFrame, pooled: Mapping[str, float] | None, treatme
     }
 
 
-COUNT_METRICS = re.compile(r"^(n|n_.+|cell_[abcd](_.+)?|[cd]_alpha(_prime)?_up|successes|ties|model_calls|"
-                           r"influence_k_.+|.+_count(_.+)?|.+_ci_n|skipped_.+)$")  # whole numbers >= 0
-RATIOS = re.compile(r"^c_b_ratio(_.+)?$")  # >= 0
-SIGNED_SHARES = re.compile(r"^(delta_(d_cf|d_group|p_gap)|p_diff_.+|asym_[a-d]|trunc_ccp_rate_diff|"
-                           r"trunc_directional_shift)(_.+)?$")  # differences of shares: in [-1, 1]
-SHARES = re.compile(r"^((d_cf|d_group|d_disp_[a-d]|p_gap|accuracy|pbs|ccp|eff_sw)(_.+)?|.+_rate(_.+)?|"
-                    r"mcnemar_p|.+_p)$")  # rates, shares, probabilities, P(Yes) gaps, p-values: in [0, 1]
+RANGES = {"model_calls": COUNT}  # counted by the store's client, logged by every job
+DECLARED = ranges.merged(RANGES, CONTINGENCY, PAIRS, GAP, TRUNCATION, TRANSITIONS, CDPG, INFLUENCE, POSITION,
+                         POSITION_TRUNCATION)  # every module that defines metrics
 
 
 def metric_range(name: str) -> tuple[float, float]:
-    """The values metric `name` can take, by its public name: counts >= 0, rates and shares in [0, 1], their
-    differences in [-1, 1], log10 p-values <= 0; anything else unbounded."""
-    if "log10_p" in name:
-        return (-math.inf, 0.0)
-    if COUNT_METRICS.match(name) or RATIOS.match(name):
-        return (0.0, math.inf)
-    if SIGNED_SHARES.match(name):
-        return (-1.0, 1.0)
-    if SHARES.match(name):
-        return (0.0, 1.0)
-    return (-math.inf, math.inf)
+    """The values metric `name` can take, as the module that defines it declares (`analysis.ranges`): counts >= 0,
+    rates and shares in [0, 1], their differences in [-1, 1], log10 p-values <= 0...; a metric nothing declares
+    (a probe of one's own) is unbounded, so nothing cuts its interval."""
+    return ranges.declared_range(name, DECLARED) or ranges.FREE
 
 
 def t_interval(values: np.ndarray, level: float = 0.95,
                bounds: tuple[float, float] = (-math.inf, math.inf)) -> tuple[float, float, float, float]:
     """(mean, SD with ddof=1, low, high): Student-t interval mean ± t_{(1+level)/2, n-1} SD / sqrt(n), cut to
     `bounds`, the values the quantity can take (`metric_range`): a mean in that range is covered by the cut
-    interval whenever by the whole one, so the cut keeps the t-interval's coverage and never shows a count below 0."""
+    interval whenever by the whole one, so the cut keeps the t-interval's coverage and never shows a count below 0.
+    The cut never passes the mean: a mean outside `bounds` (a range declared wrong) keeps the whole interval."""
     values = np.asarray(values, dtype=float)
     values = values[np.isfinite(values)]
     n = values.size
@@ -165,6 +166,8 @@ def t_interval(values: np.ndarray, level: float = 0.95,
         return (mean, math.nan, math.nan, math.nan)
     sd = float(values.std(ddof=1))
     half = float(scipy_stats.t.ppf((1.0 + level) / 2.0, n - 1)) * sd / math.sqrt(n)
+    if not bounds[0] <= mean <= bounds[1]:
+        return (mean, sd, mean - half, mean + half)
     return (mean, sd, max(mean - half, bounds[0]), min(mean + half, bounds[1]))
 
 
@@ -208,14 +211,15 @@ def sign_test(comparisons: pd.DataFrame, alternative: str = "greater") -> dict[s
     """Exact sign test over cells: ties dropped, successes = cells in the predicted direction.
 
     Under no directional preference each non-tied cell goes either way with probability 1/2;
-    `alternative="greater"` is one-sided (all n cells one way: p = 2^-n).
+    `alternative="greater"` is one-sided (all n cells one way: p = 2^-n); p is NaN below the smallest double
+    (2^-1100), where log10_p still holds it.
     """
     successes = int((comparisons["outcome"] == "+").sum())
     failures = int((comparisons["outcome"] == "-").sum())
     n = successes + failures
     log10_p = sign_test_log10_p(successes, n, alternative) if n else 0.0
     return {"n_cells": len(comparisons), "n_ties": len(comparisons) - n, "n": n, "successes": successes,
-            "log10_p": log10_p, "p": 10.0 ** log10_p}
+            "log10_p": log10_p, "p": p_value(log10_p)}
 
 
 def sign_counts(comparisons: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:

@@ -40,7 +40,15 @@ import pandas as pd
 
 from fairaudit.analysis.contingency import cell_labels
 from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, SIDES, complete_instances, complete_pairs, flips
+from fairaudit.analysis.ranges import COUNT, POSITIVE, SHARE, SIGNED
 
+RANGES = {  # the metrics above (analysis.ranges)
+    "n_pairs": COUNT, "n_marginal": COUNT, "n_[a-z0-9]+_(nn|yy|m|yn|ny)": COUNT,
+    "t_(alpha|alpha_prime|marginal)_(yy|yn|ny|nn)": SHARE, "tpair(_split)?_[a-z]+_[a-z]+": SHARE,
+    "dp_yes_(alpha|alpha_prime|marginal)": SIGNED, "delta_t_(yy|yn|ny|nn)": SIGNED, "delta_t_max_abs": SHARE,
+    "delta_dp_yes": (-2.0, 2.0), "ind_[pq]": SHARE, "[bc]_actual": COUNT, "[bc]_ind": POSITIVE,
+    "[bc]_ind_ratio": POSITIVE, "c_b_ratio_(ind|actual)": POSITIVE,
+}
 ANSWER_STATES = ("Y", "N")
 PAIR_STATES = ("NN", "YY", "M")
 SPLIT_STATES = ("NN", "YY", "YN", "NY")

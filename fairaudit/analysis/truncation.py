@@ -15,8 +15,11 @@ import pandas as pd
 from fairaudit.analysis.contingency import CELLS, cell_labels
 from fairaudit.analysis.flags import as_flags
 from fairaudit.analysis.pairs import complete_pairs
+from fairaudit.analysis.ranges import COUNT, SHARE
 
 COMPLETE = "_complete"  # suffix of a metric computed on the pairs without a truncated trace
+RANGES = {"n_pairs_truncated": COUNT, "cell_[abcd]_truncated": COUNT,
+          "truncated_rate": SHARE}  # the share of an arm's records the budget cut, logged by the probes
 
 
 def truncated_pairs(records: pd.DataFrame) -> pd.Index:

@@ -66,7 +66,7 @@ class Truncation:
     top_p: float = 0.95
     seed: int = 0
     max_new_tokens: int | None = None  # None: the arm's budget
-    relabelings: int = 10000  # of the question-level permutation test beside the chi-square
+    relabelings: int = 10000  # draws of the within-question test where its exact law is too large to convolve
 
     def applies_to(self, arm: Arm) -> bool:
         return self.enabled and arm.name in self.arms
@@ -164,9 +164,9 @@ class PositionProbe(Probe):
                          f"answer in {num(m['trunc_change_rate'])} of cases "
                          f"({num(m['trunc_change_rate_before_ccp'])} before the CCP, "
                          f"{num(m['trunc_change_rate_after_ccp'])} after; chi-square p = "
-                         f"{format_p(m['trunc_ccp_chi2_log10_p'])} counting every continuation, sign-flip p = "
-                         f"{format_p(m['trunc_ccp_perm_log10_p'])} over "
-                         f"{num(m['trunc_ccp_perm_n_questions'])} questions as the units).")
+                         f"{format_p(m['trunc_ccp_chi2_log10_p'])} counting every continuation, exact p = "
+                         f"{format_p(m['trunc_ccp_perm_log10_p'])} relabeling cuts within each of "
+                         f"{num(m['trunc_ccp_perm_n_questions'])} questions).")
         return lines + [WARNING + line for line in mcq_warnings(records)]
 
     def answer(self, ctx: AuditContext, variants: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, ...]]]:

@@ -101,19 +101,20 @@ def _partial_correlation_sections(metrics: pd.DataFrame, method: str, key: str) 
 
 
 def _truncation_sections(position_runs: pd.DataFrame, load: RecordsLoader) -> tuple[list, dict]:
-    """§5.3 per configuration: change rates before and after CCP, the paper's chi-square and the sign-flip
-    test over questions beside it, and Fig. 3."""
+    """§5.3 per configuration: change rates before and after CCP, the paper's chi-square and the exact test
+    within questions beside it, and Fig. 3."""
     counts = [c for c in position_runs if c.startswith("trunc_n_continuations")]
     truncated = position_runs[position_runs[counts].gt(0).any(axis=1)] if counts else position_runs.iloc[0:0]
     if truncated.empty:
         return [], {}
-    continuations = stacked(truncated, load(list(truncated["run_id"]), "continuations"))
+    frames = load(list(truncated["run_id"]), "continuations")
+    continuations = stacked(truncated, {run: frame.assign(run_id=run) for run, frame in frames.items()})
     results = {key: truncation(frame) for key, frame in continuations.groupby(["model", "arm", "dataset"], sort=False)}
     by_position = pd.concat([r["tables"]["truncation_by_position"].assign(configuration=" ".join(key))
                              for key, r in results.items()])
     names = ["trunc_n", "trunc_change_rate_before_ccp", "trunc_change_rate_after_ccp", "trunc_ccp_chi2",
              "trunc_ccp_chi2_p", "trunc_ccp_chi2_log10_p", "trunc_ccp_perm_n_questions", "trunc_ccp_question_diff",
-             "trunc_ccp_perm_p", "trunc_ccp_perm_log10_p"]
+             "trunc_ccp_mh_diff", "trunc_ccp_perm_p", "trunc_ccp_perm_log10_p"]
     table = pd.DataFrame([{**dict(zip(("model", "arm", "dataset"), key)), **{n: r["metrics"][n] for n in names}}
                           for key, r in results.items()])
     table_section = section(
@@ -121,12 +122,13 @@ def _truncation_sections(position_runs: pd.DataFrame, load: RecordsLoader) -> tu
         {"arm": "Mode", "trunc_n": "continuations", "trunc_change_rate_before_ccp": "change before CCP",
          "trunc_change_rate_after_ccp": "change after CCP", "trunc_ccp_chi2": "χ²", "trunc_ccp_chi2_p": "χ² p",
          "trunc_ccp_perm_n_questions": "questions", "trunc_ccp_question_diff": "mean question change",
-         "trunc_ccp_perm_p": "sign-flip p"},
-        "χ² p: the paper's test (Yates, 2x2), every continuation independent. sign-flip p: two-sided, questions as "
-        "the units: each question's own after-minus-before change rate (mean question change: their mean), its sign "
-        "flipped at random, so a question that lost its late cuts weighs as much as one that kept them; questions cut "
-        "on one side only are left out; exact up to 16 questions, else probe.truncation.relabelings seeded sign "
-        "vectors. Its size holds at 0.05 where the χ²'s and the pooled relabeling's do not (docs/probes.md).",
+         "trunc_ccp_mh_diff": "MH change", "trunc_ccp_perm_p": "within-question p"},
+        "χ² p: the paper's test (Yates, 2x2), every continuation independent. within-question p: two-sided, exact: "
+        "each question's cuts relabeled before/after at random, keeping how many it has on each side (a cut's "
+        "continuations move together: they resample one prefix), the statistic the changes after the CCP; its "
+        "size holds whatever a question's counts and change rates, where the χ²'s and the sign flip's did not "
+        "(docs/probes.md). Questions cut on one side only are left out. MH change: the Mantel-Haenszel "
+        "after-minus-before change rate, the test's effect; mean question change: the mean of the questions' own.",
         {"trunc_n": count, "trunc_ccp_perm_n_questions": count})
     return [table_section], {"p001_fig3_truncation": truncation_figure(by_position, by="configuration")}
 

@@ -58,8 +58,9 @@ def add_seed_summary(report: Report, runs: pd.DataFrame, metrics: list[str], lev
         return
     note = (f"Across seeds per cell: mean, SD (ddof=1) and the {level:.0%} Student-t interval "
             "mean ± t(n−1)·SD/√n, cut to the values the metric can take (counts ≥ 0; rates, shares and P(Yes) "
-            "gaps in [0, 1]; their differences in [−1, 1]; log10 p ≤ 0), which keeps its coverage. Metrics not "
-            "logged by these runs are left out.")
+            "gaps in [0, 1]; their differences in [−1, 1]; log10 p ≤ 0; as the module defining each metric "
+            "declares it), which keeps its coverage and never passes the mean; a metric nothing declares is not cut. "
+            "Metrics not logged by these runs are left out.")
     report.sections.append(Section("seeds", f"Seed summary ({level:.0%} interval across seeds)", summary,
                                    render.seed_display(summary, axes), note, main=True))
 

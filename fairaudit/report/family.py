@@ -1,15 +1,18 @@
-"""The report's multiple-comparison section: the study's family of tests (`report.family`), each raw p beside its
-Holm and Benjamini-Hochberg adjusted p, and how many stay significant after each correction."""
+"""The report's multiple-comparison section: the study's family of tests (`report.family`), one per hypothesis with
+its seed and engine replicates combined into one p, each p beside its Holm and Benjamini-Hochberg adjusted p, and how
+many stay significant after each correction."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from fairaudit.analysis import multiplicity, study
+from fairaudit.analysis.numbers import format_p
 from fairaudit.views import render
 from fairaudit.views.sections import Report, Section
 
-HEADERS = {"test": "test", "p": "p", "p_holm": "Holm p", "p_bh": "BH p"}
+HEADERS = {"test": "test", "n_replicates": "runs", "p": "p", "p_holm": "Holm p", "p_bh": "BH p",
+           "p_median": "median p"}
 
 
 def add_family(report: Report, runs: pd.DataFrame, cfg) -> None:
@@ -24,12 +27,21 @@ def add_family(report: Report, runs: pd.DataFrame, cfg) -> None:
                               "(report.family.metrics names the family's tests)")
         return
     counts = multiplicity.significant(tests, alpha)
-    sentence = multiplicity.counts_sentence(counts, alpha, f"tests in the family ({', '.join(metrics)}, one per run)")
-    note = (f"{sentence}. Holm controls the family-wise error rate, Benjamini-Hochberg the false discovery rate; "
-            "adjusted p from statsmodels' multipletests, in log10 space by the same formulas where a p is below the "
-            "smallest double (multipletests would see 0). report.family.metrics chooses the tests, "
+    what = f"tests in the family ({', '.join(metrics)}: {multiplicity.family_phrase(runs, tests)})"
+    note = (f"{multiplicity.counts_sentence(counts, alpha, what)}. Holm controls the family-wise error rate, "
+            "Benjamini-Hochberg the false discovery rate; adjusted p from statsmodels' multipletests, in log10 space "
+            "by the same formulas where a p is below the smallest double (multipletests would see 0). runs: the "
+            "hypothesis' runs, median p and range their own p-values. report.family.metrics chooses the tests, "
             "report.family.alpha the level.")
-    shown = render.display(tests.drop(columns=["run_id"]), HEADERS)
     report.sections.append(Section("family", f"Multiple comparisons: {counts['n_tests']} tests, Holm and "
-                                   "Benjamini-Hochberg", tests, shown, note))
+                                   "Benjamini-Hochberg", tests, shown_family(tests), note))
     report.metrics.update({f"family_{name}": value for name, value in counts.items()})
+
+
+def shown_family(tests: pd.DataFrame) -> pd.DataFrame:
+    """The family as report.md shows it: each p by `format_p`, the replicates' range as "low to high"."""
+    columns = [c for c in tests.columns if c not in ("log10_p_min", "log10_p_max", "run_ids")]
+    shown = render.display(tests[columns], HEADERS)
+    shown["range"] = [format_p(low) if low == high else f"{format_p(low)} to {format_p(high)}"
+                      for low, high in zip(tests["log10_p_min"], tests["log10_p_max"])]
+    return shown

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fairaudit.analysis.numbers import format_number
+from fairaudit.analysis.numbers import format_number, log10_sibling
 from fairaudit.errors.secrets import scrub, scrub_file
 from fairaudit.terminal.output import console
 from fairaudit.terminal.results import print_result, print_verdict, summary_frame_table
@@ -80,7 +80,7 @@ def close_parent(uri: str, folder: Path, family: dict) -> str | None:
     children = sweep_children(client, run_id)
     summary = children_summary(client, run_id, children)
     counted = family_verdict(children, run_id, family)
-    verdict = sweep_verdict(summary, children) + ([counted[0]] if counted else [])
+    verdict = sweep_verdict(summary, children) + (counted[0] if counted else [])
     scrub_file(folder / "multirun.yaml")  # Hydra's copy of the sweep, logged below
     log_summary(client, run_id, summary, folder, verdict, counted and counted[1])
     failed = failure_summary(children) if any(c.info.status != "FINISHED" for c in children) else None
@@ -101,15 +101,17 @@ def sweep_children(client, parent_id: str) -> list:
 
 
 def children_summary(client, parent_id: str, children: list | None = None) -> pd.DataFrame:
-    """One row per child run (oldest first): run name, status, job number, its grid axes and its headline metrics."""
+    """One row per child run (oldest first): run name, status, job number, its grid axes and its headline metrics,
+    with the log10 twin of each headline p-value (a p below the smallest double is NaN; its log10 is not)."""
     rows = []
     for child in sweep_children(client, parent_id) if children is None else children:
         names = json.loads(child.data.tags.get(t.HEADLINE_TAG, "[]"))
         metrics = child.data.metrics
+        twins = [log10_sibling(name) for name in names if log10_sibling(name) in metrics]  # a p's log10, always there
         rows.append({"run": child.info.run_name, "status": child.info.status,
                      "job": int(child.data.tags.get(t.JOB_NUM_TAG) or -1),
                      **{axis: child.data.tags.get(axis, "") for axis in t.AXIS_TAGS},
-                     **{name: metrics.get(name, float("nan")) for name in names}})
+                     **{name: metrics.get(name, float("nan")) for name in [*names, *twins]}})
     return pd.DataFrame(rows)
 
 
@@ -138,9 +140,9 @@ STEP_MEANING = {"checkpoint": "the checkpoint's training step", "seed": "the see
 
 def step_series(summary: pd.DataFrame) -> list[tuple[str, float, int]]:
     """(metric key, value, step) of each finished job's headline metrics, for the sweep's parent run, so MLflow's
-    own charts on it draw each metric: against training step (mean over seeds at each checkpoint) or seed in a
-    checkpoint or seed study, where other axes that vary split the curves (`metric/<their values>`); else at
-    step = the job's number."""
+    own charts on it draw each metric: against training step (mean over seeds at each checkpoint; a p-value's
+    seeds combined, never averaged: `step_values`) or seed in a checkpoint or seed study, where other axes that vary
+    split the curves (`metric/<their values>`); else at step = the job's number."""
     finished = summary[summary["status"] == "FINISHED"] if len(summary) else summary
     metrics = [c for c in finished.columns if c not in SUMMARY_KEYS and pd.api.types.is_numeric_dtype(finished[c])]
     axis = step_axis(summary)
@@ -151,32 +153,56 @@ def step_series(summary: pd.DataFrame) -> list[tuple[str, float, int]]:
     varied = [a for a in t.AXIS_TAGS if a in finished and finished[a].nunique() > 1]
     steps = training_steps(finished[axis]) if axis == "checkpoint" else finished[axis].astype(int)
     cells = [a for a in varied if a not in STEP_AXES]
-    means = finished.assign(step=steps.to_numpy()).groupby([*cells, "step"])[metrics].mean().reset_index()
     series = []
-    for row in means.to_dict("records"):
-        suffix = "/".join(str(row[a]) for a in cells)
-        series += [(metric_key(f"{m}/{suffix}" if suffix else m), float(row[m]), int(row["step"]))
-                   for m in metrics if row[m] == row[m]]
+    for key, group in finished.assign(step=steps.to_numpy()).groupby([*cells, "step"], sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        suffix = [str(value) for value in key[:-1]]
+        series += [(metric_key("/".join([m, *suffix, *([label] if label else [])])), value, int(key[-1]))
+                   for m, label, value in step_values(group, metrics) if value == value]
     return series
 
 
-def family_verdict(children: list, parent_id: str, family: dict) -> tuple[str, dict[str, int]] | None:
-    """The sweep's verdict on its family of tests (`family` of conf/report.yaml, by default every McNemar test):
-    how many of its finished jobs' tests are significant raw and after Holm and Benjamini-Hochberg, and those
-    counts as `family_*` metrics; None when no job logged one of the family's metrics."""
-    from fairaudit.analysis import multiplicity
+def step_values(group: pd.DataFrame, metrics: list[str]) -> list[tuple[str, str, float]]:
+    """(metric, replicate label or "", value) of the runs at one step of one cell: each metric's mean over them, but
+    never a p-value's: a log10 p metric is their combined p (`multiplicity.combined_log10_p`, K/ceil(K/2) x their
+    median, a p-value) and, with several runs, each run's own log10 p labelled `seed <seed>`; a p metric beside
+    its log10 twin is the combined p from the twin, so a run whose p underflowed to NaN still counts."""
+    from fairaudit.analysis.multiplicity import combined_log10_p
+    from fairaudit.analysis.stats import p_value
+
+    twins = {m: log10_sibling(m) for m in metrics if log10_sibling(m) in metrics}
+    logs = [m for m in metrics if "log10_p" in m]
+    out = [(m, "", float(group[m].mean())) for m in metrics if m not in twins and m not in logs]
+    labels = [f"seed {seed}" if group["seed"].nunique() == len(group) else f"job {job}"
+              for seed, job in zip(group["seed"], group["job"])] if len(group) > 1 else []
+    for m in logs:
+        out += [(m, "", combined_log10_p(group[m])), *((m, label, float(v)) for label, v in zip(labels, group[m]))]
+    out += [(m, "", p_value(combined_log10_p(group[twin]))) for m, twin in twins.items()]
+    return out
+
+
+def family_verdict(children: list, parent_id: str, family: dict) -> tuple[list[str], dict[str, float]] | None:
+    """The sweep's verdict on its family of tests (`family` of conf/report.yaml, by default every McNemar test), one
+    test per hypothesis with its seeds and engines combined (`multiplicity.family`): a line counting those
+    significant raw and after Holm and Benjamini-Hochberg, then a line per test with its p, Holm p and BH p; those
+    counts (`family_*`) and each test's p's (`family/<metric>[_holm|_bh]/<hypothesis>`) as metrics. None when no
+    job logged one of the family's metrics."""
+    from fairaudit.analysis import multiplicity, study
 
     metrics, alpha = multiplicity.family_settings(family)
     finished = [child for child in children if child.info.status == "FINISHED"]
-    runs = pd.DataFrame([{"run_id": child.info.run_id, **child.data.metrics} for child in finished])
-    tests = multiplicity.family(runs, metrics, []) if len(runs) else pd.DataFrame()
+    runs = pd.DataFrame([{"run_id": child.info.run_id, **{a: child.data.tags.get(a, "") for a in study.AXES},
+                          **child.data.metrics} for child in finished])
+    tests = multiplicity.family(runs, metrics, study.cell_axes(runs)) if len(runs) else pd.DataFrame()
     if tests.empty:
         return None
     counts = multiplicity.significant(tests, alpha)
-    line = multiplicity.counts_sentence(counts, alpha, f"tests ({', '.join(metrics)}) across the sweep's "
+    line = multiplicity.counts_sentence(counts, alpha, f"tests ({', '.join(metrics)}: "
+                                        f"{multiplicity.family_phrase(runs, tests)}) across the sweep's "
                                         f"{len(finished)} finished jobs")
-    return (f"{line}; each test's adjusted p: fairaudit report select.parent={parent_id} (its `family` section).",
-            {f"family_{name}": value for name, value in counts.items()})
+    lines = [f"{line}; the family: fairaudit report select.parent={parent_id} (its `family` section).",
+             *multiplicity.family_lines(tests)]
+    return lines, {**{f"family_{name}": value for name, value in counts.items()}, **multiplicity.family_metrics(tests)}
 
 
 def sweep_verdict(summary: pd.DataFrame, children: list) -> list[str]:
@@ -213,10 +239,10 @@ def gap_text(metrics: dict[str, float]) -> str:
 
 
 def log_summary(client, parent_id: str, summary: pd.DataFrame, sweep_dir: Path, verdict: list[str] = (),
-                counts: dict[str, int] | None = None) -> None:
+                counts: dict[str, float] | None = None) -> None:
     """The summary table (sweep_summary.json, tables/sweep_summary.parquet) and multirun.yaml on the parent
     run; for a checkpoint or seed study, the headline metrics by step (`step_series`); the sweep's verdict as
-    verdict.txt and the family's counts (`family_verdict`) as metrics."""
+    verdict.txt and the family's counts and each test's p's (`family_verdict`) as metrics."""
 
     from mlflow.entities import Metric
 
@@ -230,7 +256,7 @@ def log_summary(client, parent_id: str, summary: pd.DataFrame, sweep_dir: Path, 
     values = [Metric(key, value, timestamp, step) for key, value, step in step_series(summary)]
     if verdict:
         client.log_text(parent_id, "\n".join(verdict) + "\n", "verdict.txt")
-    values += [Metric(key, value, timestamp, 0) for key, value in (counts or {}).items()]
+    values += [Metric(metric_key(key), value, timestamp, 0) for key, value in (counts or {}).items()]
     for start in range(0, len(values), 500):
         client.log_batch(parent_id, metrics=values[start:start + 500])
     multirun = sweep_dir / "multirun.yaml"

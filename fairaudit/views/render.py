@@ -10,10 +10,12 @@ import pandas as pd
 from rich.table import Table
 
 from fairaudit.analysis.numbers import format_p, log10_sibling
-from fairaudit.analysis.study import AXES, COUNT_METRICS
+from fairaudit.analysis.study import AXES
 from fairaudit.views.sections import Section
 
 NA = "n/a"
+COUNT_COLUMNS = re.compile(r"^(n|n_.+|cell_[abcd](_.+)?|[cd]_alpha(_prime)?_up|successes|ties|model_calls|"
+                           r"influence_k_.+|.+_count(_.+)?|.+_ci_n|skipped_.+)$")  # whole numbers, shown as such
 
 
 
@@ -25,7 +27,7 @@ def _fixed(digits: int, signed: bool = False, scale: float = 1.0) -> Callable[[f
 
 def number_format(column: str) -> Callable[[float], str]:
     """The display format of a metric column (counts, p from log10, signed deltas, delta_c in %)."""
-    if COUNT_METRICS.match(column):
+    if COUNT_COLUMNS.match(column):
         return lambda v: f"{int(round(v))}"
     if column.endswith("log10_p"):
         return format_p
