@@ -92,11 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     from fairaudit.errors import interrupt
-    from fairaudit.errors.secrets import remember, scrub_logs
+    from fairaudit.errors.secrets import redact_logs, remember
 
     argv = sys.argv[1:] if argv is None else argv
     remember([*argv, os.environ.get("MLFLOW_TRACKING_URI", "")])  # hidden in whatever this process prints or logs
-    scrub_logs()
+    redact_logs()
     if argv and argv[0] in ("-h", "--help", "help"):
         print(HELP, end="")
         return 0
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return hydra_command("fairaudit.job.__main__", argv)
     except KeyboardInterrupt:  # outside a run (a run says what it kept itself), e.g. a parallel sweep's launcher
         print(interrupt.message(None), file=sys.stderr)
-        return interrupt.EXIT_CODE
+        return interrupt.exit_code()
 
 
 if __name__ == "__main__":

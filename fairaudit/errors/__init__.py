@@ -9,15 +9,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fairaudit.errors.secrets import scrub
+from fairaudit.errors.secrets import redact
 
 
 class AuditError(Exception):
     """Bad input or an unusable resource, reported as one line before any model loads; a password in its
-    message (a URL's, or one this process has seen) is hidden as it is raised."""
+    message (a URL's, or one this process has seen) is hidden as it is raised (`secrets.redact`)."""
 
     def __init__(self, message: str = ""):
-        super().__init__(scrub(str(message)))
+        super().__init__(redact(str(message)))
 
 
 def audit_cause(error: BaseException | None) -> AuditError | None:
@@ -47,8 +47,8 @@ def input_error_line(error: BaseException) -> str | None:
 
 
 def one_line(message: str) -> str:
-    """`message` with its whitespace (newlines included) collapsed and its passwords hidden (`redact.scrub`)."""
-    return scrub(" ".join(message.split()))
+    """`message` with its whitespace (newlines included) collapsed and its secrets hidden (`secrets.redact`)."""
+    return redact(" ".join(message.split()))
 
 
 def failure_line(error: BaseException) -> str:

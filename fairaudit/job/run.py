@@ -1,6 +1,6 @@
 """The job: read its config once, load the model, run the probe through the store, log the run to MLflow; and how a
 Hydra task ends (`run_or_exit`): bad input is one `error:` line and exit code 2 (its empty output folder removed),
-Ctrl-C one line saying what is kept and how to resume (exit code 130); anything else keeps its traceback."""
+Ctrl-C (SIGTERM, SIGHUP) one line saying what is kept and how to resume; anything else its traceback and its line."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig
 
-from fairaudit.errors import failure_line
+from fairaudit.errors import failure_line, interrupt
 from fairaudit.errors.disk import artifacts_full
 from fairaudit.errors.interrupt import Interrupted
-from fairaudit.errors.secrets import scrub_hydra_files
+from fairaudit.errors.secrets import redact_hydra_files
 from fairaudit.job.config import Job, build_backend, model_folder, read_job
 from fairaudit.job.dry_run import preview
 from fairaudit.job.tags import engine_label, job_run_name, job_tags
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
-from fairaudit.terminal.output import console, print_error, quiet_libraries
+from fairaudit.terminal.output import console, print_error, print_line, print_traceback, quiet_libraries
 from fairaudit.terminal.results import print_result, print_verdict, summary_table
 from fairaudit.tracking import tags as t
 from fairaudit.tracking.database import database_full
@@ -53,8 +53,8 @@ def audit(job: Job) -> ProbeResult:
         verdict = job.probe.verdict(result)
         log_run(tracker, job, result, verdict, run_name)
     except KeyboardInterrupt:
-        tracker.end(killed=True,
-                    error=f"interrupted (Ctrl-C) after {client.model_calls} new results, all kept in the store")
+        tracker.end(killed=True, error=f"interrupted ({interrupt.cause()}) after {client.model_calls} new results, "
+                                       "all kept in the store")
         raise Interrupted(client.model_calls) from None
     except BaseException as error:
         failure = (tracking_failure(error, uri) or database_full(error, uri)
@@ -102,21 +102,24 @@ def print_summary(title: str, result: ProbeResult, verdict: list[str], run_id: s
 
 def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
     """Run a Hydra task; bad input (an AuditError, also inside Hydra's instantiate) becomes one
-    `error:` line and exit code 2; Ctrl-C one line saying what is kept and how to resume, exit code 130.
-    Anything else is a bug and keeps its traceback."""
-    from fairaudit.errors import input_error_line, interrupt
+    `error:` line and exit code 2; Ctrl-C (SIGTERM, SIGHUP) one line saying what is kept and how to resume, exit
+    code 128 + the signal. Anything else is a bug: its traceback, then its one `error:` line, exit code 1 (secrets
+    hidden in both; the task never raises, so Hydra never prints its own line, which repeats the command line)."""
+    from fairaudit.errors import input_error_line
 
     quiet_libraries()
     try:
-        scrub_hydra_files(cfg)
+        redact_hydra_files(cfg)
         job(cfg)
     except KeyboardInterrupt as stop:
-        console.print(interrupt.message(getattr(stop, "kept", 0)), highlight=False, soft_wrap=True)
-        sys.exit(interrupt.EXIT_CODE)
+        print_line(interrupt.message(getattr(stop, "kept", 0)))
+        sys.exit(interrupt.exit_code())
     except Exception as error:
         line = input_error_line(error)
         if line is None:
-            raise
+            print_traceback(error)
+            print_error(failure_line(error))
+            sys.exit(1)
         print_error(line)
         discard_output_dir()
         sys.exit(2)
