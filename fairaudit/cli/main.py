@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import sys
 import tempfile
 
 from fairaudit.cli.completion import complete
 from fairaudit.cli.listing import list_configs
 from fairaudit.cli.overrides import MULTIRUN_FLAGS
+from fairaudit.errors.secrets import redact
 
+CONFIG_PRINTS = ("--cfg", "-c", "--info", "-i")  # Hydra's options that print the config and run nothing
 HELP = """\
 fairaudit: audit reasoning language models for bias that appears, moves or grows inside their thinking.
 
@@ -61,10 +64,24 @@ def hydra_command(module: str, argv: list[str], config_name: str = "config") -> 
         print(f"error: {problem}", file=sys.stderr)
         return 2
     argv = tracking_database((["-m"] if config_name == "config" and sweeps_itself(argv) else []) + argv)
-    with scratch_outputs(argv) as argv:
+    with scratch_outputs(argv) as argv, redacted_printout(argv):
         sys.argv = hoist_multirun_flag([sys.argv[0]] + argv)
         importlib.import_module(module).main()
     return 0
+
+
+@contextlib.contextmanager
+def redacted_printout(argv: list[str]):
+    """Hydra's --cfg and --info print the composed config themselves: what they print passes through `redact`."""
+    if not any(arg in CONFIG_PRINTS or arg.startswith(("--cfg=", "--info=")) for arg in argv):
+        yield
+        return
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            yield
+    finally:
+        sys.stdout.write(redact(printed.getvalue()))
 
 
 @contextlib.contextmanager

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import DictConfig
 
-from fairaudit.errors import failure_line, interrupt
+from fairaudit.errors import AuditError, failure_line, interrupt
 from fairaudit.errors.disk import artifacts_full
 from fairaudit.errors.interrupt import Interrupted
+from fairaudit.errors.locks import is_locked, locked_error
 from fairaudit.errors.secrets import redact_hydra_files
 from fairaudit.job.config import Job, build_backend, model_folder, read_job
 from fairaudit.job.dry_run import preview
@@ -23,7 +25,7 @@ from fairaudit.store.results import Store
 from fairaudit.terminal.output import console, print_error, print_line, print_traceback, quiet_libraries
 from fairaudit.terminal.results import print_result, print_verdict, summary_table
 from fairaudit.tracking import tags as t
-from fairaudit.tracking.database import database_full
+from fairaudit.tracking.database import database_full, tracking_fault
 from fairaudit.tracking.runs import Tracker, flatten, parent_run_id, tracking_failure
 from fairaudit.tracking.ui import where_lines
 
@@ -57,13 +59,22 @@ def audit(job: Job) -> ProbeResult:
                                        "all kept in the store")
         raise Interrupted(client.model_calls) from None
     except BaseException as error:
-        failure = (tracking_failure(error, uri) or database_full(error, uri)
-                   or artifacts_full(error, tracker.run.info.artifact_uri, tracker.writing))
+        failure = fault_of(error, uri, store, tracker)
         tracker.end(failed=True, error=failure_line(failure or error))
         raise failure or error
     tracker.end()
     print_summary(run_name, result, verdict, run_id, tracker.experiment_id, uri)
     return result
+
+
+def fault_of(error: BaseException, uri: str, store: Store, tracker: Tracker) -> AuditError | None:
+    """The one-line error for a resource that failed mid-run: the tracking server or database (gone, locked, full),
+    the store's sqlite file kept locked by another process, the artifacts' disk full; None for anything else."""
+    if store.url.startswith("sqlite:///") and is_locked(error) and not tracking_fault(error, uri):
+        return locked_error(Path(store.url[len("sqlite:///"):]), "the store, store.url",
+                            "the results committed so far are kept")
+    return (tracking_failure(error, uri) or database_full(error, uri) or tracking_fault(error, uri)
+            or artifacts_full(error, tracker.run.info.artifact_uri, tracker.writing))
 
 
 def log_run(tracker: Tracker, job: Job, result: ProbeResult, verdict: list[str], run_name: str) -> None:

@@ -21,12 +21,14 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from fairaudit.errors import AuditError
 from fairaudit.errors.disk import full_error, is_full, megabytes
+from fairaudit.errors.locks import LOCK_WAIT_S
 from fairaudit.errors.secrets import redact
 from fairaudit.terminal.output import warn
 
 STORE_VERSION = 1
 PROBABILITY_KINDS = ("choice_probs", "depth_choice_probs")  # values whose innermost rows are distributions
 PROBABILITY_ATOL = 1e-4
+CONNECT_TIMEOUT_S = 10  # seconds a PostgreSQL server gets to accept a connection
 INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 METADATA = sa.MetaData()
@@ -208,9 +210,11 @@ class Store:
 
 
 def _engine_options(backend: str) -> dict:
+    """sqlite waits LOCK_WAIT_S for a lock another process holds; a PostgreSQL server gets CONNECT_TIMEOUT_S to
+    accept a connection (an unreachable host would otherwise hang for the system's TCP timeout, minutes)."""
     if backend == "sqlite":
-        return {"connect_args": {"timeout": 60.0}}
-    return {"pool_pre_ping": True}
+        return {"connect_args": {"timeout": float(LOCK_WAIT_S)}}
+    return {"pool_pre_ping": True, "connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
 
 
 def _sqlite_wal(dbapi_connection, _record) -> None:

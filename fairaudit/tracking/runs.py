@@ -16,7 +16,13 @@ import pandas as pd
 from fairaudit.errors import AuditError
 from fairaudit.errors.disk import size_of
 from fairaudit.errors.secrets import redact
-from fairaudit.tracking.database import close_on_a_full_disk, create_experiment, prepare_tracking
+from fairaudit.tracking.database import (
+    close_on_a_full_disk,
+    create_experiment,
+    prepare_tracking,
+    server_problem,
+    tracking_fault,
+)
 from fairaudit.tracking.scratch import scratch
 from fairaudit.tracking.tags import (
     ERROR_TAG,
@@ -149,14 +155,24 @@ def supersede_ended(client, experiment: str, key: str, successor: str) -> None:
 
 
 def open_tracking(uri: str, experiment: str):
-    """A client on a ready tracking store and the experiment's id."""
+    """A client on a ready tracking store and the experiment's id; a server that is down or a local database kept
+    locked is one AuditError line."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    prepare_tracking(uri)
-    mlflow.set_tracking_uri(uri)
-    client = MlflowClient(uri)
-    return client, experiment_id(client, experiment)
+    problem = server_problem(uri)  # a server that is down: one line in seconds, not MLflow's minutes of retries
+    if problem:
+        raise AuditError(problem)
+    try:
+        prepare_tracking(uri)
+        mlflow.set_tracking_uri(uri)
+        client = MlflowClient(uri)
+        return client, experiment_id(client, experiment)
+    except Exception as error:
+        fault = None if isinstance(error, AuditError) else tracking_fault(error, uri, mlflow_only=False)
+        if fault is None:
+            raise
+        raise fault from None
 
 
 class Tracker:
