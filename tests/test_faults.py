@@ -208,3 +208,45 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path, sig, sweep):
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
     assert all(f"interrupted ({name})" in r.data.tags["mlflow.note.content"] for r in runs)
+
+
+def test_cfg_job_prints_the_config_with_its_secrets_hidden(tmp_path):
+    done = fairaudit(["--cfg", "job", "store.url='postgresql+psycopg://audit:s3cret-pw@db/x?sslpassword=k3y-phrase'",
+                      "+backend.api_key=sk-0123456789"], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "url: postgresql+psycopg://audit:***@db/x?sslpassword=***" in done.stdout
+    assert "api_key: '***'" in done.stdout or "api_key: ***" in done.stdout
+    assert not [s for s in ("s3cret-pw", "k3y-phrase", "sk-0123456789") if s in done.stdout + done.stderr]
+
+
+BUG = """import hydra
+
+from fairaudit.job.run import run_or_exit
+
+
+def fails(cfg):
+    raise RuntimeError(f"cannot reach {cfg.store.url}")
+
+
+@hydra.main(version_base=None, config_path=None)
+def main(cfg):
+    run_or_exit(fails, cfg)
+
+
+main()
+"""
+
+
+@pytest.mark.slow
+def test_an_unexpected_error_is_its_traceback_and_one_line_never_hydras_line_with_the_command(tmp_path):
+    """Hydra's own "Error executing job with overrides: [...]" repeats the command line, password included: a job
+    never lets an exception reach Hydra; its traceback and its line are redacted, the exit code is 1."""
+    (tmp_path / "app.py").write_text(BUG)
+    done = subprocess.run([sys.executable, str(tmp_path / "app.py"), "+store.url=postgresql://audit:s3cret-pw@db/x",
+                           f"hydra.run.dir={tmp_path}/outputs"], cwd=tmp_path, env=ENV, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1
+    assert "Error executing job" not in done.stderr and "Traceback (most recent call last)" in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "error: RuntimeError: cannot reach postgresql://audit:***@db/x"
+    leaks = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "app.py" and b"s3cret-pw" in p.read_bytes()]
+    assert "s3cret-pw" not in done.stdout + done.stderr and leaks == []
