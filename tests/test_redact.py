@@ -50,6 +50,8 @@ def test_a_url_is_shown_with_its_secrets_hidden_and_nothing_else_changed(url, sh
 
 @pytest.mark.parametrize("text, shown", [
     ("store.url=postgresql://a:b@h/x,postgresql://a:c@h/y", "store.url=postgresql://a:***@h/x,postgresql://a:***@h/y"),
+    ("store.url=postgresql://a:b@h/x,tracking.uri=postgresql://a:think@h/y",  # Hydra's override_dirname
+     "store.url=postgresql://a:***@h/x,tracking.uri=postgresql://a:***@h/y"),
     ("Error executing job with overrides: ['store.url=postgresql://a:think@h/x', 'model=tiny_qwen3']",
      "Error executing job with overrides: ['store.url=postgresql://a:***@h/x', 'model=tiny_qwen3']"),
     (r"#0 : store.url=postgresql\://audit\:x@db", r"#0 : store.url=postgresql\://audit\:***@db"),  # Hydra's escapes

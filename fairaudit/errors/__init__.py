@@ -1,7 +1,8 @@
 """What a user sees when something is wrong: `AuditError`, the one error type shown as a single line, and how any
 error becomes that line; the rules that turn a bad setting into such a line (`rules`); secrets hidden wherever
-text is shown or logged (`secrets`); Ctrl-C (`interrupt`); a full disk (`disk`). The lowest layer: it imports no
-other part of fairaudit and never prints (the terminal does).
+text is shown or logged (`secrets`); Ctrl-C, SIGTERM and SIGHUP (`interrupt`); a full disk (`disk`); a database
+another process keeps locked (`locks`). The lowest layer: it imports no other part of fairaudit and never prints
+(the terminal does).
 """
 
 from __future__ import annotations

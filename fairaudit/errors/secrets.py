@@ -30,8 +30,8 @@ CREDENTIAL_NAMES = frozenset({
 CREDENTIAL_ENDINGS = ("password", "passwd", "secret", "token", "_key", "apikey", "signature", "credential",
                       "credentials")
 SCHEME = r"[A-Za-z][A-Za-z0-9+.-]*\\?://"
-# a URL runs to the next space or quote, or to a comma before the next URL (a sweep's list of URLs)
-URL = re.compile(rf"(?<![A-Za-z0-9+.-])(?P<scheme>{SCHEME})(?P<rest>(?:(?!,{SCHEME})[^\s'\"`<>])*)")
+# a URL runs to the next space or quote, or to where the next URL begins (a sweep's list, Hydra's override_dirname)
+URL = re.compile(rf"(?<![A-Za-z0-9+.-])(?P<scheme>{SCHEME})(?P<rest>(?:(?!{SCHEME})[^\s'\"`<>])*)")
 # name=value (an override, a libpq keyword, a query parameter) or `name: value` (YAML), the name's last part checked
 SETTING = re.compile(r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]*)(?P<sep>\\?=|:[ \t]+)(?P<value>[^\s'\"&;]+)")
 OVERRIDE = re.compile(r"(?P<name>[+~]{0,2}[A-Za-z_][\w.@/-]*)=(?P<value>.*)", re.S)  # a whole command-line override

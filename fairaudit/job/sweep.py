@@ -29,6 +29,7 @@ from fairaudit.job.run import run
 from fairaudit.job.tags import job_run_name, job_tags
 from fairaudit.terminal.output import print_error, print_line, print_traceback, quiet_libraries
 from fairaudit.tracking import tags as t
+from fairaudit.tracking.database import server_problem
 from fairaudit.tracking.runs import Tracker, config_key, parent_run_id
 from fairaudit.tracking.sweeps import Sweep, close_parent, open_parent
 
@@ -55,6 +56,10 @@ class SweepCallback(Callback):
             exit_on([str(error)])
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        gone = server_problem(config.tracking.uri)  # a database server that went down mid-sweep: its line, at once
+        if gone:
+            print_error(gone)
+            sys.exit(1)
         failed = close_parent(config.tracking.uri, Path(config.hydra.sweep.dir), registry.report_defaults()["family"])
         if failed:
             print_error(failed)
@@ -92,7 +97,10 @@ def run_sweep_job(cfg: DictConfig) -> None:
         print_error(f"{label_in(place) or 'job'}: {line}")
         if cfg.dry_run:
             sys.exit(2)
-        record_failed_job(cfg, place, line)
+        try:
+            record_failed_job(cfg, place, line)
+        except AuditError:  # the tracking location itself failed, which the job's line says: nothing to record in
+            pass
 
 
 def label_in(place: Place) -> str:
