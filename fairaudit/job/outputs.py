@@ -47,11 +47,10 @@ def output_problem(folder: Path, key: str) -> str | None:
             probe.flush()
             os.fsync(probe.fileno())
     except OSError as error:
-        problem = (f"{key}: no space left in {folder}" if is_enospc(error) else
-                   f"{key}: cannot write Hydra's output folder {folder} ({error.strerror or error})")
+        problem = (f"{key}: no space left in {folder}: free space there or" if is_enospc(error) else
+                   f"{key}: cannot write Hydra's output folder {folder} ({error.strerror or error}):")
     if problem is None and free_bytes(folder) < ROOM:
-        problem = f"{key}: no space left in {folder} ({megabytes(free_bytes(folder))} free)"
+        problem = f"{key}: no space left in {folder} ({megabytes(free_bytes(folder))} free): free space there or"
     if problem and created is not None and created.exists():
         shutil.rmtree(created, ignore_errors=True)
-    return problem and (f"{problem}: free space there or choose another folder ({key}=/path/to/folder); "
-                        "nothing was run")
+    return problem and f"{problem} choose another folder ({key}=/path/to/folder); nothing was run"
