@@ -59,6 +59,17 @@ def integrity(path: Path) -> str:
 
 
 @pytest.fixture(scope="session")
+def pg_server():
+    """The cluster suite's one PostgreSQL server on loopback (`make test-cluster`), shared by its modules: every TCP
+    login needs a password (`url` carries the superuser's)."""
+    from servers import PostgresServer
+
+    server = PostgresServer(auth="scram-sha-256")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def data_root() -> Path:
     if not (DATA_ROOT / "adult" / "adult.data").exists():
         pytest.fail(f"test data not found under {DATA_ROOT}; set FAIRAUDIT_DATA")

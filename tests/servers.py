@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -51,7 +52,8 @@ def stop_pid(pid: int, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
 
 class PostgresServer:
     """initdb + pg_ctl as the `postgres` user (the tests run as root) on a loopback port: trust auth, or with
-    auth="scram-sha-256" a password for every TCP login (`admin_url`, over the server's socket, needs none)."""
+    auth="scram-sha-256" a password for every TCP login (`url` carries the superuser's; `admin_url`, over the
+    server's socket, needs none)."""
 
     def __init__(self, auth: str = "trust"):
         if not (PG_BIN / "initdb").exists():
@@ -67,6 +69,11 @@ class PostgresServer:
         self._as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "-l", str(root / "pg.log"), "-o",
                            f"-p {self.port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"])
         self.pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        if auth != "trust":
+            password = secrets.token_hex(12)
+            self._as_postgres([str(PG_BIN / "psql"), "-h", str(root), "-p", str(self.port), "-U", "postgres", "-c",
+                               f"ALTER ROLE postgres PASSWORD '{password}'"])
+            self.url = f"postgresql+psycopg://postgres:{password}@127.0.0.1:{self.port}/postgres"
 
     def _as_postgres(self, args: list[str]) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []

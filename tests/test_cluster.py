@@ -23,7 +23,7 @@ from fairaudit.store import cli as store_cli
 from fairaudit.store.client import CachingClient, generation_key
 from fairaudit.store.results import RESULTS, Store
 from tests.conftest import REPO, model_results, run_app
-from tests.servers import MlflowServer, PostgresServer, have
+from tests.servers import MlflowServer, have
 from tests.test_store import ScriptedBackend, requests
 
 pytestmark = pytest.mark.cluster
@@ -31,10 +31,9 @@ TINY = ["model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8"]
 
 
 @pytest.fixture(scope="module")
-def postgres():
-    server = PostgresServer()
-    yield server
-    server.stop()
+def postgres(pg_server):
+    """The suite's shared server (tests/conftest.py)."""
+    return pg_server
 
 
 @pytest.fixture

@@ -295,7 +295,7 @@ def test_arm_and_config_validation():
         PositionProbe(truncation={"offset": [0.1]})
     with pytest.raises(AuditError, match=r"^probe.partial_corr='kendall' must be one of \['pearson', 'spearman'\]$"):
         PositionProbe(partial_corr="kendall")
-    with pytest.raises(AuditError, match=r"^probe.truncation.relabelings=10 must be an integer >= 100$"):
+    with pytest.raises(AuditError, match=r"^probe.truncation.relabelings=10 must be an integer in 100..1000000$"):
         PositionProbe(truncation={"relabelings": 10})
     assert PositionProbe(partial_corr="spearman", truncation={"relabelings": 500}).truncation.relabelings == 500
 

@@ -1,7 +1,9 @@
-"""A password in `store.url` or `tracking.uri` never leaves the process: against a real PostgreSQL on loopback that
-asks every TCP login for a password, a job, a sweep, a report and two failing starts with the password in both URLs
-leave it in no output, no MLflow param, tag or artifact, no store row, no report file and no Hydra output folder;
-libpq's PGPASSWORD and ~/.pgpass keep it off the command line altogether."""
+"""A password never leaves the process, whatever carries it: against the cluster suite's PostgreSQL on loopback,
+which asks every TCP login for a password, a job, a sweep, a report and two failing starts with the password in both
+URLs, then the matrix of issue 39 (a query string, a sweep over URLs holding it, failing sweep jobs, the store CLI,
+`--cfg job`, a password that is a common word) leave it in no output, no MLflow param, tag or artifact, no store
+row, no report file and no Hydra output folder, and every run complete; libpq's PGPASSWORD and ~/.pgpass keep it off
+the command line altogether."""
 
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import sqlalchemy as sa
 from mlflow.tracking import MlflowClient
 
 from conftest import DATA_ROOT, REPO
-from servers import PostgresServer
 
 pytestmark = pytest.mark.cluster
 JOB = ("backend=mock", "model=tiny_qwen3", "dataset.n=3", "model.max_think_tokens=64", "backend.trace_tokens.median=20",
@@ -25,23 +26,24 @@ JOB = ("backend=mock", "model=tiny_qwen3", "dataset.n=3", "model.max_think_token
 
 
 @pytest.fixture(scope="module")
-def server():
-    """A PostgreSQL server whose role `audit` logs in with a password holding '@' and '/' (percent-encoded in URLs)
-    and owns two databases: the store and the MLflow tracking database."""
-    pg = PostgresServer(auth="scram-sha-256")
-    pg.password = f"hu@nt/{secrets.token_hex(8)}"
-    admin = sa.create_engine(pg.admin_url, isolation_level="AUTOCOMMIT")
+def server(pg_server):
+    """The suite's PostgreSQL server (tests/conftest.py), on which the role `audit` logs in with a password holding
+    '@' and '/' (percent-encoded in URLs) and owns the store and the MLflow tracking database, and the role `plain`
+    logs in with the password `think`, a word the config and the runs' texts hold."""
+    pg_server.password = f"hu@nt/{secrets.token_hex(8)}"
+    admin = sa.create_engine(pg_server.admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(sa.text(f"CREATE ROLE audit LOGIN PASSWORD '{pg.password}'"))
-        for name in ("store", "tracking"):
-            conn.execute(sa.text(f"CREATE DATABASE {name} OWNER audit"))
+        conn.execute(sa.text(f"CREATE ROLE audit LOGIN PASSWORD '{pg_server.password}'"))
+        conn.execute(sa.text("CREATE ROLE plain LOGIN PASSWORD 'think'"))
+        for name, owner in (("store", "audit"), ("tracking", "audit"), ("plainstore", "plain"),
+                            ("plaintracking", "plain")):
+            conn.execute(sa.text(f"CREATE DATABASE {name} OWNER {owner}"))
     admin.dispose()
-    yield pg
-    pg.stop()
+    return pg_server
 
 
-def url(pg: PostgresServer, database: str, password: str | None = None, port: int | None = None) -> str:
-    login = "audit" if password is None else f"audit:{quote(password, safe='')}"
+def url(pg, database: str, password: str | None = None, port: int | None = None, user: str = "audit") -> str:
+    login = user if password is None else f"{user}:{quote(password, safe='')}"
     return f"postgresql+psycopg://{login}@127.0.0.1:{port or pg.port}/{database}"
 
 
@@ -115,3 +117,61 @@ def test_pgpassword_and_pgpass_keep_the_password_off_the_command_line(tmp_path, 
     assert without.returncode == 2
     (line,) = [line for line in without.stderr.splitlines() if line.startswith("error:")]
     assert "password" in line and server.password not in line
+
+
+def test_every_carrier_of_a_password_leaves_it_nowhere_and_every_run_complete(tmp_path, server):
+    """The matrix of issue 39: a password in a URL's query string, percent-encoded, one that is a common word
+    (`think`, which the config's names and the runs' texts hold), a sweep over URLs holding it, failing sweep jobs
+    whose errors name the URL, the store CLI and `--cfg job`: the password is in no output, file or database row,
+    and every run they leave is complete (params, metrics, or its error)."""
+    token, encoded = server.password.rsplit("/", 1)[1], quote(server.password, safe="")
+    by_query = f"postgresql+psycopg://audit@127.0.0.1:{server.port}/store?sslmode=disable&password={encoded}"
+    tracking = f"'postgresql+psycopg://audit@127.0.0.1:{server.port}/tracking?password={encoded}'"
+    plain = (f"store.url={url(server, 'plainstore', 'think', user='plain')}",
+             f"tracking.uri={url(server, 'plaintracking', 'think', user='plain')}")
+    out = tmp_path / "out"
+    done = {
+        "query string": fairaudit(tmp_path, *JOB, f"store.url='{by_query}'", f"tracking.uri={tracking}",
+                                  f"hydra.run.dir={out}/query"),
+        "common word": fairaudit(tmp_path, *JOB, *plain, f"hydra.run.dir={out}/word"),
+        "sweep over secrets": fairaudit(tmp_path, *JOB, f"tracking.uri={tracking}", f"hydra.sweep.dir={out}/sweep",
+                                        "-m", f"store.url={url(server, 'store', server.password)},'{by_query}'"),
+        "failing jobs": fairaudit(tmp_path, *JOB, f"tracking.uri={tracking}", f"hydra.sweep.dir={out}/failing",
+                                  f"store.url={url(server, 'store', server.password, port=1)}", "-m", "dataset.n=2,3"),
+        "--cfg job": fairaudit(tmp_path, *JOB, f"store.url='{by_query}'", f"tracking.uri={tracking}", "--cfg", "job"),
+        "store verify": fairaudit(tmp_path, "store", "verify", "--store", by_query),
+        "store export": fairaudit(tmp_path, "store", "export", str(tmp_path / "laptop.sqlite"), "--store",
+                                  url(server, "store", server.password)),
+    }
+    assert {name: d.returncode for name, d in done.items()} == {
+        "query string": 0, "common word": 0, "sweep over secrets": 0, "failing jobs": 1, "--cfg job": 0,
+        "store verify": 0, "store export": 0}, {name: d.stderr[-2000:] for name, d in done.items()}
+    assert "url: postgresql+psycopg://audit@127.0.0.1" in done["--cfg job"].stdout
+    assert "password=***" in done["--cfg job"].stdout and "-> sqlite:///" in done["store export"].stdout
+    assert "Error executing job" not in "".join(d.stderr for d in done.values())
+    word = (":think@", "password=think")  # the common-word password as a URL holds it; the word itself is everywhere
+    shown = {name: [s for s in (token, encoded, *word) if s in d.stdout + d.stderr] for name, d in done.items()}
+    assert {name: found for name, found in shown.items() if found} == {}
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "multirun.yaml" for p in files) and any(p.match("*/.hydra/overrides.yaml") for p in files)
+    assert [p for p in files if any(s.encode() in p.read_bytes() for s in (token, encoded, *word))] == []
+    for database, user, password in (("store", "audit", server.password), ("tracking", "audit", server.password),
+                                     ("plainstore", "plain", "think"), ("plaintracking", "plain", "think")):
+        text = database_text(url(server, database, password, user=user))
+        assert not [s for s in (token, encoded, *word) if s in text], database
+
+    for address in (url(server, "tracking", server.password), url(server, "plaintracking", "think", user="plain")):
+        client = MlflowClient(address)
+        for run in client.search_runs([e.experiment_id for e in client.search_experiments()]):
+            kind, status = run.data.tags.get("fairaudit.kind"), run.info.status
+            assert status in ("FINISHED", "FAILED"), (kind, status)
+            if kind == "job" and status == "FINISHED":
+                assert "backend.thinking.style" in run.data.params and run.data.metrics["model_calls"] >= 0
+            elif status == "FAILED":
+                assert "store.url 'postgresql+psycopg://audit:***@127.0.0.1:1/store'" in run.data.tags[
+                    "fairaudit.error" if kind == "job" else "fairaudit.failed_jobs"]
+    client = MlflowClient(url(server, "tracking", server.password))
+    (parent,) = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+                 if r.data.tags.get("fairaudit.kind") == "sweep" and r.info.status == "FINISHED"]
+    jobs = parent.data.tags["fairaudit.jobs"]  # each job by what it varies, as Hydra escapes it (audit\\:***@)
+    assert "password=***" in jobs and jobs.count("***@127.0.0.1") == 1

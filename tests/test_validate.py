@@ -59,9 +59,9 @@ def test_shipped_configs_pass(tmp_path, overrides):
     (["model.max_think_tokens=100000000"], "model.max_think_tokens=100000000 must be an integer in 1..8191"),
     (["model=tiny_qwen3", "model.max_think_tokens=4096"], "must be an integer in 1..4095 (below model.max_context)"),
     (["arm.max_new_tokens=0"], "arm.max_new_tokens=0 must be an integer in 1..8191"),
-    (["probe.n_boot=0"], "probe.n_boot=0 must be an integer >= 100"),
-    (["probe=cdpg", "probe.K=0"], "probe.K=0 must be an integer >= 1"),
-    (["probe=cdpg", "probe.k_list=[5,0]"], "probe.k_list=[5, 0] items must be an integer >= 1"),
+    (["probe.n_boot=0"], "probe.n_boot=0 must be an integer in 100..100000"),
+    (["probe=cdpg", "probe.K=0"], "probe.K=0 must be an integer in 1..100"),
+    (["probe=cdpg", "probe.k_list=[5,0]"], "probe.k_list=[5, 0] items must be an integer in 1..100"),
     (["probe=position", "dataset=mmlu", "arm=direct", "probe.truncation.top_p=0"],
      "probe.truncation.top_p=0 must be a number in (0, 1]"),
     (["model.answer_source=guess"], "model.answer_source='guess' must be one of ['parsed', 'forced']"),
@@ -126,8 +126,8 @@ def test_hydra_instantiation_wrapper_is_unwrapped_to_one_line(tmp_path):
     cfg = composed("probe=cdpg", "probe.K=0")
     with pytest.raises(InstantiationException) as wrapped:
         instantiate({k: v for k, v in cfg.probe.items() if k not in registry.META["probe"]}, _convert_="all")
-    assert input_error_line(wrapped.value) == "probe.K=0 must be an integer >= 1"
-    with pytest.raises(AuditError, match="^probe.K=0 must be an integer >= 1$"):
+    assert input_error_line(wrapped.value) == "probe.K=0 must be an integer in 1..100"
+    with pytest.raises(AuditError, match="^probe.K=0 must be an integer in 1..100$"):
         build_probe(cfg.probe)  # the app's own build surfaces the probe's AuditError as itself
     cfg = composed("+probe.unknown=1")
     with pytest.raises(InstantiationException) as refused:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import sys
 import tempfile
 
 from fairaudit.cli.completion import complete
 from fairaudit.cli.listing import list_configs
 from fairaudit.cli.overrides import MULTIRUN_FLAGS
+from fairaudit.errors.secrets import redact
 
+CONFIG_PRINTS = ("--cfg", "-c", "--info", "-i")  # Hydra's options that print the config and run nothing
 HELP = """\
 fairaudit: audit reasoning language models for bias that appears, moves or grows inside their thinking.
 
@@ -61,10 +64,24 @@ def hydra_command(module: str, argv: list[str], config_name: str = "config") -> 
         print(f"error: {problem}", file=sys.stderr)
         return 2
     argv = tracking_database((["-m"] if config_name == "config" and sweeps_itself(argv) else []) + argv)
-    with scratch_outputs(argv) as argv:
+    with scratch_outputs(argv) as argv, redacted_printout(argv):
         sys.argv = hoist_multirun_flag([sys.argv[0]] + argv)
         importlib.import_module(module).main()
     return 0
+
+
+@contextlib.contextmanager
+def redacted_printout(argv: list[str]):
+    """Hydra's --cfg and --info print the composed config themselves: what they print passes through `redact`."""
+    if not any(arg in CONFIG_PRINTS or arg.startswith(("--cfg=", "--info=")) for arg in argv):
+        yield
+        return
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            yield
+    finally:
+        sys.stdout.write(redact(printed.getvalue()))
 
 
 @contextlib.contextmanager
@@ -92,11 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     from fairaudit.errors import interrupt
-    from fairaudit.errors.secrets import remember, scrub_logs
+    from fairaudit.errors.secrets import redact_logs, remember
 
     argv = sys.argv[1:] if argv is None else argv
     remember([*argv, os.environ.get("MLFLOW_TRACKING_URI", "")])  # hidden in whatever this process prints or logs
-    scrub_logs()
+    redact_logs()
     if argv and argv[0] in ("-h", "--help", "help"):
         print(HELP, end="")
         return 0
@@ -109,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return hydra_command("fairaudit.job.__main__", argv)
     except KeyboardInterrupt:  # outside a run (a run says what it kept itself), e.g. a parallel sweep's launcher
         print(interrupt.message(None), file=sys.stderr)
-        return interrupt.EXIT_CODE
+        return interrupt.exit_code()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ item's 0-based row in the file, so ids stay stable across `n` and `seed`.
 from __future__ import annotations
 
 import json
+import re
 import string
 import zlib
 from pathlib import Path
@@ -57,6 +58,8 @@ def split_lettered_options(text: str) -> list[str] | None:
 
 
 def _lettered(row: dict) -> Item:
+    if not isinstance(row["options"], str):
+        raise ValueError(f"options must be one string reading 'A. ...\\nB. ...', not a {type(row['options']).__name__}")
     options = split_lettered_options(row["options"])
     if options is None or not row["answer"] or row["answer"][0] not in string.ascii_uppercase[: len(options)]:
         raise ValueError("options must read 'A. ...\\nB. ...' and answer must start with one of their letters")
@@ -108,18 +111,51 @@ def _json_rows(path: Path) -> list[dict]:
 
 
 def read_rows(path: Path) -> list[dict]:
-    """Raw records of a .jsonl, .json, .parquet or .csv file."""
-    if path.suffix in (".jsonl", ".json"):
-        rows = _json_rows(path)
-    elif path.suffix == ".parquet":
-        rows = pd.read_parquet(path).to_dict("records")
-    elif path.suffix == ".csv":
-        rows = pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
-    else:
+    """Raw records of a .jsonl, .json, .parquet or .csv file; a file that cannot be read as one is one AuditError
+    line naming the file, the line and the problem."""
+    if path.suffix not in (".jsonl", ".json", ".parquet", ".csv"):
         raise AuditError(f"{path}: unsupported file type {path.suffix!r}; choices: .jsonl, .json, .parquet, .csv")
+    try:
+        if path.suffix == ".parquet":
+            rows = pd.read_parquet(path).to_dict("records")
+        elif path.suffix == ".csv":
+            rows = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8").to_dict("records")
+        else:
+            rows = _json_rows(path)
+    except UnicodeDecodeError:
+        raise AuditError(_not_utf8(path)) from None
+    except pd.errors.ParserError as error:
+        raise AuditError(f"{path}: {_csv_problem(str(error))}") from None
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        if path.suffix != ".parquet":
+            raise
+        raise AuditError(f"{path} is not a readable parquet file ({' '.join(str(error).split())})") from None
     if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
         raise AuditError(f"{path} holds no records (expected one JSON object per question)")
     return rows
+
+
+def _not_utf8(path: Path) -> str:
+    """Where a file stops being UTF-8: its line, and the byte that is not."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        return (f"{path} line {line} is not UTF-8 text (byte 0x{data[error.start]:02x}, {error.reason}): save the "
+                "file as UTF-8")
+    return f"{path} is not UTF-8 text: save it as UTF-8"
+
+
+def _csv_problem(message: str) -> str:
+    """pandas' CSV parser error as a line number and the problem (its rows count the header as row 0)."""
+    found = re.search(r"(EOF inside string) starting at row (\d+)", message)
+    if found:
+        return f"line {int(found[2]) + 1} opens a quoted field that is never closed"
+    found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", message)
+    if found:
+        return f"line {found[2]} has {found[3]} fields, the header {found[1]}"
+    return " ".join(message.split())
 
 
 def parse_questions(rows: list[dict], source: str) -> pd.DataFrame:
@@ -133,7 +169,8 @@ def parse_questions(rows: list[dict], source: str) -> pd.DataFrame:
         try:
             question, options, gold = converter(row)
         except (KeyError, ValueError, TypeError) as err:
-            raise AuditError(f"{source} record {index}: {err!r}") from None
+            problem = f"it lacks the key {err.args[0]!r}" if isinstance(err, KeyError) else f"{err}"
+            raise AuditError(f"{source} {_place(source, index)}: {problem}") from None
         if not 0 <= gold < len(options):
             raise AuditError(f"{source} record {index}: gold answer index {gold} is outside its {len(options)} options")
         if len(options) == N_OPTIONS:
@@ -141,6 +178,16 @@ def parse_questions(rows: list[dict], source: str) -> pd.DataFrame:
     if not items:
         raise AuditError(f"{source} has no item with exactly {N_OPTIONS} options")
     return pd.DataFrame(items)
+
+
+def _place(source: str, index: int) -> str:
+    """Where record `index` of a file is: its line in a JSON lines file, its row in a table."""
+    path = Path(source)
+    if path.suffix in (".jsonl", ".json") and path.is_file():
+        lines = [n for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1) if line.strip()]
+        if len(lines) > index and path.read_text(encoding="utf-8").lstrip()[:1] != "[":
+            return f"line {lines[index]}"
+    return f"record {index}" if path.suffix != ".csv" else f"row {index + 1} below the header"
 
 
 def sample_questions(questions: pd.DataFrame, n: int | None, seed: int, source: str) -> pd.DataFrame:

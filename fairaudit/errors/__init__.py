@@ -1,7 +1,8 @@
 """What a user sees when something is wrong: `AuditError`, the one error type shown as a single line, and how any
 error becomes that line; the rules that turn a bad setting into such a line (`rules`); secrets hidden wherever
-text is shown or logged (`secrets`); Ctrl-C (`interrupt`); a full disk (`disk`). The lowest layer: it imports no
-other part of fairaudit and never prints (the terminal does).
+text is shown or logged (`secrets`); Ctrl-C, SIGTERM and SIGHUP (`interrupt`); a full disk (`disk`); a database
+another process keeps locked (`locks`). The lowest layer: it imports no other part of fairaudit and never prints
+(the terminal does).
 """
 
 from __future__ import annotations
@@ -9,15 +10,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fairaudit.errors.secrets import scrub
+from fairaudit.errors.secrets import redact
 
 
 class AuditError(Exception):
     """Bad input or an unusable resource, reported as one line before any model loads; a password in its
-    message (a URL's, or one this process has seen) is hidden as it is raised."""
+    message (a URL's, or one this process has seen) is hidden as it is raised (`secrets.redact`)."""
 
     def __init__(self, message: str = ""):
-        super().__init__(scrub(str(message)))
+        super().__init__(redact(str(message)))
 
 
 def audit_cause(error: BaseException | None) -> AuditError | None:
@@ -47,8 +48,8 @@ def input_error_line(error: BaseException) -> str | None:
 
 
 def one_line(message: str) -> str:
-    """`message` with its whitespace (newlines included) collapsed and its passwords hidden (`redact.scrub`)."""
-    return scrub(" ".join(message.split()))
+    """`message` with its whitespace (newlines included) collapsed and its secrets hidden (`secrets.redact`)."""
+    return redact(" ".join(message.split()))
 
 
 def failure_line(error: BaseException) -> str:

@@ -1,5 +1,6 @@
-"""Ctrl-C: the first one stops a run cleanly (its results stay in the store, its MLflow runs end KILLED,
-exit code 130) and says how to resume; a second one stops at once."""
+"""Ctrl-C, and SIGTERM or SIGHUP (a scheduler's preemption, a closed terminal) alike: the first one stops a run
+cleanly (its results stay in the store, its MLflow runs end KILLED, exit code 128 + the signal's number: 130 for
+Ctrl-C, 143 for SIGTERM, 129 for SIGHUP) and says how to resume; a second one stops at once."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import sys
 import threading
 from pathlib import Path
 
-EXIT_CODE = 130  # 128 + SIGINT, as shells report it
+NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}  # the signals that stop a run
+_received: list[int] = []  # the signal that stopped this process, once one came
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C inside a run, carrying how many results that run had computed (all committed to the store)."""
+    """A stop inside a run, carrying how many results that run had computed (all committed to the store)."""
 
     def __init__(self, kept: int):
         super().__init__(kept)
@@ -22,19 +24,33 @@ class Interrupted(KeyboardInterrupt):
 
 
 def arm() -> None:
-    """The first SIGINT raises KeyboardInterrupt (as Python's default does) and arms the second to exit at once."""
+    """The first of SIGINT, SIGTERM or SIGHUP raises KeyboardInterrupt (as Python's default does for SIGINT) and
+    arms the next to exit at once."""
     if threading.current_thread() is not threading.main_thread():
         return
 
     def at_once(signum, frame) -> None:
         os.write(2, b"\ninterrupted again: stopping now\n")
-        os._exit(EXIT_CODE)
+        os._exit(exit_code())
 
     def first(signum, frame) -> None:
-        signal.signal(signal.SIGINT, at_once)
+        _received.append(signum)
+        for number in NAMES:
+            signal.signal(number, at_once)
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGINT, first)
+    for number in NAMES:
+        signal.signal(number, first)
+
+
+def cause() -> str:
+    """What stopped the run, as its error tag says it: "Ctrl-C", "SIGTERM" or "SIGHUP"."""
+    return NAMES.get(_received[0], "Ctrl-C") if _received else "Ctrl-C"
+
+
+def exit_code() -> int:
+    """128 + the number of the signal that stopped the process (130 when it was Ctrl-C, or no signal)."""
+    return 128 + (_received[0] if _received else signal.SIGINT)
 
 
 def command_line() -> str:
@@ -44,20 +60,21 @@ def command_line() -> str:
     else:
         python = os.path.relpath(sys.executable)
         head = f"{sys.executable if python.startswith('..') else python} -m fairaudit"
-    from fairaudit.errors.secrets import scrub
+    from fairaudit.errors.secrets import redact
 
-    return scrub(" ".join([head, *map(shlex.quote, sys.argv[1:])]))
+    return " ".join([head, *(shlex.quote(redact(arg)) for arg in sys.argv[1:])])
 
 
 def message(kept: int | None, job: int | None = None) -> str:
-    """The one line printed on Ctrl-C; `job`: the sweep job that was running (finished ones are in the store too)."""
+    """The one line printed on a stop; `job`: the sweep job that was running (finished ones are in the store too)."""
+    stopped = "interrupted" if cause() == "Ctrl-C" else f"interrupted by {cause()}"
     if kept is None:  # not known here: whatever was computed was committed as it came
-        return ("interrupted: every result computed so far is kept in the store; the same command resumes: "
+        return (f"{stopped}: every result computed so far is kept in the store; the same command resumes: "
                 f"{command_line()}")
     where = f" in job {job}" if job is not None else ""
     others = " (and finished jobs' results)" if job is not None else ""
     if not kept:
-        return f"interrupted{where} before it computed any result{others and '; finished jobs are kept'}; " \
+        return f"{stopped}{where} before it computed any result{others and '; finished jobs are kept'}; " \
                f"start it again with: {command_line()}"
-    return (f"interrupted{where}: its {kept} results{others} are kept in the store; the same command resumes from "
+    return (f"{stopped}{where}: its {kept} results{others} are kept in the store; the same command resumes from "
             f"them: {command_line()}")

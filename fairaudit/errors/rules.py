@@ -13,6 +13,14 @@ ABSENT = object()
 
 
 MIN_BOOT = 100                 # fewer bootstrap resamples give meaningless percentile intervals
+# Bounds on the settings whose cost grows without limit (docs/reliability.md gives their times): past them a run
+# takes hours to days and its numbers barely change.
+MAX_BOOT = 100_000             # bootstrap resamples of one interval
+MAX_RELABELINGS = 1_000_000    # a permutation test's relabelings
+MAX_SAMPLES = 100              # model continuations drawn per prompt
+MAX_CUTS = 100                 # depth reads per trace (each re-reads the trace's prefix)
+MAX_CONTEXT = 262_144          # tokens of context a model is given (every token budget is below it)
+MAX_CANARY = 1_024             # characters of a planted canary string
 
 
 ARM_FAMILIES = ("decision", "mcq")
@@ -40,12 +48,15 @@ def number(lo: float | None = None, hi: float | None = None, lo_open: bool = Fal
     return check
 
 
-def text(empty: bool = False, null: bool = False) -> Check:
+def text(empty: bool = False, null: bool = False, longest: int | None = None) -> Check:
+    """A string (non-empty unless `empty`; None too when `null`) of at most `longest` characters."""
     def check(value: Any) -> str | None:
         if value is None and null:
             return None
         if not isinstance(value, str) or (not empty and not value.strip()):
             return "must be a non-empty string" if not empty else "must be a string"
+        if longest is not None and len(value) > longest:
+            return f"must be a string of at most {longest} characters, not {len(value)}"
         return None
     return check
 

@@ -1,11 +1,17 @@
-"""Passwords never leave the process: a password in a URL (`store.url`, `tracking.uri`) is shown as ***.
+"""Secrets never leave the process: whatever fairaudit shows, logs or writes passes through `redact` first.
 
-`hide_password` renders one URL with its password hidden (SQLAlchemy's own rendering for database URLs).
-`scrub` hides passwords in any text: every `scheme://user:password@` in it, and every password this
-process has seen (`remember`: the command line at start, the resolved config of each job), wherever it
-appears, e.g. in a driver's error message. Everything fairaudit prints, logs to MLflow or writes beside a
-run passes through `scrub`; Hydra's own copies of the config in a run's output folder are scrubbed in place
-(`scrub_hydra_files`). To keep a password out of the command line altogether, see docs/reliability.md.
+`redact` works on structure, never on other text. A URL (`scheme://user:password@host/path?query#fragment`) has
+its password and every credential-named query or fragment parameter (password, token, key, secret, sslpassword,
+...) shown as ***; a setting named like a credential (`backend.api_key`, `password=...`, `password: ...`) has its
+value shown as ***. A mapping's keys are names and are never changed, so a password that is also a word (`think`)
+cannot touch `backend.thinking.style`. The password of a URL is read both as SQLAlchemy reads a database URL (up
+to its first `@`) and as `urllib.parse` reads any other (up to the last `@` before the path): the wider of the
+two is hidden, so a password typed without percent-encoding is hidden too.
+
+Text from other programs (a driver's error message) may hold a password bare, outside any URL: the strong
+passwords this process has seen (`remember`: at least 8 characters, not letters alone) are hidden there as whole
+tokens. Hydra's own copies of a job's config are rewritten through `redact` (`redact_hydra_files`); to keep a
+password off the command line altogether, see docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -13,102 +19,142 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable
-from urllib.parse import unquote
+from typing import Any, Iterable, Mapping
+from urllib.parse import unquote, unquote_plus
 
 MASK = "***"
-MIN_SECRET = 4  # shorter passwords are hidden inside URLs only: as bare text they would mask ordinary words
-# scheme://user:password@ as SQLAlchemy reads it: the user has no ':' or '/', the password no '@'
-# (Hydra's log lines escape the colons: scheme\://user\:password@)
-CREDENTIALS = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*\\?://[^\s:/@'\"\\]*\\?:)(?P<password>[^\s@'\"]*)(?=@)")
-DATABASE_SCHEMES = ("postgresql", "mysql", "mssql", "oracle", "sqlite")
+STRONG = 8  # a remembered password shorter than this, or of letters alone, is hidden inside URLs and settings only
+CREDENTIAL_NAMES = frozenset({
+    "password", "passwd", "pwd", "pass", "passphrase", "token", "secret", "key", "apikey", "sslpassword", "sig",
+    "signature", "auth", "authorization", "credential", "credentials", "private_key", "client_secret"})
+CREDENTIAL_ENDINGS = ("password", "passwd", "secret", "token", "_key", "apikey", "signature", "credential",
+                      "credentials")
+SCHEME = r"[A-Za-z][A-Za-z0-9+.-]*\\?://"
+# a URL runs to the next space or quote, or to where the next URL begins (a sweep's list, Hydra's override_dirname)
+URL = re.compile(rf"(?<![A-Za-z0-9+.-])(?P<scheme>{SCHEME})(?P<rest>(?:(?!{SCHEME})[^\s'\"`<>])*)")
+# name=value (an override, a libpq keyword, a query parameter) or `name: value` (YAML), the name's last part checked
+SETTING = re.compile(r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]*)(?P<sep>\\?=|:[ \t]+)(?P<value>[^\s'\"&;]+)")
+OVERRIDE = re.compile(r"(?P<name>[+~]{0,2}[A-Za-z_][\w.@/-]*)=(?P<value>.*)", re.S)  # a whole command-line override
+PARAMETER = re.compile(r"(?P<name>[^?&;#=]+)=(?P<value>[^&;#]*)")
 _SEEN: set[str] = set()
 
 
-def hide_password(url: Any) -> str:
-    """`url` with its password as ***; a URL without one, or any other text, as it is."""
-    text = str(url)
-    if text.split("://", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES:
-        import sqlalchemy as sa
-
-        try:
-            parsed = sa.engine.make_url(text)
-        except sa.exc.ArgumentError:
-            parsed = None
-        if parsed is not None and parsed.password is not None:
-            return parsed.render_as_string(hide_password=True)
-    return CREDENTIALS.sub(lambda m: m["head"] + MASK, text)
+def credential_name(name: Any) -> bool:
+    """A setting or parameter whose value is a secret, by the last part of its (dotted) name."""
+    last = str(name).rsplit(".", 1)[-1].strip().lstrip("+~").lower().replace("-", "_")
+    return last in CREDENTIAL_NAMES or last.endswith(CREDENTIAL_ENDINGS)
 
 
-def remember(texts: Iterable[Any]) -> None:
-    """Note the passwords of every URL in `texts` (as written and percent-decoded), to hide them anywhere later."""
-    for text in texts:
-        for match in CREDENTIALS.finditer(str(text)):
-            _SEEN.update(s for s in (match["password"], unquote(match["password"])) if len(s) >= MIN_SECRET)
+def redact(value: Any, key: Any = None, by_name: bool = True) -> Any:
+    """`value` as it may be shown: a string with its URLs' passwords and credential parameters hidden; a mapping's
+    values (and a list's items) redacted, its keys kept, a value under a credential-named key hidden whole
+    (`by_name=False`: names not looked at, for tags, whose names are fairaudit's own); anything else as it is."""
+    if by_name and key is not None and credential_name(key) and value not in (None, ""):
+        return MASK
+    if isinstance(value, Mapping):
+        return {k: redact(v, k if by_name else None, by_name) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(v, key, by_name) for v in value]
+    if isinstance(value, str):
+        return _redact_text(value)
+    return value
 
 
-def scrub_logs() -> None:
-    """Every log record of this process (Hydra's "Launching jobs" lines, MLflow's, alembic's) scrubbed as it is made."""
-    import logging
-
-    make = logging.getLogRecordFactory()
-    if getattr(make, "scrubs", False):
-        return
-
-    def scrubbed(*args, **kwargs) -> logging.LogRecord:
-        record = make(*args, **kwargs)
-        record.msg, record.args = scrub(record.getMessage()), ()
-        return record
-
-    scrubbed.scrubs = True
-    logging.setLogRecordFactory(scrubbed)
-
-
-def remember_config(node: Any) -> None:
-    """`remember` every string of a config (an OmegaConf node, resolved where it resolves, or plain containers)."""
-    remember(_strings(_plain(node)))
-
-
-def scrub(text: str) -> str:
-    """`text` with every URL's password and every password remembered replaced by ***."""
-    text = CREDENTIALS.sub(lambda m: m["head"] + MASK, text)
+def _redact_text(text: str) -> str:
+    override = OVERRIDE.fullmatch(text)
+    if override and credential_name(override["name"]):
+        return f"{override['name']}={MASK}"
+    text = URL.sub(lambda m: m["scheme"] + _redact_rest(m["rest"]), text)
+    text = SETTING.sub(lambda m: m[0] if not credential_name(m["name"]) else m["name"] + m["sep"] + MASK, text)
     for secret in sorted(_SEEN, key=len, reverse=True):
-        text = text.replace(secret, MASK)
+        if secret in text:
+            text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", MASK, text)
     return text
 
 
-def scrub_tree(node: Any) -> Any:
-    """A copy of nested dicts and lists with every string scrubbed (keys too)."""
-    if isinstance(node, dict):
-        return {scrub_tree(k): scrub_tree(v) for k, v in node.items()}
-    if isinstance(node, (list, tuple)):
-        return [scrub_tree(v) for v in node]
-    return scrub(node) if isinstance(node, str) else node
+def _redact_rest(rest: str) -> str:
+    """What follows `scheme://`: the password (read both ways, see the module's docstring) and credential-named
+    query and fragment parameters hidden."""
+    first_at = rest.find("@")
+    user_end = rest.find(":")
+    if 0 <= user_end < first_at and "/" not in rest[:user_end]:
+        netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+        end = max(first_at, netloc.rfind("@"))
+        rest = rest[:user_end + 1] + MASK + rest[end:]
+    marks = [i for i in (rest.find("?"), rest.find("#")) if i >= 0]
+    if not marks:
+        return rest
+    start = min(marks)
+    return rest[:start] + PARAMETER.sub(
+        lambda m: m["name"] + "=" + MASK if credential_name(unquote_plus(m["name"])) else m[0], rest[start:])
 
 
-def scrub_file(path: Path) -> None:
-    """Rewrite a text file with its passwords hidden (in a copy renamed into place), if it holds any."""
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError):
+def remember(texts: Iterable[Any]) -> None:
+    """Note the strong passwords in `texts` (command-line arguments, config strings): a URL's password, a
+    credential-named parameter's or setting's value, as written and percent-decoded, to hide them in any text."""
+    for text in map(str, texts):
+        found = [m["value"] for m in SETTING.finditer(text) if credential_name(m["name"])]
+        for match in URL.finditer(text):
+            shown, rest = _redact_rest(match["rest"]), match["rest"]
+            found += _differences(rest, shown)
+        for secret in found:
+            _SEEN.update(s for s in (secret, unquote(secret)) if len(s) >= STRONG and not s.isalpha())
+
+
+def _differences(original: str, shown: str) -> list[str]:
+    """The pieces of `original` that `shown` replaced by MASK."""
+    pattern = "^" + "(.*?)".join(map(re.escape, shown.split(MASK))) + "$"
+    match = re.match(pattern, original, re.S)
+    return list(match.groups()) if match else []
+
+
+def remember_config(node: Any) -> None:
+    """`remember` every string of a config (an OmegaConf node, resolved where it resolves, or plain containers),
+    and the value of every credential-named key."""
+    remember(_strings(_plain(node)))
+
+
+def redact_logs() -> None:
+    """Every log record of this process (Hydra's "Launching jobs" lines, MLflow's, alembic's) redacted as made."""
+    import logging
+
+    make = logging.getLogRecordFactory()
+    if getattr(make, "redacts", False):
         return
-    clean = scrub(text)
-    if clean != text:
+
+    def redacted(*args, **kwargs) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        record.msg, record.args = redact(record.getMessage()), ()
+        return record
+
+    redacted.redacts = True
+    logging.setLogRecordFactory(redacted)
+
+
+def redact_yaml_file(path: Path) -> None:
+    """Rewrite a YAML file (Hydra's config, overrides, multirun.yaml) through `redact`, in a copy renamed into
+    place, when that changes anything."""
+    from omegaconf import OmegaConf
+
+    try:
+        node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception:  # absent, unreadable: nothing of ours to hide
+        return
+    shown = redact(node)
+    if shown != node:
         partial = path.with_name(f".{path.name}.{os.getpid()}")
-        partial.write_text(clean)
+        OmegaConf.save(OmegaConf.create(shown), partial)
         os.replace(partial, path)
 
 
-def scrub_hydra_files(cfg: Any) -> None:
+def redact_hydra_files(cfg: Any) -> None:
     """Hydra's copies of this job's config and overrides (<output dir>/.hydra/*.yaml) and a sweep's multirun.yaml,
-    scrubbed once the job's passwords are remembered: Hydra wrote them as typed, before any fairaudit code ran."""
+    rewritten through `redact`: Hydra wrote them as typed, before any fairaudit code ran."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     remember_config(cfg)
-    scrub_logs()  # in a sweep's worker processes too
-    if not _SEEN:
-        return
+    redact_logs()  # in a sweep's worker processes too
     hydra = HydraConfig.get()
     files = []
     if hydra.output_subdir is not None:
@@ -116,7 +162,7 @@ def scrub_hydra_files(cfg: Any) -> None:
     if hydra.mode == RunMode.MULTIRUN:
         files.append(Path(hydra.sweep.dir) / "multirun.yaml")
     for path in files:
-        scrub_file(path)
+        redact_yaml_file(path)
 
 
 def _plain(node: Any) -> Any:
@@ -130,12 +176,12 @@ def _plain(node: Any) -> Any:
         return OmegaConf.to_container(node, resolve=False)
 
 
-def _strings(node: Any) -> Iterable[str]:
+def _strings(node: Any, key: Any = None) -> Iterable[str]:
     if isinstance(node, dict):
-        for value in node.values():
-            yield from _strings(value)
+        for name, value in node.items():
+            yield from _strings(value, name)
     elif isinstance(node, (list, tuple)):
         for value in node:
-            yield from _strings(value)
+            yield from _strings(value, key)
     elif isinstance(node, str):
-        yield node
+        yield f"{key}={node}" if key is not None and credential_name(key) else node

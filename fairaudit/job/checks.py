@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from fairaudit.errors import AuditError
+from fairaudit.errors.locks import LOCK_WAIT_S, is_locked, locked_error
 from fairaudit.errors.rules import (
     ABSENT,
+    MAX_CONTEXT,
     Check,
     arm_rules,
     boolean,
@@ -34,12 +36,14 @@ from fairaudit.errors.rules import (
     text,
 )
 from fairaudit.prompts.yesno import ANSWER_SOURCES, P_YES_READINGS, THINKING_STYLES
+from fairaudit.tracking.database import server_problem
 
 if TYPE_CHECKING:  # omegaconf is imported where a whole config is read: check_fields runs on plain values without it
     from omegaconf import DictConfig
 
 DEFAULT_CHECKPOINT = "base"    # the label of a model's own weights (model.path / model.revision)
 REACH_TIMEOUT_S = 3.0          # a tracking server must answer within this
+EXPERIMENT_NAME = 500          # the longest experiment name MLflow takes
 SQL_SERVER_SCHEMES = ("postgresql", "mysql", "mssql")   # SQLAlchemy URLs MLflow and the store accept as they are
 
 
@@ -50,7 +54,7 @@ def value_rules(max_context: Any) -> dict[str, Check]:
     arm = arm_rules(budget)
     rules = {
         "model.name": text(), "model.source": text(), "model.path": text(null=True), "model.revision": text(null=True),
-        "model.batch_size": integer(1), "model.max_context": integer(2), "model.max_think_tokens": budget,
+        "model.batch_size": integer(1), "model.max_context": integer(2, MAX_CONTEXT), "model.max_think_tokens": budget,
         "model.thinking.style": one_of(*THINKING_STYLES), "model.thinking.open": text(),
         "model.thinking.close": text(), "model.thinking.instruction": text(empty=True),
         "model.answer_prefix": text(empty=True), "model.answer_source": one_of(*ANSWER_SOURCES),
@@ -59,7 +63,8 @@ def value_rules(max_context: Any) -> dict[str, Check]:
         "dataset.attribute": text(), "dataset.alpha": text(), "dataset.alpha_prime": text(),
         "dataset.question": text(), "dataset.path": text(null=True),
         "dataset.user_template": template_fields({"description", "question"}, {"description"}),
-        "store.url": text(), "tracking.uri": text(), "tracking.experiment": text(), "data.root": text(null=True),
+        "store.url": text(), "tracking.uri": text(), "tracking.experiment": text(longest=EXPERIMENT_NAME),
+        "data.root": text(null=True),
     }
     rules.update({f"arm.{key}": check for key, check in arm.items()})
     return rules
@@ -168,9 +173,11 @@ def sqlite_problem(key: str, path: Path) -> str | None:
     if problem or not path.exists() or path.stat().st_size == 0:
         return problem
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)) as db:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=LOCK_WAIT_S)) as db:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as error:
+        if is_locked(error):
+            return str(locked_error(path, key, "nothing was run"))
         return f"{key}: {path} is not a readable sqlite database ({error}); move it away or choose another path"
     return None
 
@@ -186,7 +193,8 @@ def store_problem(url: str) -> str | None:
 
 
 def tracking_problem(uri: str) -> str | None:
-    """tracking.uri: a local sqlite file we can write, or a server that answers within a few seconds."""
+    """tracking.uri: a local sqlite file we can write, or a server that answers within a few seconds (an MLflow
+    server, or a database server that accepts the login)."""
     parsed = urlparse(uri)
     scheme = parsed.scheme.split("+")[0]
     if scheme == "sqlite":
@@ -199,7 +207,9 @@ def tracking_problem(uri: str) -> str | None:
                 f"tracking.uri=sqlite:///{folder}/mlflow.db (what a folder on the command line means)")
     if scheme in ("http", "https"):
         return reach_problem(uri, parsed.hostname, parsed.port or (443 if scheme == "https" else 80))
-    if scheme in SQL_SERVER_SCHEMES or scheme == "databricks":
+    if scheme in SQL_SERVER_SCHEMES:
+        return server_problem(uri)
+    if scheme == "databricks":
         return None
     return (f"tracking.uri={uri!r}: unsupported scheme {parsed.scheme!r}; use sqlite:////path/mlflow.db, "
             "a folder (its mlflow.db), http(s)://host:port or an SQLAlchemy database URL")
@@ -230,8 +240,8 @@ def validate(cfg: DictConfig) -> None:
 
 def validate_tracking(uri: Any, experiment: Any) -> None:
     """The tracking location alone (a sweep checks it before opening its parent run)."""
-    problems = [f"{key}={value!r} {p}" for key, value in (("tracking.uri", uri), ("tracking.experiment", experiment))
-                for p in [text()(value)] if p]
+    rules = (("tracking.uri", uri, text()), ("tracking.experiment", experiment, text(longest=EXPERIMENT_NAME)))
+    problems = [f"{key}={value!r} {p}" for key, value, check in rules for p in [check(value)] if p]
     problems += [p for p in [None if problems else tracking_problem(uri)] if p]
     if problems:
         raise AuditError("; ".join(problems))

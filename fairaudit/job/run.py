@@ -1,29 +1,31 @@
 """The job: read its config once, load the model, run the probe through the store, log the run to MLflow; and how a
 Hydra task ends (`run_or_exit`): bad input is one `error:` line and exit code 2 (its empty output folder removed),
-Ctrl-C one line saying what is kept and how to resume (exit code 130); anything else keeps its traceback."""
+Ctrl-C (SIGTERM, SIGHUP) one line saying what is kept and how to resume; anything else its traceback and its line."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import DictConfig
 
-from fairaudit.errors import failure_line
+from fairaudit.errors import AuditError, failure_line, interrupt
 from fairaudit.errors.disk import artifacts_full
 from fairaudit.errors.interrupt import Interrupted
-from fairaudit.errors.secrets import scrub_hydra_files
+from fairaudit.errors.locks import is_locked, locked_error
+from fairaudit.errors.secrets import redact_hydra_files
 from fairaudit.job.config import Job, build_backend, model_folder, read_job
 from fairaudit.job.dry_run import preview
 from fairaudit.job.tags import engine_label, job_run_name, job_tags
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
-from fairaudit.terminal.output import console, print_error, quiet_libraries
+from fairaudit.terminal.output import console, print_error, print_line, print_traceback, quiet_libraries
 from fairaudit.terminal.results import print_result, print_verdict, summary_table
 from fairaudit.tracking import tags as t
-from fairaudit.tracking.database import database_full
+from fairaudit.tracking.database import database_full, tracking_fault
 from fairaudit.tracking.runs import Tracker, flatten, parent_run_id, tracking_failure
 from fairaudit.tracking.ui import where_lines
 
@@ -53,17 +55,26 @@ def audit(job: Job) -> ProbeResult:
         verdict = job.probe.verdict(result)
         log_run(tracker, job, result, verdict, run_name)
     except KeyboardInterrupt:
-        tracker.end(killed=True,
-                    error=f"interrupted (Ctrl-C) after {client.model_calls} new results, all kept in the store")
+        tracker.end(killed=True, error=f"interrupted ({interrupt.cause()}) after {client.model_calls} new results, "
+                                       "all kept in the store")
         raise Interrupted(client.model_calls) from None
     except BaseException as error:
-        failure = (tracking_failure(error, uri) or database_full(error, uri)
-                   or artifacts_full(error, tracker.run.info.artifact_uri, tracker.writing))
+        failure = fault_of(error, uri, store, tracker)
         tracker.end(failed=True, error=failure_line(failure or error))
         raise failure or error
     tracker.end()
     print_summary(run_name, result, verdict, run_id, tracker.experiment_id, uri)
     return result
+
+
+def fault_of(error: BaseException, uri: str, store: Store, tracker: Tracker) -> AuditError | None:
+    """The one-line error for a resource that failed mid-run: the tracking server or database (gone, locked, full),
+    the store's sqlite file kept locked by another process, the artifacts' disk full; None for anything else."""
+    if store.url.startswith("sqlite:///") and is_locked(error) and not tracking_fault(error, uri):
+        return locked_error(Path(store.url[len("sqlite:///"):]), "the store, store.url",
+                            "the results committed so far are kept")
+    return (tracking_failure(error, uri) or database_full(error, uri) or tracking_fault(error, uri)
+            or artifacts_full(error, tracker.run.info.artifact_uri, tracker.writing))
 
 
 def log_run(tracker: Tracker, job: Job, result: ProbeResult, verdict: list[str], run_name: str) -> None:
@@ -102,21 +113,24 @@ def print_summary(title: str, result: ProbeResult, verdict: list[str], run_id: s
 
 def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
     """Run a Hydra task; bad input (an AuditError, also inside Hydra's instantiate) becomes one
-    `error:` line and exit code 2; Ctrl-C one line saying what is kept and how to resume, exit code 130.
-    Anything else is a bug and keeps its traceback."""
-    from fairaudit.errors import input_error_line, interrupt
+    `error:` line and exit code 2; Ctrl-C (SIGTERM, SIGHUP) one line saying what is kept and how to resume, exit
+    code 128 + the signal. Anything else is a bug: its traceback, then its one `error:` line, exit code 1 (secrets
+    hidden in both; the task never raises, so Hydra never prints its own line, which repeats the command line)."""
+    from fairaudit.errors import input_error_line
 
     quiet_libraries()
     try:
-        scrub_hydra_files(cfg)
+        redact_hydra_files(cfg)
         job(cfg)
     except KeyboardInterrupt as stop:
-        console.print(interrupt.message(getattr(stop, "kept", 0)), highlight=False, soft_wrap=True)
-        sys.exit(interrupt.EXIT_CODE)
+        print_line(interrupt.message(getattr(stop, "kept", 0)))
+        sys.exit(interrupt.exit_code())
     except Exception as error:
         line = input_error_line(error)
         if line is None:
-            raise
+            print_traceback(error)
+            print_error(failure_line(error))
+            sys.exit(1)
         print_error(line)
         discard_output_dir()
         sys.exit(2)

@@ -4,7 +4,6 @@ failing job recorded without stopping the others, its parent closed with their s
 from __future__ import annotations
 
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit.errors import AuditError, failure_line, input_error_line, interrupt
-from fairaudit.errors.secrets import remember_config, scrub_hydra_files, scrub_tree
+from fairaudit.errors.secrets import redact, redact_hydra_files, remember_config
 from fairaudit.job import registry
 from fairaudit.job.config import Place, resolved
 from fairaudit.job.grid import (
@@ -28,8 +27,9 @@ from fairaudit.job.grid import (
 from fairaudit.job.preflight import exit_on, sweep_problems
 from fairaudit.job.run import run
 from fairaudit.job.tags import job_run_name, job_tags
-from fairaudit.terminal.output import console, print_error, quiet_libraries
+from fairaudit.terminal.output import print_error, print_line, print_traceback, quiet_libraries
 from fairaudit.tracking import tags as t
+from fairaudit.tracking.database import server_problem
 from fairaudit.tracking.runs import Tracker, config_key, parent_run_id
 from fairaudit.tracking.sweeps import Sweep, close_parent, open_parent
 
@@ -56,6 +56,10 @@ class SweepCallback(Callback):
             exit_on([str(error)])
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        gone = server_problem(config.tracking.uri)  # a database server that went down mid-sweep: its line, at once
+        if gone:
+            print_error(gone)
+            sys.exit(1)
         failed = close_parent(config.tracking.uri, Path(config.hydra.sweep.dir), registry.report_defaults()["family"])
         if failed:
             print_error(failed)
@@ -65,7 +69,7 @@ class SweepCallback(Callback):
 def sweep_of(config: DictConfig) -> Sweep:
     """The parent run a sweep opens, from its composed config (with its `hydra` node)."""
     hydra, (uri, experiment) = config.hydra, (config.tracking.uri, config.tracking.experiment)
-    overrides = scrub_tree(OmegaConf.to_container(hydra.overrides.task, resolve=False))
+    overrides = redact(OmegaConf.to_container(hydra.overrides.task, resolve=False))
     swept, chosen = swept_of(hydra), hydra.runtime.choices.get("probe")
     return Sweep(uri, experiment, Path(hydra.sweep.dir), sweep_run_name(swept, probe=chosen),
                  key=config_key("sweep", overrides, experiment), study=config_key("study", without_probe(overrides),
@@ -81,19 +85,22 @@ def run_sweep_job(cfg: DictConfig) -> None:
     run's failing job ends the dry run (exit code 2): a dry run records nothing."""
     place = Place.of_hydra()
     try:
-        scrub_hydra_files(cfg)
+        redact_hydra_files(cfg)
         run(cfg)
     except KeyboardInterrupt as stop:
         stop_sweep(cfg, place, getattr(stop, "kept", 0))
     except Exception as error:
         line = input_error_line(error)
         if line is None:
-            traceback.print_exc()
+            print_traceback(error)
         line = line or failure_line(error)
         print_error(f"{label_in(place) or 'job'}: {line}")
         if cfg.dry_run:
             sys.exit(2)
-        record_failed_job(cfg, place, line)
+        try:
+            record_failed_job(cfg, place, line)
+        except AuditError:  # the tracking location itself failed, which the job's line says: nothing to record in
+            pass
 
 
 def label_in(place: Place) -> str:
@@ -103,14 +110,15 @@ def label_in(place: Place) -> str:
 
 
 def stop_sweep(cfg: DictConfig, place: Place, kept: int) -> None:
-    """Ctrl-C in a sweep job: its run has closed KILLED; the parent ends KILLED too, one line says what is kept."""
+    """Ctrl-C (or SIGTERM, SIGHUP) in a sweep job: its run has closed KILLED; the parent ends KILLED too, one line
+    says what is kept."""
     parent = parent_run_id(place.sweep_dir)
     if parent:
         tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
-        tracker.client.set_tag(parent, t.NOTE_TAG, f"interrupted (Ctrl-C) in job {place.num}")
+        tracker.client.set_tag(parent, t.NOTE_TAG, f"interrupted ({interrupt.cause()}) in job {place.num}")
         tracker.client.set_terminated(parent, status="KILLED")
-    console.print(interrupt.message(kept, place.num), highlight=False, soft_wrap=True)
-    sys.exit(interrupt.EXIT_CODE)
+    print_line(interrupt.message(kept, place.num))
+    sys.exit(interrupt.exit_code())
 
 
 def record_failed_job(cfg: DictConfig, place: Place, line: str) -> None:

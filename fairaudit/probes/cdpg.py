@@ -13,7 +13,7 @@ from fairaudit.analysis.degenerate import WARNING, depth_warnings
 from fairaudit.analysis.numbers import format_number as num
 from fairaudit.analysis.pairs import answer_accounting
 from fairaudit.errors import AuditError
-from fairaudit.errors.rules import check_fields, integer, list_of, number, optional
+from fairaudit.errors.rules import MAX_CUTS, check_fields, integer, list_of, number, optional
 from fairaudit.probes import AuditContext, Needs, ProbeResult
 from fairaudit.probes.decisions import (
     RESAMPLING,
@@ -33,7 +33,8 @@ from fairaudit.probes.decisions import (
 )
 from fairaudit.prompts.yesno import Arm
 
-SETTINGS = {**RESAMPLING, "K": integer(1), "k_list": list_of(integer(1)), "identity_atol": number(0),
+SETTINGS = {**RESAMPLING, "K": integer(1, MAX_CUTS), "k_list": list_of(integer(1, MAX_CUTS)),
+            "identity_atol": number(0),
             "k_sensitivity_subsample": optional(integer(1, why=" (pairs per model and dataset, or null for all)"))}
 
 HEADLINE = ["cdpg_n_pairs", "cdpg_n_c", "cdpg_slope_a", "cdpg_slope_b", "cdpg_slope_c", "cdpg_slope_c_ci_low",

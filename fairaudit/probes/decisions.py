@@ -11,7 +11,7 @@ from fairaudit.analysis.pairs import TEXT_COLUMNS
 from fairaudit.analysis.stats import FEW
 from fairaudit.analysis.truncation import truncated_by_cell, with_complete
 from fairaudit.backends import DepthRequest, GenerationRequest
-from fairaudit.errors.rules import MIN_BOOT, arm_rules, check_fields, integer
+from fairaudit.errors.rules import MAX_BOOT, MIN_BOOT, arm_rules, check_fields, integer
 from fairaudit.probes import AuditContext, Needs, Probe, Prompt, SampleView
 from fairaudit.probes.paired_samples import PAIRS
 from fairaudit.prompts.yesno import (
@@ -25,7 +25,7 @@ from fairaudit.prompts.yesno import (
     think_prompt_prefix,
 )
 
-RESAMPLING = {"n_boot": integer(MIN_BOOT), "seed": integer(0, 2**32 - 1)}  # the paired bootstrap's settings
+RESAMPLING = {"n_boot": integer(MIN_BOOT, MAX_BOOT), "seed": integer(0, 2**32 - 1)}  # the paired bootstrap's settings
 BLOCK = 4096  # rows generated and scored at a time
 
 

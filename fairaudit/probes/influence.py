@@ -20,7 +20,18 @@ from fairaudit.analysis.degenerate import WARNING
 from fairaudit.analysis.influence import THRESHOLDS, influence
 from fairaudit.analysis.influence_figures import influence_rates_figure
 from fairaudit.analysis.numbers import format_number as num
-from fairaudit.errors.rules import boolean, check_fields, integer, list_of, number, one_of, template_fields, text
+from fairaudit.errors.rules import (
+    MAX_CANARY,
+    MAX_CONTEXT,
+    boolean,
+    check_fields,
+    integer,
+    list_of,
+    number,
+    one_of,
+    template_fields,
+    text,
+)
 from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import few_units
 from fairaudit.probes.influence_contrasts import ContrastScorer, Donors
@@ -38,10 +49,10 @@ HEADLINE = ["validity_rate", "truncated_rate", "n_contrasts_a_to_b", "influence_
 TAG = template_fields({"role", "channel"}, set())
 SETTINGS = {  # probe.* keys this probe checks (tags' presence and the length_match spelling are checked apart)
     "conditions": list_of(one_of(*GRAPHS)), "system_prompt": text(empty=True), "tags.open": TAG, "tags.close": TAG,
-    "max_block_tokens": integer(1), "bridge": text(empty=True), "donor_seed": integer(0, 2**32 - 1),
+    "max_block_tokens": integer(1, MAX_CONTEXT), "bridge": text(empty=True), "donor_seed": integer(0, 2**32 - 1),
     "thresholds": list_of(number(0, 10)), "ngram": integer(1), "control": boolean, "target": one_of(*TARGETS),
     "sampling.temperature": number(0, 10), "sampling.top_p": number(0, 1, lo_open=True),
-    "sampling.seed": integer(0, 2**32 - 1), "canary.enabled": boolean, "canary.length": integer(1),
+    "sampling.seed": integer(0, 2**32 - 1), "canary.enabled": boolean, "canary.length": integer(1, MAX_CANARY),
     "canary.seed": integer(0, 2**32 - 1), "canary.text": template_fields({"canary"}, {"canary"}),
 }
 DEFAULT_SAMPLING = {"temperature": 0.6, "top_p": 0.95, "seed": 0}

@@ -24,7 +24,18 @@ from fairaudit.analysis.position_truncation import OFFSETS, truncation, truncati
 from fairaudit.analysis.stats import PARTIAL_METHODS
 from fairaudit.backends import GenerationRequest
 from fairaudit.errors import AuditError
-from fairaudit.errors.rules import boolean, check_fields, integer, list_of, number, one_of, optional, text
+from fairaudit.errors.rules import (
+    MAX_RELABELINGS,
+    MAX_SAMPLES,
+    boolean,
+    check_fields,
+    integer,
+    list_of,
+    number,
+    one_of,
+    optional,
+    text,
+)
 from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import encode
 from fairaudit.probes.position_samples import QUESTIONS
@@ -41,11 +52,11 @@ HEADLINE = ["n_questions_complete", "extraction_rate", "fallback_rate", "answere
 
 SETTINGS = {  # probe.* keys this probe checks; the budget's upper bound (model.max_context) is the arm's check
     "think_instruction": text(empty=True), "letter_fallback": boolean, "mention_case": one_of(*MENTION_CASES),
-    "partial_corr": one_of(*PARTIAL_METHODS), "truncation.relabelings": integer(100),
+    "partial_corr": one_of(*PARTIAL_METHODS), "truncation.relabelings": integer(100, MAX_RELABELINGS),
     "truncation.enabled": boolean, "truncation.arms": list_of(text(), nonempty=False),
     "truncation.n_questions": optional(integer(1)), "truncation.permutation": optional(integer(0, 3)),
     "truncation.include_ccp_bounds": boolean, "truncation.offsets": list_of(number(-1, 1)),
-    "truncation.samples": integer(1), "truncation.temperature": number(0, 10, lo_open=True),
+    "truncation.samples": integer(1, MAX_SAMPLES), "truncation.temperature": number(0, 10, lo_open=True),
     "truncation.top_p": number(0, 1, lo_open=True), "truncation.seed": integer(0, 2**32 - 1),
     "truncation.max_new_tokens": optional(integer(1)),
 }

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
 from fairaudit import __version__
-from fairaudit.errors.secrets import hide_password, scrub_tree
+from fairaudit.errors.secrets import redact
 from fairaudit.job.checks import validate_tracking
 from fairaudit.report.build import Report, build
 from fairaudit.report.runs import (
@@ -46,7 +46,7 @@ def run(cfg: DictConfig) -> ReportResult:
     client = MlflowClient(cfg.tracking.uri)
     selection = select_runs(client, cfg.select)
     report = build(selection.runs, lambda ids, name="records": load_records(client, ids, name), cfg)
-    settings = scrub_tree(OmegaConf.to_container(cfg, resolve=True))  # report.yaml and the run's params
+    settings = redact(OmegaConf.to_container(cfg, resolve=True))  # report.yaml and the run's params
     out_dir = Path(settings.pop("output_dir"))
     files = write(report, selection, out_dir, OmegaConf.to_yaml(settings), cfg.tracking.uri)
     show(report, selection)
@@ -127,7 +127,7 @@ def write(report: Report, selection: Selection, out_dir: Path, settings_yaml: st
 def markdown_report(report: Report, selection: Selection, uri: str) -> str:
     """Every shown section as a Markdown table with its caption, figures linked."""
     lines = ["# Study report", "",
-             f"{len(selection.runs)} runs from `{hide_password(uri)}` selected by `{selection.filter_string}`."]
+             f"{len(selection.runs)} runs from `{redact(uri)}` selected by `{selection.filter_string}`."]
     if selection.parents:
         lines.append(f"Parent (sweep) run{'s' if len(selection.parents) > 1 else ''}: "
                      + ", ".join(f"`{p}`" for p in selection.parents) + ".")

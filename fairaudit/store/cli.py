@@ -15,10 +15,14 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from fairaudit import home
 from fairaudit.errors import AuditError, OneLineParser
+from fairaudit.errors.locks import holders, is_locked, locked_error
+from fairaudit.errors.secrets import redact
 from fairaudit.store.results import Store, damage
-from fairaudit.terminal.output import console, warn
+from fairaudit.terminal.output import print_error, warn
 
 
 def sound_rows(store: Store, damaged: Counter):
@@ -59,7 +63,8 @@ def copy(source: Store, destination: Store, batch: int = 1000) -> Counter:
             flush()
     flush()
     counts["damaged, skipped"] = sum(damaged.values())
-    print(", ".join(f"{n} {what}" for what, n in counts.items()) + f": {source.url} -> {destination.url}")
+    print(", ".join(f"{n} {what}" for what, n in counts.items())
+          + f": {redact(source.url)} -> {redact(destination.url)}")
     return counts
 
 
@@ -99,5 +104,20 @@ def main(argv: list[str]) -> int:
         source, destination = (store, local) if args.command == "export" else (local, store)
         return 1 if copy(source, destination)["damaged, skipped"] else 0
     except AuditError as error:
-        console.print(f"[bold red]error:[/bold red] {error}", highlight=False, soft_wrap=True)
+        print_error(str(error))
         return 2
+    except sa.exc.OperationalError as error:
+        if not is_locked(error):
+            raise
+        print_error(str(locked_store([args.store, getattr(args, "file", "")])))
+        return 2
+
+
+def locked_store(locations: list[str]) -> AuditError:
+    """The one line for a sqlite store another process kept locked past the wait: the one it holds (else the
+    first)."""
+    paths = [Path(place.split(":///", 1)[-1]) for place in locations if place.startswith("sqlite:///") or
+             (place and "://" not in place)]
+    held = [path for path in paths if holders(path)] or paths
+    return locked_error(held[0], "a store", "every batch copied so far is committed whole; the same command copies "
+                                            "the rest")

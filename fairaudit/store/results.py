@@ -21,12 +21,14 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from fairaudit.errors import AuditError
 from fairaudit.errors.disk import full_error, is_full, megabytes
-from fairaudit.errors.secrets import hide_password
+from fairaudit.errors.locks import LOCK_WAIT_S
+from fairaudit.errors.secrets import redact
 from fairaudit.terminal.output import warn
 
 STORE_VERSION = 1
 PROBABILITY_KINDS = ("choice_probs", "depth_choice_probs")  # values whose innermost rows are distributions
 PROBABILITY_ATOL = 1e-4
+CONNECT_TIMEOUT_S = 10  # seconds a PostgreSQL server gets to accept a connection
 INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 METADATA = sa.MetaData()
@@ -96,18 +98,18 @@ class Store:
         try:
             backend = sa.engine.make_url(self.url).get_backend_name()
             if backend not in INSERTS:
-                raise AuditError(f"store.url {hide_password(self.url)!r}: only sqlite and postgresql stores are "
+                raise AuditError(f"store.url {redact(self.url)!r}: only sqlite and postgresql stores are "
                              "supported")
             self.engine = sa.create_engine(self.url, **_engine_options(backend))
         except (sa.exc.ArgumentError, ImportError) as error:
-            raise AuditError(f"store.url {hide_password(self.url)!r} is not usable: {error}") from None
+            raise AuditError(f"store.url {redact(self.url)!r} is not usable: {error}") from None
         self._insert = INSERTS[backend]
         if backend == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_wal)
         try:
             self._create_table()
         except sa.exc.DBAPIError as error:
-            raise AuditError(f"store.url {hide_password(self.url)!r} cannot be opened: "
+            raise AuditError(f"store.url {redact(self.url)!r} cannot be opened: "
                              f"{' '.join(str(error.orig).split())}") from None
 
     def _create_table(self) -> None:
@@ -179,7 +181,7 @@ class Store:
         kept = f"the {self.count() - self.count('encode'):,} model results committed so far are kept"
         url = sa.engine.make_url(self.url)
         if url.get_backend_name() != "sqlite":
-            return AuditError(f"the store's database server is out of space (store.url {hide_password(self.url)!r}); "
+            return AuditError(f"the store's database server is out of space (store.url {redact(self.url)!r}); "
                               f"{kept}: free space on the server and run the same command to resume")
         return full_error(Path(url.database).parent, "the store, store.url", need, kept)
 
@@ -208,9 +210,11 @@ class Store:
 
 
 def _engine_options(backend: str) -> dict:
+    """sqlite waits LOCK_WAIT_S for a lock another process holds; a PostgreSQL server gets CONNECT_TIMEOUT_S to
+    accept a connection (an unreachable host would otherwise hang for the system's TCP timeout, minutes)."""
     if backend == "sqlite":
-        return {"connect_args": {"timeout": 60.0}}
-    return {"pool_pre_ping": True}
+        return {"connect_args": {"timeout": float(LOCK_WAIT_S)}}
+    return {"pool_pre_ping": True, "connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
 
 
 def _sqlite_wal(dbapi_connection, _record) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
 from rich.console import Console
 from rich.markup import escape
 
-from fairaudit.errors.secrets import scrub
+from fairaudit.errors.secrets import redact
 
 console = Console(stderr=True)  # logs and progress
 out = Console()  # results: tables
@@ -36,11 +37,27 @@ def quiet_libraries() -> None:
         hf_logging.disable_progress_bar()
 
 
+def print_line(line: str) -> None:
+    """A line on stderr as it is (no markup), secrets hidden; nothing when stderr is gone (a closed terminal's
+    SIGHUP)."""
+    with contextlib.suppress(OSError):
+        console.print(escape(redact(line)), highlight=False, soft_wrap=True)
+
+
+def print_traceback(error: BaseException) -> None:
+    """An unexpected error's traceback on stderr, secrets hidden (its message may hold a URL)."""
+    import traceback
+
+    with contextlib.suppress(OSError):
+        sys.stderr.write(redact("".join(traceback.format_exception(error))))
+        sys.stderr.flush()
+
+
 def print_error(line: str) -> None:
     """One `error:` line; the text is escaped, so `pip install '.[vllm]'` keeps its brackets."""
-    console.print(f"[bold red]error:[/bold red] {escape(scrub(line))}", highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/bold red] {escape(redact(line))}", highlight=False, soft_wrap=True)
 
 
 def warn(message: str) -> None:
     """One `warning:` line: something was wrong and has been dealt with."""
-    console.print(f"[bold yellow]warning:[/bold yellow] {escape(scrub(message))}", highlight=False, soft_wrap=True)
+    console.print(f"[bold yellow]warning:[/bold yellow] {escape(redact(message))}", highlight=False, soft_wrap=True)

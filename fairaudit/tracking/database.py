@@ -11,7 +11,12 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+from fairaudit.errors import AuditError
+from fairaudit.errors.locks import LOCK_WAIT_S, is_locked, locked_error
+
 RESERVE_BYTES = 1 << 20  # room for sqlite's journal and a run's closing tags on a full disk
+CONNECT_TIMEOUT_S = 10  # a tracking database server must accept a login within this (libpq's PGCONNECT_TIMEOUT too)
+SQL_SERVERS = ("postgresql", "mysql", "mssql")  # SQLAlchemy URLs MLflow keeps its runs in
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -31,7 +36,7 @@ def _revision(path: Path) -> str | None:
     if not path.exists() or path.stat().st_size == 0:
         return None
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=LOCK_WAIT_S)
         try:
             return db.execute("SELECT version_num FROM alembic_version").fetchone()[0]
         finally:
@@ -44,7 +49,7 @@ def _holds_runs(path: Path) -> bool:
     """The database at `path` holds runs (read-write, so a journal left by a killed writer is rolled back first)."""
     if not path.exists() or path.stat().st_size == 0:
         return False
-    db = sqlite3.connect(path, timeout=60)
+    db = sqlite3.connect(path, timeout=LOCK_WAIT_S)
     try:
         return db.execute("SELECT count(*) FROM runs").fetchone()[0] > 0
     except sqlite3.OperationalError as error:
@@ -203,3 +208,43 @@ def database_full(error: BaseException, uri: str):
         return None
     return full_error(path.parent, "MLflow's database, tracking.uri", "room needed for this run's params, tags and "
                       "metrics", "the results are in the store, runs logged before are intact")
+
+
+def server_problem(uri: str) -> str | None:
+    """A tracking database server (an SQLAlchemy URL of SQL_SERVERS) that refuses a login or gives none within
+    CONNECT_TIMEOUT_S: its one line (MLflow itself would retry for minutes); None when it answers, or for any other
+    URI. libpq's connections (MLflow's too) give up after CONNECT_TIMEOUT_S from here on."""
+    import sqlalchemy as sa
+
+    if uri.split("://", 1)[0].split("+", 1)[0] not in SQL_SERVERS:
+        return None
+    os.environ.setdefault("PGCONNECT_TIMEOUT", str(CONNECT_TIMEOUT_S))
+    try:
+        engine = sa.create_engine(uri)
+    except (sa.exc.ArgumentError, ImportError, ValueError) as error:
+        return f"tracking.uri {uri!r} is not usable: {error}"
+    try:
+        with engine.connect():
+            return None
+    except sa.exc.DBAPIError as error:
+        return (f"tracking.uri {uri!r} cannot be opened: {' '.join(str(error.orig).split())} (a server gets "
+                f"{CONNECT_TIMEOUT_S} s to answer): start it (or correct the URL), then run the same command again")
+    finally:
+        engine.dispose()
+
+
+def tracking_fault(error: BaseException, uri: str, mlflow_only: bool = True) -> AuditError | None:
+    """The one-line AuditError for a local tracking database another process kept locked past its wait (sqlite's
+    busy timeout: MLflow's 20 s, fairaudit's own LOCK_WAIT_S), or for a database server that no longer answers;
+    None for any other error. `mlflow_only`: only an error MLflow raised is the tracking database's (mid-run, the
+    store may be the one locked)."""
+    from fairaudit.errors.disk import chain_of
+
+    if mlflow_only and not any(type(e).__name__ == "MlflowException" for e in chain_of(error)):
+        return None
+    path = sqlite_path(uri)
+    if path is not None:
+        return locked_error(path, "MLflow's database, tracking.uri", "the results computed so far are in the store") \
+            if is_locked(error) else None
+    problem = server_problem(uri)
+    return AuditError(problem) if problem else None

@@ -15,8 +15,14 @@ import pandas as pd
 
 from fairaudit.errors import AuditError
 from fairaudit.errors.disk import size_of
-from fairaudit.errors.secrets import hide_password, scrub, scrub_tree
-from fairaudit.tracking.database import close_on_a_full_disk, create_experiment, prepare_tracking
+from fairaudit.errors.secrets import redact
+from fairaudit.tracking.database import (
+    close_on_a_full_disk,
+    create_experiment,
+    prepare_tracking,
+    server_problem,
+    tracking_fault,
+)
 from fairaudit.tracking.scratch import scratch
 from fairaudit.tracking.tags import (
     ERROR_TAG,
@@ -37,7 +43,7 @@ def tracking_failure(error: BaseException, uri: str) -> AuditError | None:
 
     if isinstance(error, MlflowException) and uri.startswith(("http://", "https://")):
         first_line = str(error).strip().splitlines()[0][:300]
-        return AuditError(f"tracking.uri {hide_password(uri)} failed mid-run ({first_line}); the results computed so "
+        return AuditError(f"tracking.uri {redact(uri)} failed mid-run ({first_line}); the results computed so "
                           "far are in the store, a re-run logs them without model calls")
     return None
 
@@ -97,7 +103,7 @@ def experiment_id(client, name: str) -> str:
 def config_key(*parts: Any) -> str:
     """A stable hash naming a job (its resolved config and overrides) or a sweep (its overrides); computed with
     passwords hidden, so a job is the same job whatever its password (and the hash reveals nothing of it)."""
-    return hashlib.sha256(scrub(json.dumps(parts, sort_keys=True, default=str)).encode()).hexdigest()[:20]
+    return hashlib.sha256(json.dumps(redact(list(parts)), sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 def _process_start(pid: int) -> str:
@@ -149,14 +155,24 @@ def supersede_ended(client, experiment: str, key: str, successor: str) -> None:
 
 
 def open_tracking(uri: str, experiment: str):
-    """A client on a ready tracking store and the experiment's id."""
+    """A client on a ready tracking store and the experiment's id; a server that is down or a local database kept
+    locked is one AuditError line."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    prepare_tracking(uri)
-    mlflow.set_tracking_uri(uri)
-    client = MlflowClient(uri)
-    return client, experiment_id(client, experiment)
+    problem = server_problem(uri)  # a server that is down: one line in seconds, not MLflow's minutes of retries
+    if problem:
+        raise AuditError(problem)
+    try:
+        prepare_tracking(uri)
+        mlflow.set_tracking_uri(uri)
+        client = MlflowClient(uri)
+        return client, experiment_id(client, experiment)
+    except Exception as error:
+        fault = None if isinstance(error, AuditError) else tracking_fault(error, uri, mlflow_only=False)
+        if fault is None:
+            raise
+        raise fault from None
 
 
 class Tracker:
@@ -183,8 +199,8 @@ class Tracker:
               parent_run_id: str | None = None) -> str:
         """Open the job's run (as a child of `parent_run_id` in a sweep) and log tags and params."""
         self.key = tags.get(KEY_TAG)
-        tags, params = scrub_tree(tags), scrub_tree(params)
-        self.run = self.mlflow.start_run(run_name=scrub(run_name), experiment_id=self.experiment_id,
+        tags, params = redact(tags, by_name=False), redact(params)  # a param is named by its config key
+        self.run = self.mlflow.start_run(run_name=redact(run_name), experiment_id=self.experiment_id,
                                          parent_run_id=parent_run_id, tags={**tags, **process_tags()})
         run_id = self.run.info.run_id
         if self.key:
@@ -200,10 +216,10 @@ class Tracker:
         """The resolved config and the command-line overrides, so the run can be repeated exactly."""
         from omegaconf import OmegaConf
 
-        config = scrub(OmegaConf.to_yaml(OmegaConf.create(dict(settings))))
+        config = OmegaConf.to_yaml(OmegaConf.create(redact(dict(settings))))
         self.writing = ("config/config.yaml", len(config.encode()))
         self.mlflow.log_text(config, "config/config.yaml")
-        self.mlflow.log_text(scrub("\n".join(overrides) + "\n"), "config/overrides.txt")
+        self.mlflow.log_text("\n".join(redact(list(overrides))) + "\n", "config/overrides.txt")
 
     def log_result(self, metrics: dict[str, float], tables: dict[str, pd.DataFrame], figures: dict[str, Any],
                    records: dict[str, pd.DataFrame]) -> None:
@@ -230,7 +246,7 @@ class Tracker:
             self.mlflow.log_figure(figure, f"figures/{name}.png")
 
     def set_tags(self, tags: dict[str, str]) -> None:
-        self.mlflow.set_tags(scrub_tree(tags))
+        self.mlflow.set_tags(redact(tags, by_name=False))
 
     def log_dataset(self, frame: pd.DataFrame, name: str, source: str) -> None:
         """The job's data set as an MLflow input (the runs table's Dataset column): its sampled rows' digest,
@@ -246,7 +262,7 @@ class Tracker:
     def log_texts(self, texts: dict[str, str]) -> None:
         """Text artifacts by file name (e.g. samples.html, samples.jsonl)."""
         for name, text in texts.items():
-            self.mlflow.log_text(scrub(text), name)
+            self.mlflow.log_text(redact(text), name)
 
     def log_samples(self, records: pd.DataFrame, layout, title: str) -> None:
         """The per-sample pages and samples.jsonl of `records` in `layout` (a `fairaudit.views.pages.Layout`),
@@ -265,7 +281,7 @@ class Tracker:
             return
         run_id = self.run.info.run_id
         self.run = None
-        error = scrub(error) if error else error
+        error = redact(error) if error else error
         if not failed and not killed:
             self.mlflow.end_run(status="FINISHED")
             if self.key:

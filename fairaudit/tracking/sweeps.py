@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from fairaudit.analysis.numbers import format_number, log10_sibling
-from fairaudit.errors.secrets import scrub, scrub_file
+from fairaudit.errors.secrets import redact, redact_yaml_file
 from fairaudit.terminal.output import console
 from fairaudit.terminal.results import print_result, print_verdict, summary_frame_table
 from fairaudit.tracking import tags as t
@@ -47,8 +47,8 @@ def open_parent(sweep: Sweep) -> str:
     its id written into the sweep's folder for its jobs; returns the id."""
     client, experiment = open_tracking(sweep.uri, sweep.experiment)
     sweep.folder.mkdir(parents=True, exist_ok=True)
-    run = client.create_run(experiment, run_name=scrub(sweep.name), tags={
-        t.KIND_TAG: "sweep", t.SWEEP_DIR_TAG: str(sweep.folder), t.OVERRIDES_TAG: json.dumps(sweep.overrides),
+    run = client.create_run(experiment, run_name=redact(sweep.name), tags={
+        t.KIND_TAG: "sweep", t.SWEEP_DIR_TAG: str(sweep.folder), t.OVERRIDES_TAG: json.dumps(redact(sweep.overrides)),
         "mlflow.source.git.commit": sweep.commit, t.KEY_TAG: sweep.key, t.PROBE_TAG: sweep.probe,
         t.STUDY_TAG: sweep.study, **process_tags()})
     run_id = run.info.run_id
@@ -56,13 +56,13 @@ def open_parent(sweep: Sweep) -> str:
     if killed:
         client.set_tag(run_id, t.RESUMES_TAG, ",".join(killed))
     (sweep.folder / t.PARENT_ID_FILE).write_text(run_id)
-    jobs = json.dumps(sweep.jobs)
+    jobs = json.dumps(redact(sweep.jobs))
     if len(jobs) <= t.MAX_TAG:  # so a report on a sweep cut short names the jobs that did not finish ...
         client.set_tag(run_id, t.JOBS_TAG, jobs)
-    client.set_tag(run_id, t.COMMAND_TAG, sweep.command[:t.MAX_TAG])  # ... and how to resume it
-    for name, value in sweep.params.items():
+    client.set_tag(run_id, t.COMMAND_TAG, redact(sweep.command)[:t.MAX_TAG])  # ... and how to resume it
+    for name, value in redact(sweep.params).items():
         client.log_param(run_id, name, value)
-    client.log_text(run_id, "\n".join(sweep.overrides) + "\n", "config/overrides.txt")
+    client.log_text(run_id, "\n".join(redact(sweep.overrides)) + "\n", "config/overrides.txt")
     return run_id
 
 
@@ -81,7 +81,7 @@ def close_parent(uri: str, folder: Path, family: dict) -> str | None:
     summary = children_summary(client, run_id, children)
     counted = family_verdict(children, run_id, family)
     verdict = sweep_verdict(summary, children) + (counted[0] if counted else [])
-    scrub_file(folder / "multirun.yaml")  # Hydra's copy of the sweep, logged below
+    redact_yaml_file(folder / "multirun.yaml")  # Hydra's copy of the sweep, logged below
     log_summary(client, run_id, summary, folder, verdict, counted and counted[1])
     failed = failure_summary(children) if any(c.info.status != "FINISHED" for c in children) else None
     client.set_tag(run_id, t.NOTE_TAG, "\n\n".join(verdict + ([failed] if failed else []))[:t.MAX_TAG])

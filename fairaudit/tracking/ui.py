@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from fairaudit.errors.secrets import hide_password
+from fairaudit.errors.secrets import redact
 
 UI_ADDRESS = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 VIEW = "?workflowType=machine_learning"  # MLflow 3's Model training view (runs, params, metrics), not its GenAI view
@@ -21,7 +21,7 @@ def served(uri: str) -> bool:
 
 def run_url(uri: str, experiment_id: str, run_id: str | None = None) -> str:
     """The run's page (or the experiment's, without a run) in the Model training view."""
-    base = hide_password(uri).rstrip("/") if served(uri) else UI_ADDRESS
+    base = redact(uri).rstrip("/") if served(uri) else UI_ADDRESS
     page = f"#/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "")
     return f"{base}/{page}{VIEW}"
 
@@ -45,7 +45,7 @@ def ui_command(uri: str) -> str | None:
     """The full command that serves a local store's UI (None for a tracking server: it has its own)."""
     if served(uri):
         return None
-    return f"{mlflow_program()} ui --backend-store-uri {shlex.quote(hide_password(uri))}"
+    return f"{mlflow_program()} ui --backend-store-uri {shlex.quote(redact(uri))}"
 
 
 def where_lines(uri: str, experiment_id: str, run_id: str | None = None) -> list[str]:

@@ -1,0 +1,56 @@
+"""Hydra's output folder checked before Hydra writes into it (its .hydra/*.yaml, the job's log): a folder that cannot
+be created or written, or a disk without room, is one `error:` line and exit code 2, not Hydra's traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from fairaudit.errors.disk import free_bytes, is_enospc, megabytes
+from fairaudit.job.preflight import exit_on
+
+ROOM = 1 << 20  # free bytes an output folder must have: Hydra writes about 20 KB a job, its log grows with the run
+
+
+class OutputsCallback(Callback):
+    """Hydra callback: the run's (or sweep's) output folder is writable and has room, before Hydra writes to it."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        exit_on([p for p in [output_problem(folder_of(config, "hydra.run.dir"), "hydra.run.dir")] if p])
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        exit_on([p for p in [output_problem(folder_of(config, "hydra.sweep.dir"), "hydra.sweep.dir")] if p])
+
+
+def folder_of(config: DictConfig, key: str) -> Path:
+    """The folder a Hydra config's `key` names, resolved as Hydra resolves it."""
+    HydraConfig.instance().set_config(config)  # its ${now:...} and ${hydra:...} resolve
+    return Path(str(OmegaConf.select(config, key))).absolute()
+
+
+def output_problem(folder: Path, key: str) -> str | None:
+    """The one line for `folder` (what `key` names) when it cannot be created, written or has less than ROOM free; a
+    folder this check created is removed again when it fails."""
+    created = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
+    problem = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".fairaudit-write-") as probe:
+            probe.write(bytes(4096))
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as error:
+        problem = (f"{key}: no space left in {folder}: free space there or" if is_enospc(error) else
+                   f"{key}: cannot write Hydra's output folder {folder} ({error.strerror or error}):")
+    if problem is None and free_bytes(folder) < ROOM:
+        problem = f"{key}: no space left in {folder} ({megabytes(free_bytes(folder))} free): free space there or"
+    if problem and created is not None and created.exists():
+        shutil.rmtree(created, ignore_errors=True)
+    return problem and f"{problem} choose another folder ({key}=/path/to/folder); nothing was run"
