@@ -55,17 +55,20 @@ class Claims:
         self._lock = threading.Lock()
         self._renewing = False
 
-    def take(self, keys: Sequence[str]) -> set[str]:
+    def take(self, keys: Sequence[str], look_first: bool = False) -> set[str]:
         """Claim `keys`: those no one holds, those whose lease lapsed and those of a gone process of this host.
-        Returns those of `keys` this process now holds; the rest are another live process's."""
+        Returns those of `keys` this process now holds; the rest are another live process's. `look_first`: read
+        who holds them before writing (for keys known to be held by others, so that waiting writes nothing)."""
         wanted = set(keys)
-        holders = self.holders(sorted(wanted - self.held))
+        if not look_first:
+            self._upsert(sorted(wanted - self.held))
+        rest = sorted(wanted - self.held)
+        holders = self.holders(rest) if rest else {}
         gone = {owner for owner, _ in holders.values() if owner_is_gone(owner)}
         now = time.time()
-        free = sorted(k for k in wanted - self.held if k not in holders or holders[k][0] in gone
-                      or holders[k][1] < now)
-        if free:
-            self._upsert(free, gone, now)
+        free = [k for k in rest if k not in holders or holders[k][0] in gone or holders[k][1] < now]
+        if free and (look_first or gone):
+            self._upsert(free, gone)
         return wanted & self.held
 
     def holders(self, keys: Sequence[str]) -> dict[str, tuple[str, float]]:
@@ -77,9 +80,12 @@ class Claims:
                 found.update((key, (owner, expires)) for key, owner, expires in conn.execute(query))
         return found
 
-    def _upsert(self, keys: list[str], gone: set[str], now: float) -> None:
+    def _upsert(self, keys: list[str], gone: set[str] = frozenset()) -> None:
         """Insert a claim on each key, or take over one that lapsed (a gone owner's lapse first): one statement, so
         two processes racing for a key never both get it."""
+        if not keys:
+            return
+        now = time.time()
         insert = self._insert(CLAIMS)
         statement = insert.on_conflict_do_update(
             index_elements=["key"], set_={"owner": insert.excluded.owner, "expires": insert.excluded.expires},
@@ -120,8 +126,12 @@ class Claims:
             pass
 
     def _delete(self, conn: sa.Connection, keys: list[str]) -> None:
+        mine = CLAIMS.delete().where(CLAIMS.c.owner == self.owner)
+        if len(keys) == len(self.held):  # every claim this process holds (keys are among them): no key list to send
+            conn.execute(mine)
+            return
         for batch in batches(keys):
-            conn.execute(CLAIMS.delete().where(CLAIMS.c.owner == self.owner, CLAIMS.c.key.in_(batch)))
+            conn.execute(mine.where(CLAIMS.c.key.in_(batch)))
 
     def renew(self) -> None:
         """Every claim of this process expires LEASE_S from now."""

@@ -37,6 +37,7 @@ def array_json(values) -> list:
 ENCODE_CHUNK = 256  # texts per tokenizer batch and store commit
 READ_CHUNK = 1000   # stored values parsed at a time
 POLL_S = (0.1, 2.0)  # first and longest pause between reads of calls another process is computing
+CLAIM_AHEAD = 64     # calls claimed at a time (at least a chunk): a claim is a commit, a small chunk's too many
 _INTS: list[int] = []  # one int object per token id seen, shared by every token tuple
 
 
@@ -185,10 +186,11 @@ class CachingClient:
 
 
 class Calls:
-    """One batch of calls through the store (`CachingClient._cached`). The calls the store lacks are claimed a chunk
-    at a time (`store.claims`), computed and committed every chunk of results and, when a call fails, before the
-    failure propagates; those another process claimed first are read as they land, or claimed and computed here
-    once that process's claim is free (released without results, lapsed, or its process gone)."""
+    """One batch of calls through the store (`CachingClient._cached`). The calls the store lacks are claimed
+    CLAIM_AHEAD at a time (`store.claims`), computed a chunk at a time and committed every chunk of results and,
+    when a call fails, before the failure propagates; those another process claimed first are read as they land,
+    or claimed and computed here once that process's claim is free (released without results, lapsed, or its
+    process gone)."""
 
     def __init__(self, client: CachingClient, kind: str, keys: list[str], items: Sequence, method: Callable,
                  extra: tuple, to_json: Callable, convert: Callable):
@@ -210,19 +212,19 @@ class Calls:
             self.step = max(len(self.todo), 1)
         with progress(label, total=len(self.todo), done_before=len(self.keys) - len(absent)) as self.advance:
             try:
-                others = []
-                for start in range(0, len(self.todo), self.step):
-                    others += self.claim_and_compute(self.todo[start:start + self.step])
+                others, ahead = [], max(self.step, CLAIM_AHEAD)
+                for start in range(0, len(self.todo), ahead):
+                    others += self.claim_and_compute(self.todo[start:start + ahead])
                 self.wait_for(others, label)
             finally:
                 self.commit()
                 self.store.claims.release_all()  # those not computed, should a call have failed
         return [self.found[k] for k in self.keys]
 
-    def claim_and_compute(self, idx: list[int]) -> list[int]:
+    def claim_and_compute(self, idx: list[int], look_first: bool = False) -> list[int]:
         """Claim the calls `idx` and compute, a chunk at a time, those the store still lacks once claimed (a result
         committed before its claim was released is read instead); returns those another process holds."""
-        held = self.store.claims.take([self.keys[i] for i in idx])
+        held = self.store.claims.take([self.keys[i] for i in idx], look_first)
         mine = [i for i in idx if self.keys[i] in held]
         landed = self.land(mine)
         self.store.claims.release(landed)
@@ -251,7 +253,7 @@ class Calls:
         while idx:
             self.land(idx)
             waiting = [i for i in idx if self.keys[i] not in self.found]
-            idx = self.claim_and_compute(waiting) if waiting else []
+            idx = self.claim_and_compute(waiting, look_first=True) if waiting else []
             if idx and len(idx) == len(waiting):
                 time.sleep(delay)
                 delay = min(2 * delay, POLL_S[1])
