@@ -23,6 +23,7 @@ from fairaudit.processes import identity, is_gone
 
 LEASE_S = 60.0   # a claim lapses this long after its last renewal (a killed process elsewhere: the others' wait)
 BATCH = 500      # keys per statement
+CLAIM_BYTES = 200  # about what a claim's row takes in the database
 
 CLAIMS_METADATA = sa.MetaData()
 CLAIMS = sa.Table(
@@ -105,25 +106,25 @@ class Claims:
             threading.Thread(target=self._renew, name="fairaudit-claims", daemon=True).start()
 
     def release(self, keys: Iterable[str], conn: sa.Connection | None = None) -> None:
-        """Give up this process's claims on `keys` (in `conn`'s transaction when given: a commit of their results)."""
+        """Give up this process's claims on `keys`: in `conn`'s transaction when given (a commit of their results),
+        else on its own and best effort, since the store may be what failed (a claim left behind lapses)."""
         mine = sorted(set(keys) & self.held)
         if not mine:
             return
-        if conn is None:
-            with self.engine.begin() as own:
-                self._delete(own, mine)
-        else:
+        if conn is not None:
             self._delete(conn, mine)
+        else:
+            try:
+                with self.engine.begin() as own:
+                    self._delete(own, mine)
+            except sa.exc.SQLAlchemyError:
+                return
         with self._lock:
             self.held -= set(mine)
 
     def release_all(self) -> None:
-        """Give up every claim this process holds (its computation stopped): best effort, since the store may be
-        what failed; a claim left behind lapses."""
-        try:
-            self.release(list(self.held))
-        except sa.exc.SQLAlchemyError:
-            pass
+        """Give up every claim this process holds (its computation stopped or failed)."""
+        self.release(list(self.held))
 
     def _delete(self, conn: sa.Connection, keys: list[str]) -> None:
         mine = CLAIMS.delete().where(CLAIMS.c.owner == self.owner)

@@ -224,7 +224,7 @@ class Calls:
     def claim_and_compute(self, idx: list[int], look_first: bool = False) -> list[int]:
         """Claim the calls `idx` and compute, a chunk at a time, those the store still lacks once claimed (a result
         committed before its claim was released is read instead); returns those another process holds."""
-        held = self.store.claims.take([self.keys[i] for i in idx], look_first)
+        held = self.store.claim([self.keys[i] for i in idx], look_first)
         mine = [i for i in idx if self.keys[i] in held]
         landed = self.land(mine)
         self.store.claims.release(landed)

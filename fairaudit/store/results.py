@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from fairaudit.errors import AuditError
 from fairaudit.errors.disk import full_error, is_full, megabytes
 from fairaudit.errors.secrets import hide_password
-from fairaudit.store.claims import CLAIMS_METADATA, Claims
+from fairaudit.store.claims import CLAIM_BYTES, CLAIMS_METADATA, Claims
 from fairaudit.terminal.output import warn
 
 STORE_VERSION = 1
@@ -174,16 +174,21 @@ class Store:
         except sa.exc.DBAPIError as error:
             if not is_full(error):
                 raise
-            raise self._full(rows, left) from None
+            raise self._full(commit_need(rows, left)) from None
 
-    def _full(self, rows: Sequence[dict], left: int) -> AuditError:
-        """The one line for a commit refused for want of space: the store's folder, what the commit and the `left`
-        results still to come need (rows written twice: to the write-ahead log, then into the database; at the
-        failed commit's bytes per row), and how many results are kept."""
-        per_row = 2 * sum(len(r["value"]) + 200 for r in rows) / len(rows)
-        need = f"about {megabytes(int(per_row * len(rows)))} needed for the commit of {len(rows)} results"
-        if left:
-            need += f", {megabytes(int(per_row * (len(rows) + left)))} with the {left:,} more this step computes"
+    def claim(self, keys: Sequence[str], look_first: bool = False) -> set[str]:
+        """Claim calls before computing them (`Claims.take`); a disk too full for the claims is one line."""
+        try:
+            return self.claims.take(keys, look_first)
+        except sa.exc.DBAPIError as error:
+            if not is_full(error):
+                raise
+            raise self._full(f"about {megabytes(2 * CLAIM_BYTES * len(keys))} needed to claim the next "
+                             f"{len(keys):,} calls") from None
+
+    def _full(self, need: str) -> AuditError:
+        """The one line for a write refused for want of space: the store's folder, what the write needed (`need`),
+        and how many results are kept."""
         kept = f"the {self.count() - self.count('encode'):,} model results committed so far are kept"
         url = sa.engine.make_url(self.url)
         if url.get_backend_name() != "sqlite":
@@ -214,6 +219,16 @@ class Store:
     def close(self) -> None:
         self.claims.release_all()
         self.engine.dispose()
+
+
+def commit_need(rows: Sequence[dict], left: int) -> str:
+    """What a commit of `rows` and the `left` results still to come need (rows written twice: to the write-ahead
+    log, then into the database; at the commit's bytes per row)."""
+    per_row = 2 * sum(len(r["value"]) + 200 for r in rows) / len(rows)
+    need = f"about {megabytes(int(per_row * len(rows)))} needed for the commit of {len(rows)} results"
+    if left:
+        need += f", {megabytes(int(per_row * (len(rows) + left)))} with the {left:,} more this step computes"
+    return need
 
 
 def _engine_options(backend: str) -> dict:
