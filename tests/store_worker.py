@@ -1,14 +1,15 @@
 """One of several processes sharing a store: `python tests/store_worker.py URL GO_FILE LOG IDS...`.
 
 Waits for GO_FILE (so all start at once), asks for a generation of each prompt id through
-CachingClient (chunks of 2, each model call slow), and writes a JSON log: for every id it
-computed, when its last store read before that began; for every id it committed, when the
-commit had finished; and the texts it got.
+CachingClient (chunks of 2, each model call slow: $STORE_WORKER_DELAY seconds, default 0.05), and
+writes a JSON log: for every id it computed, when its last store read before that began; for every
+id it committed, when the commit had finished; the texts it got and its model calls.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,8 @@ from pathlib import Path
 from fairaudit.backends import Backend, Completion, GenerationRequest
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
+
+DELAY = float(os.environ.get("STORE_WORKER_DELAY", "0.05"))
 
 
 class TimedStore(Store):
@@ -34,7 +37,7 @@ class TimedStore(Store):
 
 
 class SlowModel(Backend):
-    """Copies the prompt ids, 50 ms per item; notes what it computed and the read before it."""
+    """Copies the prompt ids, DELAY seconds per item; notes what it computed and the read before it."""
 
     fingerprint = "slow-copy"
     tokenizer = None
@@ -47,7 +50,7 @@ class SlowModel(Backend):
         out = []
         for r in requests:
             self.computed.append((r.prompt_ids[0], self.store.read_started))
-            time.sleep(0.05)
+            time.sleep(DELAY)
             out.append(Completion(text=f"copy {r.prompt_ids[0]}", token_ids=r.prompt_ids, finish_reason="stop"))
         return out
 

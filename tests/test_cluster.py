@@ -3,9 +3,7 @@ processes, an MLflow tracking server, and sweeps through a one-node SLURM (`scri
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import sqlite3
 import subprocess
 import sys
@@ -20,10 +18,11 @@ from mlflow.tracking import MlflowClient
 
 from fairaudit.backends import GenerationRequest
 from fairaudit.store import cli as store_cli
-from fairaudit.store.client import CachingClient, generation_key
+from fairaudit.store.client import CachingClient
 from fairaudit.store.results import RESULTS, Store
 from tests.conftest import REPO, model_results, run_app
 from tests.servers import MlflowServer, have
+from tests.test_claims import race, two_audits_at_once
 from tests.test_store import ScriptedBackend, requests
 
 pytestmark = pytest.mark.cluster
@@ -69,47 +68,20 @@ def job_metrics(client: MlflowClient, experiment: str) -> tuple[list, dict]:
                    {k: v for k, v in r.data.metrics.items() if k != "model_calls"} for r in jobs}
 
 
-def test_four_processes_on_overlapping_keys_lose_nothing_and_recompute_nothing_committed(tmp_path, pg_url):
-    """Each process asks for 20 of 35 ids, in its own order; afterwards every id is stored once with
-    the right value, and no process computed an id whose commit had finished before its last read."""
-    id_sets = [list(range(5 * p, 5 * p + 20)) for p in range(4)]
-    for p, ids in enumerate(id_sets):
-        random.Random(p).shuffle(ids)
-    Store(pg_url)  # the table exists before the race (its creation is itself serialised)
-    go = tmp_path / "go"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, str(REPO / "tests" / "store_worker.py"), pg_url, str(go),
-                               str(tmp_path / f"log{p}.json"), *map(str, ids)], env=env)
-             for p, ids in enumerate(id_sets)]
-    time.sleep(3)  # every worker imported and waiting
-    go.touch()
-    assert [proc.wait(timeout=300) for proc in procs] == [0, 0, 0, 0]
-    logs = [json.loads((tmp_path / f"log{p}.json").read_text()) for p in range(4)]
-
-    key = {i: generation_key("slow-copy", GenerationRequest(prompt_ids=(i,), max_new_tokens=1)) for i in range(35)}
-    committed = {}
-    for log in logs:
-        for k, t in log["committed"].items():
-            committed[k] = min(t, committed.get(k, t))
-    recomputed = [(i, p) for p, log in enumerate(logs) for i, read_started in log["computed"]
-                  if committed[key[i]] < read_started]
-    assert recomputed == []
-    for ids, log in zip(id_sets, logs):
-        assert log["texts"] == [f"copy {i}" for i in ids]
-    store = Store(pg_url)
-    assert store.count() == 35
-    with store.engine.connect() as conn:
-        assert {k: v for k, v in conn.execute(sa.select(RESULTS.c.key, RESULTS.c.value))} == {
-            key[i]: json.dumps({"text": f"copy {i}", "token_ids": [i], "finish_reason": "stop"}, separators=(",", ":"))
-            for i in range(35)}  # stored as compact JSON
-    total = sum(log["model_calls"] for log in logs)
-    print(f"4 processes x 20 ids (35 distinct): {total} model calls")
-    assert 35 <= total < 80
-
+def test_four_processes_on_overlapping_keys_compute_each_call_once(tmp_path, pg_url):
+    """Each process asks for 20 of 35 ids, in its own order; afterwards every id is stored once with the right
+    value, computed by exactly one process (their claims, tests/test_claims.py), and a re-run computes nothing."""
+    logs = race(pg_url, tmp_path)
+    print(f"4 processes x 20 ids (35 distinct): model calls {[log['model_calls'] for log in logs]}")
     rerun = CachingClient(ScriptedBackend("slow-copy"), Store(pg_url))
     again = rerun.generate([GenerationRequest(prompt_ids=(i,), max_new_tokens=1) for i in range(35)])
     assert [c.text for c in again] == [f"copy {i}" for i in range(35)]
     assert rerun.model_calls == 0
+
+
+def test_two_identical_audits_at_once_on_postgres_compute_each_call_once(tmp_path, pg_url):
+    alone, *pair = two_audits_at_once(tmp_path, pg_url)
+    print(f"one audit alone: {alone} model calls; the same two at once on PostgreSQL: {pair}")
 
 
 def test_damaged_value_on_postgres_is_recomputed(pg_url, capfd):

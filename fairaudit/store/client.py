@@ -8,6 +8,7 @@ talk to this client alone; they never import the store or compute keys (a Comple
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, fields, replace
 from typing import Callable, Iterable, Sequence
 
@@ -24,6 +25,7 @@ from fairaudit.backends import (
 )
 from fairaudit.backends.common import encode_texts, tokenizer_digest
 from fairaudit.store.results import Store, call_key
+from fairaudit.terminal.output import console
 from fairaudit.terminal.progress import progress
 
 
@@ -34,6 +36,8 @@ def array_json(values) -> list:
 
 ENCODE_CHUNK = 256  # texts per tokenizer batch and store commit
 READ_CHUNK = 1000   # stored values parsed at a time
+POLL_S = (0.1, 2.0)  # first and longest pause between reads of calls another process is computing
+CLAIM_AHEAD = 64     # calls claimed at a time (at least a chunk): a claim is a commit, a small chunk's too many
 _INTS: list[int] = []  # one int object per token id seen, shared by every token tuple
 
 
@@ -74,9 +78,10 @@ class CachingClient:
     `chunk_size`, the model's batch size). A streaming backend (`capabilities.streaming`: its calls
     take `on_result(i, result)`, e.g. a server pool that bounds its own in-flight requests) gets
     them all at once. Either way results are committed every chunk of arrivals and, when a call
-    fails, before the failure propagates, so a re-run resumes. Before each batch the store is read
-    again, so what another job committed meanwhile is served, not recomputed. `model_calls` counts
-    the results the model produced.
+    fails, before the failure propagates, so a re-run resumes. Before each batch its calls are
+    claimed in the store and read again: what another job committed meanwhile is served, and what
+    another job is computing is read when it lands, never computed twice (`Calls`). `model_calls`
+    counts the results the model produced here.
     """
 
     def __init__(self, backend: Backend, store: Store, chunk_size: int = 8):
@@ -174,47 +179,110 @@ class CachingClient:
                 extra: tuple = (), to_json: Callable = array_json,
                 convert: Callable = lambda v: v) -> tuple[list[str], list]:
         """(keys, results) of method(items, *extra), read from the store where present, stored as to_json(result),
-        each kept as convert(stored value)."""
+        each kept as convert(stored value); a call another process is computing is read when it lands."""
         keys = [self.key(kind, p) for p in payloads]
-        found = self._read(keys, convert)
-        absent = [i for i, k in enumerate(keys) if k not in found]
+        calls = Calls(self, kind, keys, items, method, extra, to_json, convert)
+        return keys, calls.run(label)
+
+
+class Calls:
+    """One batch of calls through the store (`CachingClient._cached`). The calls the store lacks are claimed
+    CLAIM_AHEAD at a time (`store.claims`), computed a chunk at a time and committed every chunk of results and,
+    when a call fails, before the failure propagates; those another process claimed first are read as they land,
+    or claimed and computed here once that process's claim is free (released without results, lapsed, or its
+    process gone)."""
+
+    def __init__(self, client: CachingClient, kind: str, keys: list[str], items: Sequence, method: Callable,
+                 extra: tuple, to_json: Callable, convert: Callable):
+        self.client, self.store, self.kind, self.keys, self.items = client, client.store, kind, keys, items
+        self.method, self.extra, self.to_json, self.convert = method, extra, to_json, convert
+        self.found = client._read(keys, convert)
+        self.pending: list[tuple[str, object]] = []
+        self.todo: list[int] = []
+        self.computed = 0
+        self.step = client.chunk_size
+        self.advance: Callable[[int], None] = lambda n: None
+
+    def run(self, label: str) -> list:
+        """Every call's result, in order."""
+        absent = [i for i, k in enumerate(self.keys) if k not in self.found]
         first_of_key: dict[str, int] = {}
-        todo = [i for i in absent if first_of_key.setdefault(keys[i], i) == i]
-        pending: list[tuple[str, object]] = []
-        streams = self.capabilities.streaming
-        calls_before = self.model_calls
-
-        def commit() -> None:
-            if pending:  # left: those of `todo` not computed yet
-                self.store.put_many(kind, self.fingerprint, pending, left=len(todo) - self.model_calls + calls_before)
-                pending.clear()
-
-        with progress(label, total=len(todo), done_before=len(keys) - len(absent)) as advance:
-            def receive(i: int, result: object) -> None:
-                value = to_json(result)
-                pending.append((keys[i], value))
-                found[keys[i]] = convert(value)
-                self.model_calls += 1
-                advance(1)
-                if len(pending) >= self.chunk_size:
-                    commit()
-
-            step = max(len(todo), 1) if streams else self.chunk_size
+        self.todo = [i for i in absent if first_of_key.setdefault(self.keys[i], i) == i]
+        if self.client.capabilities.streaming:  # its calls all at once: the backend bounds what is in flight
+            self.step = max(len(self.todo), 1)
+        with progress(label, total=len(self.todo), done_before=len(self.keys) - len(absent)) as self.advance:
             try:
-                for start in range(0, len(todo), step):
-                    idx = todo[start:start + step]
-                    if start:  # another job may have committed some of these meanwhile
-                        found.update(self._read([keys[i] for i in idx], convert))
-                        advance(sum(keys[i] in found for i in idx))
-                        idx = [i for i in idx if keys[i] not in found]
-                    batch = [items[i] for i in idx]
-                    if not batch:
-                        continue
-                    if streams:
-                        method(batch, *extra, on_result=lambda j, result, idx=idx: receive(idx[j], result))
-                    else:
-                        for i, result in zip(idx, method(batch, *extra)):
-                            receive(i, result)
+                others, ahead = [], max(self.step, CLAIM_AHEAD)
+                for start in range(0, len(self.todo), ahead):
+                    others += self.claim_and_compute(self.todo[start:start + ahead])
+                self.wait_for(others, label)
             finally:
-                commit()
-        return keys, [found[k] for k in keys]
+                self.commit()
+                self.store.claims.release_all()  # those not computed, should a call have failed
+        return [self.found[k] for k in self.keys]
+
+    def claim_and_compute(self, idx: list[int], look_first: bool = False) -> list[int]:
+        """Claim the calls `idx` and compute, a chunk at a time, those the store still lacks once claimed (a result
+        committed before its claim was released is read instead); returns those another process holds."""
+        held = self.store.claim([self.keys[i] for i in idx], look_first)
+        mine = [i for i in idx if self.keys[i] in held]
+        landed = self.land(mine)
+        self.store.claims.release(landed)
+        missing = [i for i in mine if self.keys[i] not in self.found]
+        for start in range(0, len(missing), self.step):
+            self.compute(missing[start:start + self.step])
+        return [i for i in idx if self.keys[i] not in held]
+
+    def land(self, idx: list[int]) -> list[str]:
+        """Read the calls `idx` from the store; returns the keys that were there (their progress advanced)."""
+        stored = self.client._read([self.keys[i] for i in idx], self.convert)
+        self.found.update(stored)
+        self.advance(len(stored))
+        return list(stored)
+
+    def wait_for(self, idx: list[int], label: str) -> None:
+        """The calls `idx` another process claimed: read as they land, polled less often while none does; claimed
+        and computed here as soon as a claim is free."""
+        if idx:
+            holders = self.store.claims.holders([self.keys[i] for i in idx]).values()
+            owners = sorted({"pid {1} on {0}".format(*owner.split(" ")) for owner, _ in holders})
+            shown = f" ({', '.join(owners)})" if owners else ""
+            console.print(f"[dim]{label}: another process is computing {len(idx)} of these calls{shown}; reading "
+                          "them as they land[/dim]", highlight=False)
+        delay = POLL_S[0]
+        while idx:
+            self.land(idx)
+            waiting = [i for i in idx if self.keys[i] not in self.found]
+            idx = self.claim_and_compute(waiting, look_first=True) if waiting else []
+            if idx and len(idx) == len(waiting):
+                time.sleep(delay)
+                delay = min(2 * delay, POLL_S[1])
+            else:
+                delay = POLL_S[0]
+
+    def compute(self, idx: list[int]) -> None:
+        """One backend call on the items `idx` (a streaming backend's results arrive one by one)."""
+        if not idx:
+            return
+        batch = [self.items[i] for i in idx]
+        if self.client.capabilities.streaming:
+            self.method(batch, *self.extra, on_result=lambda j, result: self.receive(idx[j], result))
+        else:
+            for i, result in zip(idx, self.method(batch, *self.extra)):
+                self.receive(i, result)
+
+    def receive(self, i: int, result: object) -> None:
+        value = self.to_json(result)
+        self.pending.append((self.keys[i], value))
+        self.found[self.keys[i]] = self.convert(value)
+        self.client.model_calls += 1
+        self.computed += 1
+        self.advance(1)
+        if len(self.pending) >= self.client.chunk_size:
+            self.commit()
+
+    def commit(self) -> None:
+        """Commit the results computed since the last commit (`left`: those of the batch not computed yet)."""
+        if self.pending:
+            self.store.put_many(self.kind, self.client.fingerprint, self.pending, left=len(self.todo) - self.computed)
+            self.pending.clear()

@@ -5,7 +5,8 @@ backend version) in one table, reached through an SQLAlchemy URL: a sqlite file 
 one machine, a PostgreSQL server when many nodes share it. Each value carries a checksum written
 with it; a value that fails it, does not parse, or holds a probability row not summing to 1 is
 reported, deleted and recomputed. Results are committed chunk by chunk (first writer wins), so
-a killed run resumes where it stopped and concurrent jobs share work.
+a killed run resumes where it stopped; a process claims the calls it is about to compute (`claims`),
+so concurrent jobs never compute the same call twice.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from fairaudit.errors import AuditError
 from fairaudit.errors.disk import full_error, is_full, megabytes
 from fairaudit.errors.locks import LOCK_WAIT_S
 from fairaudit.errors.secrets import redact
+from fairaudit.store.claims import CLAIM_BYTES, CLAIMS_METADATA, Claims
 from fairaudit.terminal.output import warn
 
 STORE_VERSION = 1
@@ -104,6 +106,7 @@ class Store:
         except (sa.exc.ArgumentError, ImportError) as error:
             raise AuditError(f"store.url {redact(self.url)!r} is not usable: {error}") from None
         self._insert = INSERTS[backend]
+        self.claims = Claims(self.engine, self._insert)
         if backend == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_wal)
         try:
@@ -113,11 +116,13 @@ class Store:
                              f"{' '.join(str(error.orig).split())}") from None
 
     def _create_table(self) -> None:
-        """The table, once (serialised across processes on PostgreSQL); a pre-checksum sqlite store gains the column."""
+        """The tables, once (serialised across processes on PostgreSQL); a pre-checksum sqlite store gains the column,
+        an older store the claims table."""
         with self.engine.begin() as conn:
             if self.engine.dialect.name == "postgresql":
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('fairaudit.results'))"))
             METADATA.create_all(conn)
+            CLAIMS_METADATA.create_all(conn)
             if "checksum" not in {c["name"] for c in sa.inspect(conn).get_columns("results")}:
                 conn.execute(sa.text("ALTER TABLE results ADD COLUMN checksum VARCHAR(64)"))
                 rows = conn.execute(sa.select(RESULTS.c.key, RESULTS.c.value)).all()
@@ -158,26 +163,34 @@ class Store:
         self.put_rows(rows, left)
 
     def put_rows(self, rows: Sequence[dict], left: int = 0) -> int:
-        """Insert whole rows (checksums included); returns how many keys were new."""
+        """Insert whole rows (checksums included) and give up this process's claims on them in the same commit;
+        returns how many keys were new."""
         if not rows:
             return 0
         try:
             with self.engine.begin() as conn:
                 insert = self._insert(RESULTS).on_conflict_do_nothing(index_elements=["key"]).returning(RESULTS.c.key)
-                return len(conn.execute(insert, list(rows)).all())
+                added = len(conn.execute(insert, sorted(rows, key=lambda row: row["key"])).all())  # one lock order
+                self.claims.release([row["key"] for row in rows], conn)
+                return added
         except sa.exc.DBAPIError as error:
             if not is_full(error):
                 raise
-            raise self._full(rows, left) from None
+            raise self._full(commit_need(rows, left)) from None
 
-    def _full(self, rows: Sequence[dict], left: int) -> AuditError:
-        """The one line for a commit refused for want of space: the store's folder, what the commit and the `left`
-        results still to come need (rows written twice: to the write-ahead log, then into the database; at the
-        failed commit's bytes per row), and how many results are kept."""
-        per_row = 2 * sum(len(r["value"]) + 200 for r in rows) / len(rows)
-        need = f"about {megabytes(int(per_row * len(rows)))} needed for the commit of {len(rows)} results"
-        if left:
-            need += f", {megabytes(int(per_row * (len(rows) + left)))} with the {left:,} more this step computes"
+    def claim(self, keys: Sequence[str], look_first: bool = False) -> set[str]:
+        """Claim calls before computing them (`Claims.take`); a disk too full for the claims is one line."""
+        try:
+            return self.claims.take(keys, look_first)
+        except sa.exc.DBAPIError as error:
+            if not is_full(error):
+                raise
+            raise self._full(f"about {megabytes(2 * CLAIM_BYTES * len(keys))} needed to claim the next "
+                             f"{len(keys):,} calls") from None
+
+    def _full(self, need: str) -> AuditError:
+        """The one line for a write refused for want of space: the store's folder, what the write needed (`need`),
+        and how many results are kept."""
         kept = f"the {self.count() - self.count('encode'):,} model results committed so far are kept"
         url = sa.engine.make_url(self.url)
         if url.get_backend_name() != "sqlite":
@@ -206,7 +219,18 @@ class Store:
             return conn.execute(query).scalar_one()
 
     def close(self) -> None:
+        self.claims.release_all()
         self.engine.dispose()
+
+
+def commit_need(rows: Sequence[dict], left: int) -> str:
+    """What a commit of `rows` and the `left` results still to come need (rows written twice: to the write-ahead
+    log, then into the database; at the commit's bytes per row)."""
+    per_row = 2 * sum(len(r["value"]) + 200 for r in rows) / len(rows)
+    need = f"about {megabytes(int(per_row * len(rows)))} needed for the commit of {len(rows)} results"
+    if left:
+        need += f", {megabytes(int(per_row * (len(rows) + left)))} with the {left:,} more this step computes"
+    return need
 
 
 def _engine_options(backend: str) -> dict:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import socket
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -16,6 +14,7 @@ import pandas as pd
 from fairaudit.errors import AuditError
 from fairaudit.errors.disk import size_of
 from fairaudit.errors.secrets import redact
+from fairaudit.processes import identity, is_gone
 from fairaudit.tracking.database import (
     close_on_a_full_disk,
     create_experiment,
@@ -106,33 +105,14 @@ def config_key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(redact(list(parts)), sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def _process_start(pid: int) -> str:
-    """The process's start time in clock ticks since boot (Linux), to tell a live pid from a reused one."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
 def process_tags() -> dict[str, str]:
     """Which process owns a run, so a later run can tell that it died without closing it."""
-    pid = os.getpid()
-    return dict(zip(PROCESS_TAGS, (socket.gethostname(), str(pid), _process_start(pid))))
+    return dict(zip(PROCESS_TAGS, identity()))
 
 
 def owner_is_dead(tags: dict[str, str]) -> bool:
-    """The run's process is gone: same host, and its pid is not running (or now belongs to another process).
-    Runs owned by another host are left alone: their liveness cannot be seen from here."""
-    host, pid, started = (tags.get(name) for name in PROCESS_TAGS)
-    if host != socket.gethostname() or not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return bool(started) and _process_start(int(pid)) != started
+    """The run's process is gone (`processes.is_gone`); runs owned by another host are left alone."""
+    return is_gone(*(tags.get(name) for name in PROCESS_TAGS))
 
 
 def close_stale_runs(client, experiment: str, key: str, successor: str) -> list[str]:

@@ -1,0 +1,219 @@
+"""No call computed twice: a process claims the calls it is about to compute, others read them when they land; a
+claim is free once released, lapsed or left by a process that is gone. On sqlite here; the same on PostgreSQL in
+the cluster suite (tests/test_cluster.py runs `race` and `two_audits_at_once` on its server)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from mlflow.tracking import MlflowClient
+
+from conftest import DATA_ROOT, REPO
+from fairaudit.backends import GenerationRequest
+from fairaudit.store.claims import CLAIMS
+from fairaudit.store.client import CachingClient, generation_key
+from fairaudit.store.results import RESULTS, Store
+from test_store import ScriptedBackend, requests
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "FAIRAUDIT_DATA": str(DATA_ROOT)}
+WORKER = REPO / "tests" / "store_worker.py"
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def claim_row(store: Store, key: str, owner: str, expires_in: float) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(CLAIMS.insert().values(key=key, owner=owner, expires=time.time() + expires_in))
+
+
+def test_a_claimed_call_is_free_only_once_released_lapsed_or_its_process_gone(tmp_path):
+    first, second = Store(tmp_path / "s.sqlite"), Store(tmp_path / "s.sqlite")
+    assert first.claims.take(["k1", "k2"]) == {"k1", "k2"}
+    assert second.claims.take(["k1", "k2", "k3"]) == {"k3"}            # held by a live process: not taken
+    first.put_many("generate", "m", [("k1", {"text": "x"})])            # its result and the release, one commit
+    assert second.claims.take(["k1", "k2"]) == {"k1"} and first.claims.held == {"k2"}
+    here = socket.gethostname()
+    claim_row(first, "gone", f"{here} {dead_pid()} 1 token", 60)         # a killed process of this host: at once
+    claim_row(first, "lapsed", "other-node 1 1 token", -1)               # another host's, past its lease
+    claim_row(first, "elsewhere", "other-node 1 1 token", 60)            # another host's, live: its process unseen
+    assert second.claims.take(["gone", "lapsed", "elsewhere"]) == {"gone", "lapsed"}
+    second.claims.release_all()
+    first.claims.release_all()
+    with first.engine.connect() as conn:
+        assert conn.execute(sa.select(CLAIMS.c.key, CLAIMS.c.owner)).all() == [("elsewhere", "other-node 1 1 token")]
+
+
+def test_a_live_process_renews_its_claims_past_their_lease(tmp_path):
+    holder, other = Store(tmp_path / "s.sqlite"), Store(tmp_path / "s.sqlite")
+    holder.claims.lease_s = 1.0
+    assert holder.claims.take(["k"]) == {"k"}
+    time.sleep(2.5)  # two and a half leases: renewed every quarter second by its thread
+    assert other.claims.take(["k"]) == set()
+    (expires,) = other.claims.holders(["k"]).values()
+    assert expires[0] == holder.claims.owner and expires[1] > time.time()
+    holder.claims.release_all()
+    time.sleep(0.5)  # the renewing thread ends once nothing is held
+    assert not holder.claims._renewing and other.claims.take(["k"]) == {"k"}
+
+
+def test_a_failed_computation_releases_its_claims_and_keeps_its_results(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    failing = CachingClient(ScriptedBackend(fail_after=5), store, chunk_size=2)
+    with pytest.raises(KeyboardInterrupt):
+        failing.generate(requests(10))
+    with store.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(CLAIMS)).scalar_one() == 0
+    assert store.count() == 4  # the two batches before the failing one
+    again = CachingClient(ScriptedBackend(), Store(tmp_path / "s.sqlite"), chunk_size=2)
+    assert [c.text for c in again.generate(requests(10))] == [f"{i} {i + 1}" for i in range(10)]
+    assert again.model_calls == 6
+
+
+def test_calls_another_process_claimed_are_read_when_they_land(tmp_path, capfd):
+    """A claim held by a live process: the client computes the rest, then reads the claimed call once it lands."""
+    holder, store = Store(tmp_path / "s.sqlite"), Store(tmp_path / "s.sqlite")
+    wanted = requests(4)
+    key = generation_key("scripted", wanted[2])
+    assert holder.claims.take([key]) == {key}
+
+    def land_later():
+        time.sleep(0.5)
+        holder.put_many("generate", "scripted", [(key, {"text": "from the other", "token_ids": [2, 3],
+                                                        "finish_reason": "stop"})])
+    threading.Thread(target=land_later).start()
+    client = CachingClient(ScriptedBackend(), store, chunk_size=2)
+    texts = [c.text for c in client.generate(wanted)]
+    assert texts == ["0 1", "1 2", "from the other", "3 4"] and client.model_calls == 3
+    assert client.backend.seen == [(0, 1), (1, 2), (3, 4)]
+    assert "another process is computing 1 of these calls (pid" in capfd.readouterr().err
+
+
+def race(url: str, folder: Path, delay: float = 0.05) -> list[dict]:
+    """Four store_worker processes started at once on `url`, each asking for 20 of 35 ids in its own order; their
+    logs. Every id is then stored once with its right value, and each was computed by exactly one process."""
+    id_sets = [list(range(5 * p, 5 * p + 20)) for p in range(4)]
+    for p, ids in enumerate(id_sets):
+        random.Random(p).shuffle(ids)
+    Store(url)  # the tables exist before the race (their creation is itself serialised)
+    go = folder / "go"
+    procs = [subprocess.Popen([sys.executable, str(WORKER), url, str(go), str(folder / f"log{p}.json"),
+                               *map(str, ids)], env={**ENV, "STORE_WORKER_DELAY": str(delay)})
+             for p, ids in enumerate(id_sets)]
+    time.sleep(3)  # every worker imported and waiting
+    go.touch()
+    assert [proc.wait(timeout=300) for proc in procs] == [0, 0, 0, 0]
+    logs = [json.loads((folder / f"log{p}.json").read_text()) for p in range(4)]
+    for ids, log in zip(id_sets, logs):
+        assert log["texts"] == [f"copy {i}" for i in ids]
+    computed = sorted(i for log in logs for i, _ in log["computed"])
+    assert computed == list(range(35)), computed  # each id once, by one process
+    assert sum(log["model_calls"] for log in logs) == 35
+    store = Store(url)
+    key = {i: generation_key("slow-copy", GenerationRequest(prompt_ids=(i,), max_new_tokens=1)) for i in range(35)}
+    with store.engine.connect() as conn:
+        assert dict(conn.execute(sa.select(RESULTS.c.key, RESULTS.c.value)).all()) == {
+            key[i]: json.dumps({"text": f"copy {i}", "token_ids": [i], "finish_reason": "stop"}, separators=(",", ":"))
+            for i in range(35)}
+        assert conn.execute(sa.select(sa.func.count()).select_from(CLAIMS)).scalar_one() == 0
+    return logs
+
+
+@pytest.mark.slow
+def test_four_processes_on_overlapping_calls_compute_each_once(tmp_path):
+    logs = race(f"sqlite:///{tmp_path}/store.sqlite", tmp_path)
+    print("calls per process:", [log["model_calls"] for log in logs])
+
+
+@pytest.mark.slow
+def test_a_killed_process_claims_are_taken_over_at_once_on_its_host(tmp_path):
+    """A worker killed while it computes (2 s per call) holds claims that would lapse in a minute; on its own host
+    the next process sees it gone and computes them at once."""
+    url = f"sqlite:///{tmp_path}/store.sqlite"
+    Store(url)
+    (tmp_path / "go").touch()
+    worker = subprocess.Popen([sys.executable, str(WORKER), url, str(tmp_path / "go"), str(tmp_path / "log.json"),
+                               *map(str, range(6))], env={**ENV, "STORE_WORKER_DELAY": "2"})
+    store = Store(url)
+    deadline = time.time() + 120
+    while time.time() < deadline and not store.claims.holders([generation_key(
+            "slow-copy", GenerationRequest(prompt_ids=(0,), max_new_tokens=1))]):
+        time.sleep(0.1)
+    os.kill(worker.pid, signal.SIGKILL)
+    assert worker.wait() == -signal.SIGKILL
+    from store_worker import SlowModel, TimedStore
+
+    started, committed = time.time(), store.count()
+    timed = TimedStore(url)
+    client = CachingClient(SlowModel(timed), timed, chunk_size=2)
+    texts = [c.text for c in client.generate([GenerationRequest(prompt_ids=(i,), max_new_tokens=1)
+                                              for i in range(6)])]
+    assert texts == [f"copy {i}" for i in range(6)] and client.model_calls == 6 - committed
+    assert time.time() - started < 30  # not the minute of a lapsing lease
+
+
+def metrics_of(folder: Path) -> list[dict]:
+    client = MlflowClient(f"sqlite:///{folder}/mlflow.db")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert runs and all(run.info.status == "FINISHED" for run in runs)
+    return [run.data.metrics for run in runs]
+
+
+AUDIT = ("backend=mock", "model=tiny_qwen3", "dataset.n=60", "model.max_think_tokens=600",
+         "backend.trace_tokens.median=300", "backend.chunk_size=1", "probe.n_boot=100")
+
+
+def audit(folder: Path, store_url: str, name: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "fairaudit", *AUDIT, f"store.url={store_url}",
+                             f"tracking.uri=sqlite:///{folder}/mlflow.db", f"hydra.run.dir={folder}/{name}"],
+                            cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def two_audits_at_once(folder: Path, store_url: str) -> tuple[int, int, int]:
+    """One audit alone on a store of its own, then the same audit twice at once on `store_url`: both finish with its
+    metrics, and their model calls add up to its own. Returns (its calls, the first's, the second's)."""
+    alone = audit(folder / "alone", f"{folder}/alone/store.sqlite", "out")
+    assert alone.wait(timeout=900) == 0, alone.stderr.read()[-3000:]
+    (reference,) = metrics_of(folder / "alone")
+    pair = [audit(folder / "pair", store_url, f"out{i}") for i in range(2)]
+    errors = [proc.communicate(timeout=900)[1] for proc in pair]
+    assert [proc.returncode for proc in pair] == [0, 0], [err[-3000:] for err in errors]
+    runs = metrics_of(folder / "pair")
+    calls = [int(run["model_calls"]) for run in runs]
+    assert sum(calls) == reference["model_calls"] > 0, (calls, reference["model_calls"])
+    same = {k: v for k, v in reference.items() if k != "model_calls"}
+    assert [{k: v for k, v in run.items() if k != "model_calls"} for run in runs] == [same, same]
+    return int(reference["model_calls"]), *calls
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_two_identical_audits_started_together_compute_each_call_once(tmp_path):
+    (tmp_path / "alone").mkdir()
+    alone, *pair = two_audits_at_once(tmp_path, f"{tmp_path}/pair/store.sqlite")
+    print(f"one audit alone: {alone} model calls; the same two at once on one store: {pair}")
+
+
+def test_the_claims_benchmark_at_a_tiny_size():
+    """benchmarks/claims.py, so it cannot rot unseen: a pair of processes computes the calls once between them."""
+    spec = importlib.util.spec_from_file_location("bench_claims", REPO / "benchmarks" / "claims.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    row = bench.measure(calls=24, delay=0.005, chunk=4)
+    assert row["alone_calls"] == 24 and sum(row["calls"]) == 24 and len(row["calls"]) == 2
+    assert row["overhead"] >= 1 and row["speedup"] == pytest.approx(row["alone_s"] / row["pair_s"])
