@@ -74,24 +74,81 @@ def job_line(override) -> str:
 
 
 def check(config_name: str, argv: list[str]) -> str | None:
-    """The one error line for overrides that name an unknown option or key (None when they compose; command
-    lines with other Hydra flags, --cfg or -sc, are left to Hydra)."""
+    """The one error line for overrides that Hydra would not parse (with the fix: `key=value` without spaces, a
+    quoted value, -m for a list), that name an unknown option or key, or a list of values without -m (None when
+    they compose; command lines with Hydra's own flags, --cfg or -sc, are left to Hydra)."""
     args = [a for a in argv if a not in MULTIRUN_FLAGS]
-    if not args or any(a.startswith("-") for a in args):
-        return None
+    problem = flag_problem(args)
+    if problem or not args or any(a.startswith("-") for a in args):
+        return problem
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
     try:
         overrides = OverridesParser.create().parse_overrides(args)
     except OverrideParseException as error:
-        return " ".join(str(error).split())
+        return parse_problem(args, error)
     groups = [o for o in overrides if group_options(o.key_or_group) is not None]
     for override in groups:
         problem = group_problem(override)
         if problem:
             return problem
-    return compose_problem(config_name, overrides)
+    return compose_problem(config_name, overrides) or list_problem(config_name, argv, overrides)
+
+
+HYDRA_FLAGS = ("--cfg", "-c", "--package", "-p", "--info", "-i", "--help", "-h", "--hydra-help", "--resolve",
+               "--run", "-r", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
+               "--experimental-rerun", "--shell-completion", "-sc", "--version")
+
+
+def flag_problem(args: list[str]) -> str | None:
+    """An option Hydra does not have (`--dataset=compas`, `--n 3`): overrides are written key=value."""
+    for num, arg in enumerate(args):
+        if arg.startswith("-") and arg.split("=", 1)[0] not in HYDRA_FLAGS:
+            key, _, value = arg.lstrip("-").partition("=")
+            then = args[num + 1] if num + 1 < len(args) else ""
+            value = value or (then if then and not then.startswith("-") and "=" not in then else "VALUE")
+            return (f"{arg}: fairaudit takes settings as key=value overrides, not as --options: write {key}={value} "
+                    "(fairaudit --help lists its few flags)")
+    return None
+
+
+def parse_problem(args: list[str], error: Exception) -> str:
+    """Hydra's parse error of the command line as one line naming the override and its fix: `key=value` without
+    spaces around `=`, or a value its grammar reads only in quotes (non-ASCII letters, spaces, brackets)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for num, arg in enumerate(args):
+        try:
+            parser.parse_overrides([arg])
+            continue
+        except Exception:
+            pass
+        if "=" not in arg:
+            then = args[num + 1:num + 3]
+            if then and then[0].startswith("="):
+                value = then[1] if then[0] == "=" and len(then) > 1 else then[0].lstrip("=")
+                shown = " ".join(then if then[0] == "=" else then[:1])
+                return f"{arg} {shown}: write an override without spaces around '=': {arg}={value}"
+            return f"{arg}: an override is key=value (e.g. {arg}=VALUE; ~{arg} deletes a key)"
+        key, value = arg.split("=", 1)
+        return (f"{arg}: Hydra's override grammar reads this value only in quotes: write "
+                f"'{key}=\"{value}\"' (the shell keeps the inner quotes for Hydra)")
+    return " ".join(str(error).split())
+
+
+def list_problem(config_name: str, argv: list[str], overrides) -> str | None:
+    """A list of values (`dataset=adult,compas`) on a command that does not sweep: Hydra's "Ambiguous value" as
+    one line saying to add -m (an audit) or to write the list in brackets."""
+    listed = [o for o in overrides if o.is_sweep_override()]
+    if not listed or any(a in MULTIRUN_FLAGS for a in argv) or (config_name == "config" and sweeps_itself(argv)):
+        return None
+    line = listed[0].input_line
+    key, value = line.split("=", 1)
+    sweep = f"add -m to sweep it (fairaudit -m {line}); " if config_name == "config" else ""
+    return (f"{line}: several values on a command that runs once: {sweep}write {key}=[{value}] for a list, or "
+            f"{key}='{value}' in quotes for one value holding commas")
 
 
 def compose_problem(config_name: str, overrides) -> str | None:

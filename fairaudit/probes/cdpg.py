@@ -64,7 +64,8 @@ class CDPGProbe(PairedProbe):
 
     def arms(self, arm: Arm) -> list[Arm]:
         if not arm.think:
-            raise AuditError(f"probe 'cdpg' cuts thinking traces; arm {arm.name!r} does not think")
+            raise AuditError(f"probe 'cdpg' cuts thinking traces; arm {arm.name!r} does not think: audit a thinking "
+                             "arm (arm=think)")
         return super().arms(arm)
 
     def run(self, ctx: AuditContext) -> ProbeResult:
