@@ -47,7 +47,7 @@ MISTAKES = [
     ("position probe on a tabular set", ["probe=position"], "probe 'position' takes mcq datasets"),
     ("an MCQ arm in a paired probe", ["arm=direct"], "probe 'counterfactual' takes decision arms"),
     ("a thinking baseline on a model that cannot think",
-     ["arm=nothink", "probe.baseline_arm.think=true", "model.thinking.style=none"], "needs a model that thinks"),
+     ["arm=nothink", "arm@probe.baseline_arm=think", "model.thinking.style=none"], "needs a model that thinks"),
     ("engine not installed", ["backend=vllm"], "pip install"),
     ("mock trace range", ["backend=mock", "backend.trace_tokens.low=10", "backend.trace_tokens.high=5"],
      "backend.trace_tokens.low=10 must not exceed backend.trace_tokens.high=5"),

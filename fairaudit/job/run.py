@@ -75,8 +75,8 @@ def log_run(tracker: Tracker, job: Job, result: ProbeResult, verdict: list[str],
     tracker.log_dataset(result.records[view.frame], job.dataset.name, data_source(job.dataset))
     tracker.log_result(result.metrics, result.tables, result.figures, result.records)
     tracker.log_samples(result.records[view.frame], view.layout, run_name)
-    tracker.log_texts({"verdict.txt": "\n".join(verdict) + "\n"})
-    tracker.set_tags({t.HEADLINE_TAG: json.dumps(result.headline), t.NOTE_TAG: "\n\n".join(verdict)[:t.MAX_TAG]})
+    tracker.log_verdict(verdict, result.metrics)  # verdict.txt, warnings.txt, the description and warning tags
+    tracker.set_tags({t.HEADLINE_TAG: json.dumps(result.headline)})
 
 
 def data_source(dataset) -> str:
