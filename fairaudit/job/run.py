@@ -24,6 +24,7 @@ from fairaudit.terminal.output import console, print_error, quiet_libraries
 from fairaudit.terminal.results import print_result, print_verdict, summary_table
 from fairaudit.tracking import tags as t
 from fairaudit.tracking.database import database_full
+from fairaudit.tracking.jobs_view import refresh_jobs_view
 from fairaudit.tracking.runs import Tracker, flatten, parent_run_id, tracking_failure
 from fairaudit.tracking.ui import where_lines
 
@@ -62,6 +63,7 @@ def audit(job: Job) -> ProbeResult:
         tracker.end(failed=True, error=failure_line(failure or error))
         raise failure or error
     tracker.end()
+    refresh_jobs_view(tracker.client, tracker.experiment_id)  # the experiment's page opens on its jobs side by side
     print_summary(run_name, result, verdict, run_id, tracker.experiment_id, uri)
     return result
 

@@ -18,7 +18,7 @@ from fairaudit.tracking import tags as t
 from fairaudit.tracking.notes import table_notes, warning_lines
 from fairaudit.tracking.runs import close_stale_runs, open_tracking, parent_run_id, process_tags, supersede_ended
 from fairaudit.tracking.scratch import scratch
-from fairaudit.tracking.ui import save_sweep_view, sweep_view_state, view_url, where_lines
+from fairaudit.tracking.ui import save_view_state, sweep_view_state, view_url, where_lines
 
 SHOWN_METRICS = 6  # headline metrics per job in the console's sweep table, the P(Yes) gaps besides
 STEP_AXES = ("checkpoint", "seed")  # axes a parent run draws as MLflow steps
@@ -267,7 +267,7 @@ def save_view(client, parent, summary: pd.DataFrame) -> str | None:
     gaps = [m for m in differ if "p_gap" in m]  # last, delta_p_gap the very last: MLflow colours the lines by it
     charted = [m for m in differ if m not in gaps][:max(0, CHARTED - len(gaps))] + gaps
     state = sweep_view_state(parent.info.run_id, axes, columns, charted)
-    return save_sweep_view(client, parent.info.experiment_id, parent.info.run_id, parent.info.run_name, state)
+    return save_view_state(client, parent.info.experiment_id, parent.info.run_id, parent.info.run_name, state)
 
 
 def print_summary(summary: pd.DataFrame, verdict: list[str], parent_id: str, experiment_id: str, uri: str,
