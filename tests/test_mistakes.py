@@ -1,7 +1,9 @@
-"""Fifty mistakes users make, each one `error:` line and exit code 2 before any model loads, no MLflow run opened and
+"""Eighty mistakes users make, each one `error:` line and exit code 2 before any model loads, no MLflow run opened and
 nothing half-written: values, typos (in a sweep list's third item too), store and tracking places, data files cut
 short or with changed columns, model folders cut short or without a chat template, GGUF files cut short or of the
-wrong architecture, unknown experiments. The table in docs/reliability.md lists them.
+wrong architecture, unknown experiments; and a researcher's day two: an arm against itself, a pair that is no pair,
+Hydra's grammar (a list without -m, a value that needs quotes), a server that is down (for a sweep too, before its
+parent opens), a job listed twice. The table in docs/reliability.md lists them.
 
 Fast: each command runs in a child forked from this process (tests/fork_runner.py), which imported the app once,
 so a case costs its own checks (a fraction of a second) rather than a fresh interpreter's imports (seconds)."""
@@ -47,7 +49,7 @@ MISTAKES = [
     ("position probe on a tabular set", ["probe=position"], "probe 'position' takes mcq datasets"),
     ("an MCQ arm in a paired probe", ["arm=direct"], "probe 'counterfactual' takes decision arms"),
     ("a thinking baseline on a model that cannot think",
-     ["arm=nothink", "probe.baseline_arm.think=true", "model.thinking.style=none"], "needs a model that thinks"),
+     ["arm=nothink", "arm@probe.baseline_arm=think", "model.thinking.style=none"], "needs a model that thinks"),
     ("engine not installed", ["backend=vllm"], "pip install"),
     ("mock trace range", ["backend=mock", "backend.trace_tokens.low=10", "backend.trace_tokens.high=5"],
      "backend.trace_tokens.low=10 must not exceed backend.trace_tokens.high=5"),
@@ -93,6 +95,46 @@ MISTAKES = [
     ("report on an unknown experiment", ["report", "select.experiment=fairaudt"], "fairaudt"),
     ("report on an unknown parent run", ["report", "select.parent=0123456789abcdef"], "0123456789abcdef"),
     ("data fetch typo", ["data", "fetch", "adlt"], "adlt"),
+    # day two: pairs that are no pair, sweeps that can know before they start, Hydra's grammar (issue 37)
+    ("the baseline against itself", ["arm=nothink"], "arm=nothink is also the probe's baseline"),
+    ("a pair that is no pair", ["dataset.alpha=Female", "dataset.alpha_prime=Female"],
+     "dataset.alpha and dataset.alpha_prime are both 'Female'"),
+    ("another data set's values", ["dataset=compas", "dataset.alpha=Male", "dataset.alpha_prime=Female"],
+     "race has no value(s) ['Female', 'Male']"),
+    ("cdpg on an arm that does not think", ["probe=cdpg", "arm=nothink"], "audit a thinking arm (arm=think)"),
+    ("position on a decision arm", ["probe=position", "dataset=mmlu"], "probe 'position' takes mcq arms"),
+    ("a list without -m", ["dataset=adult,compas"], "add -m to sweep it (fairaudit -m dataset=adult,compas)"),
+    ("a key set twice", ["-m", "dataset=adult,compas", "dataset=credit"], "dataset is set twice"),
+    ("unquoted non-ASCII", ["tracking.experiment=公平性审计"], "write 'tracking.experiment=\"公平性审计\"'"),
+    ("unquoted brackets", ["dataset.question=Income over 50K (USD)?"], "reads this value only in quotes"),
+    ("spaces around =", ["dataset", "=", "compas"], "without spaces around '=': dataset=compas"),
+    ("a key without a value", ["dataset"], "dataset: an override is key=value"),
+    ("a bare option", ["compas"], "compas: an override is key=value; did you mean dataset=compas?"),
+    ("a seed range without -m", ["dataset.seed=range(3)"], "add -m to sweep it (fairaudit -m dataset.seed=range(3))"),
+    ("a group list in brackets", ["-m", "dataset=[adult,compas]"],
+     "sweep them without brackets: -m dataset=adult,compas"),
+    ("a checkpoint listed twice", ["-m", "model.checkpoint.label=step1,step1", "+model.checkpoint.same_weights=true"],
+     "job 1 (model.checkpoint.label=step1) is job 0 (model.checkpoint.label=step1) again"),
+    ("an --option", ["--dataset=compas"], "not as --options: write dataset=compas"),
+    ("a misspelt -m", ["--multi-run", "dataset=adult,compas"], "did you mean --multirun"),
+    ("a report list without brackets", ["report", "select.experiment=seed_sweep,fairaudit"],
+     "select.experiment=[seed_sweep,fairaudit] for a list"),
+    ("a server that is down", ["backend=openai", "backend.base_url=http://127.0.0.1:1/v1"],
+     "server http://127.0.0.1:1/v1 is unreachable"),
+    ("a sweep against a server that is down",
+     ["backend=openai", "backend.base_url=http://127.0.0.1:1/v1", "-m", "dataset=adult,compas,credit"],
+     "server http://127.0.0.1:1/v1 is unreachable"),
+    ("an unset key variable", ["backend=openai", "backend.api_key_env=NO_SUCH_KEY_VAR"],
+     "backend.api_key_env names 'NO_SUCH_KEY_VAR', which is not set"),
+    ("scores from a chat-only server", ["backend=openai", "backend.mode=chat", "backend.base_url=http://127.0.0.1:1/v1"],
+     "needs a backend that can read answer scores"),
+    ("a job listed twice", ["-m", "dataset=adult,adult"], "job 1 (dataset=adult) is job 0 (dataset=adult) again"),
+    ("a sweep whose second job is its baseline", ["-m", "arm=think,nothink"],
+     "job 1 (arm=nothink): arm=nothink is also the probe's baseline"),
+    ("a sweep whose second pair is no pair", ["-m", "dataset.alpha=Male,Female", "dataset.alpha_prime=Female"],
+     "job 1 (dataset.alpha=Female): dataset.alpha and dataset.alpha_prime are both 'Female'"),
+    ("a study past the data", ["+experiment=seed_sweep", "dataset.n=99999999"],
+     "dataset.n=99999999 is out of range for 'adult'"),
 ]
 
 
@@ -198,5 +240,5 @@ def test_each_mistake_is_one_error_line_and_exit_2_before_any_model_loads(tmp_pa
             table.write(f"| {name} | `{' '.join(typed).replace('{files}', '<files>')}` | `{shown}` |\n")
 
 
-def test_there_are_fifty_distinct_mistakes():
-    assert len({name for name, _, _ in MISTAKES}) == len(MISTAKES) >= 50
+def test_there_are_eighty_distinct_mistakes():
+    assert len({name for name, _, _ in MISTAKES}) == len(MISTAKES) >= 80

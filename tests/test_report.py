@@ -240,6 +240,38 @@ def test_seed_sweep_report(store, tmp_path):
     assert "## Seed summary" in (tmp_path / "out" / "report.md").read_text()
 
 
+def test_the_report_says_which_runs_it_read_and_carries_their_warnings_and_n_a_reasons(store, tmp_path, capsys):
+    """Every seed warns "every answer is Yes", one seed also of its traces; asym_c is undefined in every seed: the
+    seed summary marks the cell, the console and report.md tell each warning once with its runs and each n/a's
+    reason, and the first line on stderr names the sweep the report chose."""
+    import json
+
+    yes = "every answer (8 of 8, think and nothink) is Yes: the model answers the same whoever the person is"
+    parent = store.sweep()
+    store.client.update_run(parent, name="sweep 2026-12-03 11:34 counterfactual dataset.seed=range(3)")
+    for seed in range(3):
+        records = synthetic_records(seed, 12)
+        run_id = store.job(records, parent, metrics=contingency(records, n_boot=0), seed=seed)
+        store.client.set_tag(run_id, "fairaudit.warnings", yes + ("\ntraces never closed" if seed == 2 else ""))
+        store.client.set_tag(run_id, "fairaudit.undefined", json.dumps({"no pair in cell c": ["asym_c"]}))
+    app.run(report_cfg(store, tmp_path / "out", "log_to_mlflow=false", "select.parent=latest"))
+    out, err = capsys.readouterr()
+    assert err.splitlines()[0] == (f"report on 3 runs of sweep 'sweep 2026-12-03 11:34 counterfactual "
+                                   f"dataset.seed=range(3)' ({parent}) in experiment {store.experiment!r}, the "
+                                   "latest study (select.parent=latest; select.parent=ID chooses another)")
+    cells = ", ".join(f"m adult seed {seed}" for seed in range(3))
+    assert f"warning: W1 (3 of 3 runs: {cells}): {yes}" in out.splitlines()
+    assert "warning: W2 (1 of 3 runs: m adult seed 2): traces never closed" in out.splitlines()
+    assert "n/a: asym_c (3 of 3 runs): no pair in cell c" in out.splitlines()
+    seeds = next(line for line in out.splitlines() if "┃ model" in line and "metric" in line)
+    assert [c.strip() for c in seeds.strip("┃").split("┃")][:3] == ["model", "dataset", "warnings"]
+    assert any("W1, W2" in line and "cell_c" in line for line in out.splitlines())
+    report_md = (tmp_path / "out" / "report.md").read_text()
+    assert f"- warning: W1 (3 of 3 runs: {cells}): {yes}" in report_md and "## Warnings on the source runs" in report_md
+    warned = pd.read_csv(tmp_path / "out" / "warnings.csv")
+    assert len(warned) == 4 and set(warned["warning"]) == {yes, "traces never closed"}
+
+
 def test_sign_test_all_fifteen_cells_one_way():
     cells = pd.DataFrame({"checkpoint": np.repeat(["c1", "c2", "c3"], 5), "seed": list(range(5)) * 3,
                           "a_to_b": np.linspace(0.2, 0.4, 15), "b_to_a": np.linspace(0.02, 0.07, 15)})

@@ -119,6 +119,12 @@ def test_depth_and_mcq_warnings():
     short = pd.DataFrame({"pair_id": 1, "side": "alpha", "K": 4, "k": [1, 2, 3, 4], "cut": [1, 1, 2, 2]})
     assert depth_warnings(short) == ["every trace is shorter than K=4 tokens: depths repeat the same cut"]
     assert depth_warnings(short.assign(cut=[1, 2, 3, 4])) == []
+    # the verdict's K = 2 and the K-sensitivity's 4 read from the same 2-token trace: each warning names its K
+    both = pd.concat([short, pd.DataFrame({"pair_id": 1, "side": "alpha", "K": 2, "k": [1, 2], "cut": [1, 2]})])
+    assert depth_warnings(both, K=2) == ["every trace is shorter than K=4 tokens, the finest of the K-sensitivity "
+                                         "(probe.k_list): its depths repeat the same cut (the headline K=2 does not)"]
+    assert depth_warnings(both.assign(cut=1), K=2) == ["every trace is shorter than K=2 tokens: depths repeat the "
+                                                       "same cut"]
     mcq = pd.DataFrame({"answer_position": pd.array([1, 1, 1, 1], dtype="Int64"),
                         "truncated": [True, True, False, True]})
     assert mcq_warnings(mcq) == ["every answer is option B, whatever the permutation: the model ignores the question",

@@ -89,8 +89,9 @@ def decision_warnings(records: pd.DataFrame, arms: tuple[str, ...]) -> list[str]
     return lines
 
 
-def depth_warnings(depth: pd.DataFrame) -> list[str]:
-    """Depth reads that cannot move: every cut at token 0, or traces shorter than their segment count.
+def depth_warnings(depth: pd.DataFrame, K: int | None = None) -> list[str]:
+    """Depth reads that cannot move: every cut at token 0, or traces shorter than their segment count, at the
+    headline `K` (the one the verdict names; default the finest read), else at the finest K of the K-sensitivity.
 
     depth: pair_id, side, K, k, cut
     """
@@ -98,11 +99,20 @@ def depth_warnings(depth: pd.DataFrame) -> list[str]:
         return ["no depth reads: no trace was cut"]
     if (depth["cut"] == 0).all():
         return ["every depth cut is at token 0 (the traces are empty): CDPG reads the same P(Yes) at every depth"]
-    finest = depth[depth["K"] == depth["K"].max()]
-    repeats = finest.groupby(["pair_id", "side"])["cut"].nunique() < finest["K"].max()
-    if repeats.all():
-        return [f"every trace is shorter than K={int(finest['K'].max())} tokens: depths repeat the same cut"]
+    finest = int(depth["K"].max())
+    headline = finest if K is None or K not in set(depth["K"]) else int(K)
+    if all_repeat(depth, headline):
+        return [f"every trace is shorter than K={headline} tokens: depths repeat the same cut"]
+    if finest > headline and all_repeat(depth, finest):
+        return [f"every trace is shorter than K={finest} tokens, the finest of the K-sensitivity (probe.k_list): "
+                f"its depths repeat the same cut (the headline K={headline} does not)"]
     return []
+
+
+def all_repeat(depth: pd.DataFrame, K: int) -> bool:
+    """Every trace's K cuts hold a repeated cut (a trace shorter than K tokens)."""
+    rows = depth[depth["K"] == K]
+    return bool((rows.groupby(["pair_id", "side"])["cut"].nunique() < K).all())
 
 
 def mcq_warnings(records: pd.DataFrame) -> list[str]:

@@ -223,6 +223,12 @@ class Backend(metaclass=Contract):
                              f"{cls.requires.install}")
 
     @classmethod
+    def reach(cls, settings: Mapping) -> None:
+        """Raise one AuditError when what the backend talks to under these `backend.*` settings does not answer (a
+        server down, a model it does not serve); called before anything opens, for a run and for every job of a
+        sweep (not for a dry run, which talks to nothing). Default: nothing to reach."""
+
+    @classmethod
     def check(cls, settings: Mapping, model: Mapping) -> None:
         """Raise an AuditError for settings this backend refuses (its `backend.*` config and the model's);
         called before anything loads. Default: nothing to check."""

@@ -47,6 +47,7 @@ BACKEND_VERSION = "openai-1"
 MODES = ("completions", "chat")
 CHAT_ONLY = "backend.mode=chat serves generation alone: use backend.mode=completions with a server that takes token ids"
 DOWN_FOR_S = 30.0  # a replica that dropped a connection is skipped this long while others are up
+REACH_TIMEOUT_S = 10.0  # a server must answer GET /models within this before a run or sweep opens
 CHAT_SHAPES = (("system", "user"), ("user",))  # the conversations probes render, tried in this order
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request would flood the job log
@@ -232,6 +233,12 @@ class OpenAIBackend(Backend):
         if settings.get("mode", "completions") == "chat":
             return replace(cls.capabilities, scores=False, depth_reads=False, limits=CHAT_ONLY)
         return cls.capabilities
+
+    @classmethod
+    def reach(cls, settings: Mapping) -> None:
+        """Every replica answers GET /models within REACH_TIMEOUT_S and serves `backend.model` (one line if not)."""
+        served_model(server_urls(settings["base_url"]), auth_headers(settings.get("api_key_env")),
+                     settings.get("model"), min(float(settings.get("timeout_s", REACH_TIMEOUT_S)), REACH_TIMEOUT_S))
 
     @classmethod
     def load_tokenizer(cls, model_dir: str | Path, settings: Mapping):

@@ -41,6 +41,9 @@ def group_problem(override, options: list[str] | None = None) -> str | None:
     options = group_options(group) if ours else options
     if options is None or override.is_delete() or override.value() is None:
         return None
+    if isinstance(override.value(), list):  # dataset=[adult,compas]: brackets make a list, which no group option is
+        return (f"{override.input_line}: {group} takes one option; to run several, sweep them without brackets: "
+                f"-m {group}={','.join(map(str, override.value()))}")
     for value in values_of(override):
         if value not in options:
             listed = " (`fairaudit list` shows them all)" if ours else ""
@@ -74,24 +77,109 @@ def job_line(override) -> str:
 
 
 def check(config_name: str, argv: list[str]) -> str | None:
-    """The one error line for overrides that name an unknown option or key (None when they compose; command
-    lines with other Hydra flags, --cfg or -sc, are left to Hydra)."""
+    """The one error line for overrides that Hydra would not parse (with the fix: `key=value` without spaces, a
+    quoted value, -m for a list), that name an unknown option or key, or a list of values without -m (None when
+    they compose; command lines with Hydra's own flags, --cfg or -sc, are left to Hydra)."""
     args = [a for a in argv if a not in MULTIRUN_FLAGS]
-    if not args or any(a.startswith("-") for a in args):
-        return None
+    problem = flag_problem(args)
+    if problem or not args or any(a.startswith("-") for a in args):
+        return problem
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
     try:
         overrides = OverridesParser.create().parse_overrides(args)
     except OverrideParseException as error:
-        return " ".join(str(error).split())
+        return parse_problem(args, error)
+    problem = repeated_problem(overrides)
+    if problem:
+        return problem
     groups = [o for o in overrides if group_options(o.key_or_group) is not None]
     for override in groups:
         problem = group_problem(override)
         if problem:
             return problem
-    return compose_problem(config_name, overrides)
+    return compose_problem(config_name, overrides) or list_problem(config_name, argv, overrides)
+
+
+HYDRA_FLAGS = ("--cfg", "-c", "--package", "-p", "--info", "-i", "--help", "-h", "--hydra-help", "--resolve",
+               "--run", "-r", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
+               "--experimental-rerun", "--shell-completion", "-sc", "--version")
+
+
+def flag_problem(args: list[str]) -> str | None:
+    """An option Hydra does not have (`--dataset=compas`, `--n 3`): overrides are written key=value."""
+    for num, arg in enumerate(args):
+        if not arg.startswith("-") or arg.split("=", 1)[0] in HYDRA_FLAGS:
+            continue
+        key, _, value = arg.lstrip("-").partition("=")
+        then = args[num + 1] if num + 1 < len(args) else ""
+        value = value or (then if then and not then.startswith("-") and "=" not in then else "")
+        if not value:  # a flag of its own: a misspelt -m or Hydra flag
+            close = difflib.get_close_matches(arg, [*MULTIRUN_FLAGS, *HYDRA_FLAGS], n=2, cutoff=0.6)
+            meant = f"; did you mean {' or '.join(close)}?" if close else ""
+            return f"{arg}: fairaudit has no such option{meant} (fairaudit --help lists its flags)"
+        return (f"{arg}: fairaudit takes settings as key=value overrides, not as --options: write {key}={value} "
+                "(fairaudit --help lists its few flags)")
+    return None
+
+
+def parse_problem(args: list[str], error: Exception) -> str:
+    """Hydra's parse error of the command line as one line naming the override and its fix: `key=value` without
+    spaces around `=`, or a value its grammar reads only in quotes (non-ASCII letters, spaces, brackets)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for num, arg in enumerate(args):
+        try:
+            parser.parse_overrides([arg])
+            continue
+        except Exception:
+            pass
+        if "=" not in arg:
+            then = args[num + 1:num + 3]
+            if then and then[0].startswith("="):
+                value = then[1] if then[0] == "=" and len(then) > 1 else then[0].lstrip("=")
+                shown = " ".join(then if then[0] == "=" else then[:1])
+                return f"{arg} {shown}: write an override without spaces around '=': {arg}={value}"
+            owners = [group for group in sorted(registry.groups()) if arg in (group_options(group) or [])]
+            meant = f"; did you mean {' or '.join(f'{g}={arg}' for g in owners)}?" if owners else \
+                f" (e.g. {arg}=VALUE; ~{arg} deletes a key)"
+            return f"{arg}: an override is key=value{meant}"
+        key, value = arg.split("=", 1)
+        return (f"{arg}: Hydra's override grammar reads this value only in quotes: write "
+                f"'{key}=\"{value}\"' (the shell keeps the inner quotes for Hydra)")
+    return " ".join(str(error).split())
+
+
+def repeated_problem(overrides) -> str | None:
+    """A list of values set again later on the command line (`-m dataset=adult,compas dataset=credit`): Hydra keeps
+    the last and says nothing, so the whole list is silently dropped. (A single value set again is how scripts and
+    make append their own: the last one wins, as Hydra documents.)"""
+    lists: dict[tuple, str] = {}
+    for override in overrides:
+        key = (override.key_or_group.lstrip("+~"), override.package)
+        if key in lists:
+            return (f"{key[0]} is set twice ({lists[key]} and {override.input_line}): Hydra would keep only the last "
+                    f"and drop the list; sweep one list: {key[0]}=a,b,c with -m")
+        if override.is_sweep_override():
+            lists[key] = override.input_line
+    return None
+
+
+def list_problem(config_name: str, argv: list[str], overrides) -> str | None:
+    """A list of values (`dataset=adult,compas`) on a command that does not sweep: Hydra's "Ambiguous value" as
+    one line saying to add -m (an audit) or to write the list in brackets."""
+    listed = [o for o in overrides if o.is_sweep_override()]
+    if not listed or any(a in MULTIRUN_FLAGS for a in argv) or (config_name == "config" and sweeps_itself(argv)):
+        return None
+    line = listed[0].input_line
+    key, value = line.split("=", 1)
+    sweep = f"add -m to sweep it (fairaudit -m {line})" if config_name == "config" else ""
+    if value.startswith(("range(", "choice(", "glob(", "interval(")):
+        return f"{line}: a sweep on a command that runs once: {sweep or 'give one value'}"
+    return (f"{line}: several values on a command that runs once: {sweep + '; ' if sweep else ''}write "
+            f"{key}=[{value}] for a list, or {key}='{value}' in quotes for one value holding commas")
 
 
 def compose_problem(config_name: str, overrides) -> str | None:

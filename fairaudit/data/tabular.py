@@ -168,6 +168,11 @@ class CounterfactualTabular:
         if missing:
             raise AuditError(f"dataset {self.name!r}: {self.attribute} has no value(s) {sorted(missing)}; "
                              f"values: {sorted(values)}")
+        if self.alpha == self.alpha_prime:
+            other = sorted(values - {self.alpha})
+            raise AuditError(f"dataset.alpha and dataset.alpha_prime are both {self.alpha!r}: each pair would be "
+                             "one record twice, so no counterfactual can show; set dataset.alpha_prime to another "
+                             f"value of {self.attribute} ({', '.join(map(str, other))})")
 
     def sample(self) -> pd.DataFrame:
         """The `n` source rows drawn with `seed`, keeping their row index as the record id."""

@@ -182,10 +182,11 @@ def check_settings(cfg: DictConfig) -> Settings:
     return Settings(values, backend_class, backend_settings, build_probe(values["probe"]))
 
 
-def read_job(cfg: DictConfig, place: Place | None = None) -> Job:
+def read_job(cfg: DictConfig, place: Place | None = None, here: bool = True) -> Job:
     """The job `cfg` describes, every cheap check passed (nothing loaded, nothing downloaded): its settings
     (`check_settings`), the data set's and arms' fit to the probe, the backend's capabilities against the probe's
-    needs, the data files, the model's files."""
+    needs, then what this host holds and reaches (`here`; a sweep's checks ask each once for the whole grid): the
+    data (its files, `n` against its size, the protected values), the backend's server, the model's files."""
     checked, place = check_settings(cfg), place or Place.of_hydra()
     settings, probe = checked.values, checked.probe
     spec, arm = model_spec(settings["model"]), Arm(**settings["arm"])
@@ -195,10 +196,14 @@ def read_job(cfg: DictConfig, place: Place | None = None) -> Job:
     check_fit(probe, job.probe_name, job.arms, dataset, spec)
     check_capabilities(probe, job.probe_name, job.backend_name,
                        job.backend_class.capabilities_for(job.backend_settings))
+    if not here:
+        return job
     dataset.check()
-    problem = None if job.dry_run else model_problem(job)  # a dry run says so itself, after the pairs
-    if problem:
-        raise AuditError(problem)
+    if not job.dry_run:  # a dry run talks to no server, and says itself what its model lacks, after the pairs
+        job.backend_class.reach(job.backend_settings)
+        problem = model_problem(job)
+        if problem:
+            raise AuditError(problem)
     return job
 
 

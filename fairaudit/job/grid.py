@@ -72,9 +72,11 @@ def without_probe(overrides: list[str]) -> list[str]:
     return sorted(o for o in overrides if not o.lstrip("+~").split("=", 1)[0].split(".")[0] == "probe")
 
 
-def override_params(overrides: list[str]) -> dict[str, str]:
-    """The sweep's command-line overrides as params, key -> value(s)."""
-    pairs = (o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
+def override_params(overrides: list[str], swept_values: dict[str, str] | None = None) -> dict[str, str]:
+    """The sweep's params, `sweep.<key>` -> value(s): its command-line overrides, and every key it sweeps (`swept`:
+    a study's hydra.sweeper.params too, e.g. `sweep.dataset.seed` = "range(5)")."""
+    pairs = [o.lstrip("+~").split("=", 1) for o in overrides if "=" in o]
+    pairs += [(key.lstrip("+~"), value) for key, value in (swept_values or {}).items()]
     return {f"sweep.{key}": value[:6000] for key, value in pairs}
 
 

@@ -1,102 +1,163 @@
-"""A sweep checked whole before its parent run opens: its tracking location, every job's values, the grid's data
-files and models (a metadata query: nothing downloaded). Each distinct problem is one `error:` line, exit code 2."""
+"""A sweep checked whole before its parent run opens, with the checks a run makes before its own run opens: its
+tracking location; every job's values, settings and fit (`read_job`), and no job twice; then what this host holds
+and reaches, each asked once for the grid: the data (files, size, protected values), each backend's server, each
+model's files (a metadata query: nothing downloaded). Each distinct problem is one `error:` line, exit code 2."""
 
 from __future__ import annotations
 
+import json
 import sys
+from dataclasses import dataclass
+from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit.errors import AuditError, input_error_line
 from fairaudit.job.checks import validate_tracking, value_problems
-from fairaudit.job.config import files_problem
-from fairaudit.job.grid import job_label, sweep_jobs, swept_of
+from fairaudit.job.config import Place, backend_of, files_problem, read_job
+from fairaudit.job.grid import job_label, sweep_jobs
 from fairaudit.terminal.output import print_error
 
-DATA_KEYS = ("dataset", "+dataset", "data.", "+experiment", "experiment")  # overrides that can change what is read
+
+@dataclass(frozen=True)
+class GridJob:
+    """One job of a sweep, composed as Hydra's sweeper will launch it."""
+
+    num: int
+    overrides: list[str]
+    label: str            # what sets it apart, e.g. "dataset=compas"
+    config: DictConfig    # its own keys (the `hydra` node left out)
+    choices: dict         # config group -> option (probe, backend, ...)
 
 
-MODEL_KEYS = ("model", "+model", "backend", "+backend", "+experiment", "experiment")  # ... which model files
-
-
-def grid_problems(config, keys: tuple[str, ...], problem, named: bool = True) -> list[str]:
-    """One line per distinct problem across the sweep's jobs, found before any job starts: each distinct job config
-    that the overrides starting with `keys` set is composed once and `problem(job config)` asked (a line or None);
-    `named`: the line leads with the first job it hits, by number and what it varies. Not for a SLURM sweep: its
-    jobs run on nodes that may mount data, models and caches where this host does not (each job still checks them
-    before its run opens)."""
+def grid_jobs(config: DictConfig) -> list[GridJob]:
+    """Every job of the sweep, composed once (its `hydra` node holds values known only once it is launched)."""
     from hydra.core.global_hydra import GlobalHydra
 
-    if "submitit" in str(config.hydra.launcher.get("_target_", "")):
-        return []
-    loader, seen, problems = GlobalHydra.instance().config_loader(), set(), {}
+    loader, jobs = GlobalHydra.instance().config_loader(), []
     for num, overrides in enumerate(sweep_jobs(config.hydra)):
-        key = tuple(o for o in overrides if o.startswith(keys))
-        if key in seen:
-            continue
-        seen.add(key)
         job = loader.load_sweep_config(config, list(overrides))
-        line = problem(job)
+        own = OmegaConf.masked_copy(job, [key for key in job if key != "hydra"])
+        label = job_label(config.hydra, overrides) or " ".join(overrides) or f"job {num}"
+        jobs.append(GridJob(num, list(overrides), label, own, dict(job.hydra.runtime.choices)))
+    return jobs
+
+
+def on_a_cluster(config: DictConfig) -> bool:
+    """A SLURM sweep: its jobs run on nodes that may mount data, models and caches where this host does not and reach
+    servers this host cannot (each job still checks them before its run opens)."""
+    return "submitit" in str(config.hydra.launcher.get("_target_", ""))
+
+
+def each_job(jobs: list[GridJob], problem: Callable[[GridJob], str | None],
+             key: Callable[[GridJob], str] | None = None) -> list[str]:
+    """One line per distinct problem: `problem(job)` asked once per distinct `key(job)` (default: every job); a line
+    every job meets reads as a run's own, one that only some meet leads with the first of them, by number and what
+    it varies."""
+    groups: dict[str, list[GridJob]] = {}
+    for job in jobs:
+        groups.setdefault(key(job) if key else str(job.num), []).append(job)
+    hits: dict[str, list[GridJob]] = {}
+    for group in groups.values():
+        line = problem(group[0])
         if line:
-            label = job_label(config.hydra, overrides) or f"dataset={job.dataset.name}"
-            problems.setdefault(line, f"job {num} ({label}): {line}" if named else line)
-    return list(problems.values())
+            hits.setdefault(line, []).extend(group)
+    return [line if len(found) == len(jobs) else f"job {found[0].num} ({found[0].label}): {line}"
+            for line, found in hits.items()]
 
 
-def data_problem(job) -> str | None:
-    """The one line for a job config whose data files are missing or corrupt (no rows read)."""
+def one_line(check: Callable[[GridJob], None]) -> Callable[[GridJob], str | None]:
+    """`check(job)` as a problem: its bad-input error as one line, None when it passes (a bug still raises)."""
+    def problem(job: GridJob) -> str | None:
+        try:
+            check(job)
+        except Exception as error:
+            line = input_error_line(error)
+            if line is None:
+                raise
+            return line
+        return None
+    return problem
+
+
+def resolved_part(job: GridJob, *keys: str) -> str:
+    """The resolved config under `keys` as one string: jobs that share it share its checks."""
+    return json.dumps(OmegaConf.to_container(OmegaConf.masked_copy(job.config, list(keys)), resolve=True),
+                      sort_keys=True, default=str)
+
+
+def value_line(job: GridJob) -> str | None:
+    """A typed value `validate` would refuse (a typo in a list's third item)."""
+    try:
+        found = value_problems(job.config)
+    except Exception as error:  # an interpolation that does not resolve
+        found = [f"config does not resolve: {' '.join(str(error).split())}"]
+    return "; ".join(found) or None
+
+
+def repeats(jobs: list[GridJob]) -> list[str]:
+    """Jobs whose configs are the same job again (`-m dataset=adult,adult`): a sweep that would run one job twice."""
+    first: dict[str, GridJob] = {}
+    for job in jobs:
+        same = first.setdefault(json.dumps(OmegaConf.to_container(job.config, resolve=True), sort_keys=True,
+                                           default=str), job)
+        if same is not job:
+            return [f"job {job.num} ({job.label}) is job {same.num} ({same.label}) again: the sweep lists one value "
+                    "twice (or a study's own sweep repeats it); drop the repeat"]
+    return []
+
+
+def setting_line(job: GridJob) -> str | None:
+    """What `read_job` refuses before it reads data or reaches anything: settings, the probe's arms, fit, needs."""
+    place = Place(job.choices, job.overrides, [], None, job.num)
+    return one_line(lambda j: read_job(j.config, place, here=False))(job)
+
+
+def data_line(job: GridJob) -> str | None:
+    """The data set's own check: its files, `n` against its size, its protected attribute and values."""
     from hydra.utils import instantiate
 
-    try:
-        instantiate(job.dataset).check_files()
-    except Exception as error:
-        line = input_error_line(error)
-        if line is None:
-            raise
-        return line
-    return None
+    return one_line(lambda j: instantiate(j.config.dataset).check())(job)
 
 
-def grid_data_problems(config) -> list[str]:
-    """One line per distinct missing or corrupt data file of the grid (`grid_problems`)."""
-    return grid_problems(config, DATA_KEYS, data_problem)
+def dataset_key(job: GridJob) -> str:
+    """The data set's config but its seed, which changes which records are drawn, not whether they can be."""
+    return json.dumps({k: v for k, v in OmegaConf.to_container(job.config.dataset, resolve=True).items()
+                       if k != "seed"}, sort_keys=True, default=str)
 
 
-def grid_model_problems(config) -> list[str]:
-    """One line per distinct model of the grid whose files are neither here nor on the hub (a metadata query:
-    nothing downloaded), saying how to get them; a dry run needs only the files that render prompts."""
-    def problem(job) -> str | None:
-        parts = {key: OmegaConf.to_container(job[key], resolve=True) for key in ("backend", "model")}
-        return files_problem(parts, weights=not job.get("dry_run"))
+def reach_line(job: GridJob) -> str | None:
+    """The backend's server answers (Backend.reach); a dry run reaches nothing."""
+    if job.config.get("dry_run"):
+        return None
 
-    return grid_problems(config, MODEL_KEYS, problem, named=False)
+    def reach(j: GridJob) -> None:
+        backend_class, settings = backend_of({"backend": OmegaConf.to_container(j.config.backend, resolve=True)})
+        backend_class.reach(settings)
+    return one_line(reach)(job)
 
 
-def sweep_value_problems(config: DictConfig) -> list[str]:
-    """One line per sweep job whose typed values `validate` would refuse (a typo in a list's third item), found
-    before the sweep's parent run opens: each job's config composed as Hydra's sweeper will launch it."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    loader, varied, problems = GlobalHydra.instance().config_loader(), set(swept_of(config.hydra)), []
-    for num, overrides in enumerate(sweep_jobs(config.hydra)):
-        job = loader.load_sweep_config(config, list(overrides))
-        try:  # the job's own keys: its hydra node holds values known only once it is launched (hydra.job.num)
-            found = value_problems(OmegaConf.masked_copy(job, [key for key in job if key != "hydra"]))
-        except Exception as error:  # an interpolation that does not resolve
-            found = [f"config does not resolve: {' '.join(str(error).split())}"]
-        own = " ".join(o for o in overrides if o.lstrip("+~").split("=", 1)[0] in varied)
-        problems += [f"job {num} ({own}): {'; '.join(found)}"] if found else []
-    return problems
+def model_line(job: GridJob) -> str | None:
+    """The model's files: here or on the hub (a metadata query), with how to get them; a dry run needs only the
+    files that render prompts."""
+    parts = {key: OmegaConf.to_container(job.config[key], resolve=True) for key in ("backend", "model")}
+    return files_problem(parts, weights=not job.config.get("dry_run"))
 
 
 def sweep_problems(config: DictConfig) -> list[str]:
-    """Every problem found before a sweep's parent opens: its tracking location, then a bad value in any job,
-    then the grid's data and models."""
+    """Every problem found before a sweep's parent opens: its tracking location, then a bad value in any job, a job
+    twice, a setting or pairing any job refuses, then (not for a SLURM sweep) the grid's data, servers and models."""
     try:
         validate_tracking(config.tracking.uri, config.tracking.experiment)
     except AuditError as error:
         return [str(error)]
-    return sweep_value_problems(config) or grid_data_problems(config) or grid_model_problems(config)
+    jobs = grid_jobs(config)
+    found = each_job(jobs, value_line) or repeats(jobs) or each_job(jobs, setting_line)
+    if found or on_a_cluster(config):
+        return found
+    return (each_job(jobs, data_line, dataset_key)
+            or each_job(jobs, reach_line, lambda job: resolved_part(job, "backend", "dry_run"))
+            or each_job(jobs, model_line, lambda job: resolved_part(job, "backend", "model", "dry_run")))
 
 
 def exit_on(problems: list[str]) -> None:

@@ -26,6 +26,7 @@ from fairaudit.terminal.output import console, print_error, print_line, print_tr
 from fairaudit.terminal.results import print_result, print_verdict, summary_table
 from fairaudit.tracking import tags as t
 from fairaudit.tracking.database import database_full, tracking_fault
+from fairaudit.tracking.jobs_view import refresh_jobs_view
 from fairaudit.tracking.runs import Tracker, flatten, parent_run_id, tracking_failure
 from fairaudit.tracking.ui import where_lines
 
@@ -63,6 +64,7 @@ def audit(job: Job) -> ProbeResult:
         tracker.end(failed=True, error=failure_line(failure or error))
         raise failure or error
     tracker.end()
+    refresh_jobs_view(tracker.client, tracker.experiment_id)  # the experiment's page opens on its jobs side by side
     print_summary(run_name, result, verdict, run_id, tracker.experiment_id, uri)
     return result
 
@@ -86,8 +88,8 @@ def log_run(tracker: Tracker, job: Job, result: ProbeResult, verdict: list[str],
     tracker.log_dataset(result.records[view.frame], job.dataset.name, data_source(job.dataset))
     tracker.log_result(result.metrics, result.tables, result.figures, result.records)
     tracker.log_samples(result.records[view.frame], view.layout, run_name)
-    tracker.log_texts({"verdict.txt": "\n".join(verdict) + "\n"})
-    tracker.set_tags({t.HEADLINE_TAG: json.dumps(result.headline), t.NOTE_TAG: "\n\n".join(verdict)[:t.MAX_TAG]})
+    tracker.log_verdict(verdict, result.metrics)  # verdict.txt, warnings.txt, the description and warning tags
+    tracker.set_tags({t.HEADLINE_TAG: json.dumps(result.headline)})
 
 
 def data_source(dataset) -> str:

@@ -74,7 +74,8 @@ def sweep_of(config: DictConfig) -> Sweep:
     return Sweep(uri, experiment, Path(hydra.sweep.dir), sweep_run_name(swept, probe=chosen),
                  key=config_key("sweep", overrides, experiment), study=config_key("study", without_probe(overrides),
                                                                                   experiment),
-                 probe=swept.get("probe") or chosen or "", overrides=overrides, params=override_params(overrides),
+                 probe=swept.get("probe") or chosen or "", overrides=overrides,
+                 params=redact(override_params(overrides, swept)),
                  jobs=[job_label(hydra, job) for job in sweep_jobs(hydra)], commit=git_commit(hydra.runtime.cwd),
                  command=interrupt.command_line())
 

@@ -75,10 +75,28 @@ def hub_file(repo: str, filename: str, revision: str | None = None, fetch: bool 
         if fetch or constants.HF_HUB_OFFLINE:
             raise ModelMissing(files, not_cached(exc)) from exc
     try:
-        hf_hub_download(repo, filename, revision=revision, dry_run=True)
+        hub_metadata(repo, filename, revision)
     except Exception as exc:
         raise ModelMissing(files, not_cached(exc)) from exc
     return None
+
+
+HUB_TIMEOUT_S = 10.0  # a metadata query before a run or sweep opens: one try, this long at most
+
+
+def hub_metadata(repo: str, filename: str, revision: str | None = None):
+    """The hub's metadata of one file (a HEAD request): one try within HUB_TIMEOUT_S, no retries and no retry lines
+    logged, so an unreachable hub is one line at once (the download itself retries)."""
+    import logging
+
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    logger = logging.getLogger("huggingface_hub")
+    level, logger.level = logger.level, logging.ERROR
+    try:
+        return get_hf_file_metadata(hf_hub_url(repo, filename, revision=revision), timeout=HUB_TIMEOUT_S)
+    finally:
+        logger.setLevel(level)
 
 
 def _prompt_files(gguf: Path, out: Path) -> None:
@@ -224,6 +242,7 @@ def hub_snapshot(files: ModelFiles, weights: bool, fetch: bool) -> Path | None:
         raise ModelMissing(files, f"{partial} and HF_HUB_OFFLINE=1 forbids downloading the rest" if partial
                            else not_cached(), weights)
     try:
+        hub_metadata(files.source, "config.json", files.revision)  # one try: an unreachable hub is one line at once
         snapshot_download(files.source, revision=files.revision, allow_patterns=patterns, dry_run=True)
     except Exception as exc:
         raise ModelMissing(files, not_cached(exc), weights) from exc

@@ -65,7 +65,8 @@ class CDPGProbe(PairedProbe):
 
     def arms(self, arm: Arm) -> list[Arm]:
         if not arm.think:
-            raise AuditError(f"probe 'cdpg' cuts thinking traces; arm {arm.name!r} does not think")
+            raise AuditError(f"probe 'cdpg' cuts thinking traces; arm {arm.name!r} does not think: audit a thinking "
+                             "arm (arm=think)")
         return super().arms(arm)
 
     def run(self, ctx: AuditContext) -> ProbeResult:
@@ -100,7 +101,7 @@ class CDPGProbe(PairedProbe):
                  f"depth (0 to 1, 95% bootstrap), by cell: {'; '.join(slopes) or 'no pair counts'}"
                  + (f"; cell{'s' if len(empty) > 1 else ''} {', '.join(empty)} empty" if empty and slopes else "")
                  + ".")
-        depth = [WARNING + line for line in depth_warnings(result.records["depth_records"])]
+        depth = [WARNING + line for line in depth_warnings(result.records["depth_records"], self.K)]
         return [found, gap_sentence(m, records, t, b) + ".", *warnings_of(records, t, b), *depth]
 
     def depth_records(self, ctx: AuditContext, records: pd.DataFrame) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from fairaudit.analysis.pairs import TEXT_COLUMNS
 from fairaudit.analysis.stats import FEW
 from fairaudit.analysis.truncation import truncated_by_cell, with_complete
 from fairaudit.backends import DepthRequest, GenerationRequest
+from fairaudit.errors import AuditError
 from fairaudit.errors.rules import MAX_BOOT, MIN_BOOT, arm_rules, check_fields, integer
 from fairaudit.probes import AuditContext, Needs, Probe, Prompt, SampleView
 from fairaudit.probes.paired_samples import PAIRS
@@ -143,7 +144,13 @@ class PairedProbe(Probe):
         self.baseline = Arm(**baseline_arm)
 
     def arms(self, arm: Arm) -> list[Arm]:
-        """The grid's arm (treatment) and the baseline arm."""
+        """The grid's arm (treatment) and the baseline arm; the two must differ (an arm against itself shows
+        nothing: its records would be one arm's twice)."""
+        if arm.name == self.baseline.name:
+            other = "nothink" if self.baseline.think else "think"
+            raise AuditError(f"arm={arm.name} is also the probe's baseline (probe.baseline_arm.name={arm.name}): an "
+                             f"arm compared with itself shows nothing; audit another arm against it (arm={other}) "
+                             f"or choose another baseline (arm@probe.baseline_arm={other})")
         return [arm, self.baseline]
 
     def prompts(self, ctx: AuditContext) -> list[Prompt]:

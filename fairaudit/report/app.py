@@ -19,10 +19,11 @@ from fairaudit.report.runs import (
     load_records,
     log_report,
     select_runs,
+    selection_line,
     source_tags,
 )
 from fairaudit.terminal.output import console, out
-from fairaudit.terminal.results import print_result
+from fairaudit.terminal.results import print_result, print_verdict
 from fairaudit.tracking.runs import finite_metrics, flatten
 from fairaudit.tracking.tags import MAX_TAG, NOTE_TAG, VERSION_TAG
 from fairaudit.tracking.ui import where_lines
@@ -45,6 +46,8 @@ def run(cfg: DictConfig) -> ReportResult:
     validate_tracking(cfg.tracking.uri, cfg.tracking.experiment)  # one line, not a 5-minute retry, for a bad URI
     client = MlflowClient(cfg.tracking.uri)
     selection = select_runs(client, cfg.select)
+    latest = cfg.select.parent == "latest" and not cfg.select.sweep_dir
+    console.print(selection_line(client, selection, latest), highlight=False, soft_wrap=True)
     report = build(selection.runs, lambda ids, name="records": load_records(client, ids, name), cfg)
     settings = redact(OmegaConf.to_container(cfg, resolve=True))  # report.yaml and the run's params
     out_dir = Path(settings.pop("output_dir"))
@@ -134,6 +137,7 @@ def markdown_report(report: Report, selection: Selection, uri: str) -> str:
     if not selection.left_out.empty:
         lines.append(f"Left out: {left_out_summary(selection.left_out)}.")
     lines += [f"Not finished: {line}." for line in selection.unfinished]
+    lines += ["", *(f"- {line}" for line in report.warnings + report.na)] if report.warnings or report.na else []
     lines += [f"Not in this report: {line}." for line in report.missing]
     for section in report.sections:
         if section.shown is None and not section.note:
@@ -161,6 +165,7 @@ def show(report: Report, selection: Selection) -> None:
     for name in ("family", "sign_test"):
         if any(s.name == name for s in report.sections):
             out.print(report.section(name).note, highlight=False, soft_wrap=True)
+    print_verdict(report.na + report.warnings)  # why each n/a is n/a; what the runs warn of, with the runs it holds for
     for line in report.missing:
         console.print(f"[yellow]not in this report:[/yellow] {line}", highlight=False, soft_wrap=True)
     if not selection.left_out.empty:

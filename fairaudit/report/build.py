@@ -22,6 +22,7 @@ from fairaudit.analysis.study_figures import checkpoint_curve_figure
 from fairaudit.job.registry import report_builders
 from fairaudit.report.engines import add_engine_sensitivity
 from fairaudit.report.family import add_family
+from fairaudit.report.notes import add_warnings, marks_of, na_legend, na_lines
 from fairaudit.views import render
 from fairaudit.views.sections import RecordsLoader, Report, Section
 from fairaudit.views.selection import runs_of
@@ -45,6 +46,8 @@ def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:
     add_sign_test(report, runs, cfg.sign_test.greater, cfg.sign_test.than, cfg.sign_test.alternative)
     if "checkpoint" in study.varying_axes(runs):
         add_checkpoint_curves(report, runs, list(cfg.curves.metrics), cfg.curves.order, float(cfg.seeds.level))
+    add_warnings(report, runs, study.cell_axes(runs))
+    report.na = na_legend(runs)
     add_runs(report, runs)
     report.main = next((s.name for s in report.sections if s.main), "runs")
     return report
@@ -61,8 +64,30 @@ def add_seed_summary(report: Report, runs: pd.DataFrame, metrics: list[str], lev
             "gaps in [0, 1]; their differences in [−1, 1]; log10 p ≤ 0; as the module defining each metric "
             "declares it), which keeps its coverage and never passes the mean; a metric nothing declares is not cut. "
             "Metrics not logged by these runs are left out.")
+    shown = render.seed_display(summary, axes)
+    marks = cell_marks(runs, axes)
+    if any(marks.values()):
+        shown.insert(len(axes), "warnings", [marks[key] for key in cell_keys(summary, axes)])
+        note += " warnings: what the cell's runs warn of (the warnings section tells each)."
+    note = "\n".join([note, *na_lines(summary, runs, axes)])
     report.sections.append(Section("seeds", f"Seed summary ({level:.0%} interval across seeds)", summary,
-                                   render.seed_display(summary, axes), note, main=True))
+                                   shown, note, main=True))
+
+
+def cell_keys(frame: pd.DataFrame, axes: list[str]) -> list[tuple]:
+    """Each row's cell: its values of `axes`, as strings."""
+    return [tuple(str(v) for v in row) for row in frame[axes].itertuples(index=False)] if axes else \
+        [()] * len(frame)
+
+
+def cell_marks(runs: pd.DataFrame, axes: list[str]) -> dict[tuple, str]:
+    """cell -> the marks (W1, ...) of its runs' warnings, each once."""
+    _, by_run = marks_of(runs)
+    cells: dict[tuple, list[str]] = {}
+    for key, marks in zip(cell_keys(runs, axes), by_run):
+        found = cells.setdefault(key, [])
+        found += [m for m in marks.split(", ") if m and m not in found]
+    return {key: ", ".join(found) for key, found in cells.items()}
 
 
 def add_sign_test(report: Report, runs: pd.DataFrame, greater: str, than: Any, alternative: str) -> None:
@@ -114,8 +139,11 @@ def add_checkpoint_curves(report: Report, runs: pd.DataFrame, metrics: list[str]
 
 
 def add_runs(report: Report, runs: pd.DataFrame) -> None:
-    """The source runs, so every row of every table can be traced to its MLflow run."""
+    """The source runs, so every row of every table can be traced to its MLflow run, each with its warnings' marks."""
     columns = ["run_id", "run_name", *study.AXES, "status"]
     table = runs.reindex(columns=columns)
+    _, marks = marks_of(runs)
+    if any(marks):
+        table["warnings"] = marks
     report.sections.append(Section("runs", f"Source runs ({len(runs)})", table, table.fillna("").astype(str)))
 

@@ -121,6 +121,7 @@ def runs_frame(runs: Iterable) -> pd.DataFrame:
         row.update({k: v for k, v in run.data.params.items() if k.startswith(SETTING_PARAMS)})
         row["superseded_by"] = tags.get(t.SUPERSEDED_TAG)
         row["headline"] = tags.get(t.HEADLINE_TAG)
+        row["warnings"], row["undefined"] = tags.get(t.WARNINGS_TAG, ""), tags.get(t.UNDEFINED_TAG, "")
         row.update(run.data.metrics)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -154,6 +155,22 @@ def select_runs(client, select) -> Selection:
                          "same job")
     kept, dropped = frame[keep].reset_index(drop=True), frame[~keep].reset_index(drop=True)
     return Selection(kept, filter_str, exp_ids, parents[0] if parents else None, dropped, parents, unfinished)
+
+
+def selection_line(client, selection: Selection, latest: bool) -> str:
+    """Which runs the report reads, in one line: "report on 5 finished runs of sweep 'sweep 2026-12-03 11:02 seed'
+    (eccaa1b2...) in experiment 'seed_sweep', the latest study (select.parent=latest); 2 left out: ..."."""
+    names = {e.experiment_id: e.name for e in (client.get_experiment(i) for i in selection.experiment_ids)}
+    where = ", ".join(repr(names[i]) for i in selection.experiment_ids)
+    sweeps = [client.get_run(parent) for parent in selection.parents]
+    what = (f"sweep{'s' if len(sweeps) > 1 else ''} " + ", ".join(f"{run.info.run_name!r} ({run.info.run_id})"
+                                                                 for run in sweeps) if sweeps else
+            f"runs matching {selection.filter_string!r}")
+    line = (f"report on {len(selection.runs)} runs of {what} in experiment{'s' if len(names) > 1 else ''} {where}"
+            + (", the latest study (select.parent=latest; select.parent=ID chooses another)" if latest else ""))
+    if not selection.left_out.empty:
+        line += f"; left out: {left_out_summary(selection.left_out)}"
+    return line
 
 
 def unfinished_sweep(client, parent_id: str) -> str | None:

@@ -9,17 +9,29 @@ from rich.table import Table
 
 from fairaudit.analysis.degenerate import WARNING
 from fairaudit.analysis.numbers import format_number, format_p, log10_sibling
+from fairaudit.analysis.undefined import footnotes, why_undefined
 from fairaudit.terminal.output import out
 
 if TYPE_CHECKING:  # pandas is imported where a frame is shown: the hf backend needs torch and transformers alone
     import pandas as pd
 
 
+class NotedTable(Table):
+    """A table with lines printed under it, each kept on one line (a caption would wrap at the table's width):
+    why an n/a is undefined, which warnings qualify a row."""
+
+    def __init__(self, *args, notes: list[str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.notes = list(notes or [])
+
+
 def print_result(table: Table) -> None:
-    """A results table on stdout, at its natural width when stdout is a file or pipe (never squeezed to 80 columns)."""
+    """A results table on stdout, at its natural width when stdout is a file or pipe (never squeezed to 80 columns),
+    then its notes (`NotedTable`), warnings in yellow."""
     if not out.is_terminal:  # rich clamps print(width=...) to the console's width, so widen the console itself
         out.width = max(out.width, out.measure(table, options=out.options.update_width(1000)).maximum)
     out.print(table)
+    print_verdict(getattr(table, "notes", []))
 
 
 def print_verdict(lines: list[str]) -> None:
@@ -33,13 +45,13 @@ def print_verdict(lines: list[str]) -> None:
 
 def summary_table(title: str, metrics: dict[str, float], names: list[str]) -> Table:
     """The headline metrics as a two-column table; a p-value (`<name>_p`) from its `<name>_log10_p`, so one
-    below the smallest double still reads as what it is (10^-485.6)."""
-    table = Table(title=title)
+    below the smallest double still reads as what it is (10^-485.6); under it, why each n/a is undefined."""
+    shown = [name for name in names if name in metrics]
+    table = NotedTable(title=title, notes=footnotes(why_undefined(metrics, shown)))
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for name in names:
-        if name in metrics:
-            table.add_row(name, format_metric(name, metrics))
+    for name in shown:
+        table.add_row(name, format_metric(name, metrics))
     return table
 
 
@@ -52,11 +64,11 @@ def format_metric(name: str, metrics: dict[str, Any]) -> str:
     return format_number(metrics[name])
 
 
-def summary_frame_table(title: str, frame: pd.DataFrame) -> Table:
-    """A DataFrame as a table, numbers formatted by `format_number`."""
+def summary_frame_table(title: str, frame: pd.DataFrame, notes: list[str] | None = None) -> Table:
+    """A DataFrame as a table, numbers formatted by `format_number`, `notes` printed under it."""
     import pandas as pd
 
-    table = Table(title=title)
+    table = NotedTable(title=title, notes=notes)
     for column in frame.columns:
         numeric = pd.api.types.is_numeric_dtype(frame[column])
         table.add_column(str(column), justify="right" if numeric else "left")

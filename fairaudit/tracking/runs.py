@@ -11,6 +11,8 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from fairaudit.analysis.degenerate import WARNING
+from fairaudit.analysis.undefined import reasons_by_text, why_undefined
 from fairaudit.errors import AuditError
 from fairaudit.errors.disk import size_of
 from fairaudit.errors.secrets import redact
@@ -33,6 +35,8 @@ from fairaudit.tracking.tags import (
     RESUMES_TAG,
     SUPERSEDED_TAG,
     UNBOUNDED_TAG,
+    UNDEFINED_TAG,
+    WARNINGS_TAG,
 )
 
 
@@ -238,6 +242,22 @@ class Tracker:
         with warnings.catch_warnings():  # its schema inference warns about integer columns, which records never null
             warnings.simplefilter("ignore")
             self.mlflow.log_input(mlflow.data.from_pandas(frame, source=source, name=name), context="audit")
+
+    def log_verdict(self, verdict: list[str], metrics: Mapping[str, Any]) -> None:
+        """The verdict as verdict.txt and the run's description; its warnings (the lines that start `warning: `) as
+        warnings.txt and the WARNINGS_TAG, so every table that shows this run's numbers can show them beside; why
+        each undefined metric is n/a as the UNDEFINED_TAG (JSON: reason -> metrics)."""
+        warnings = [line[len(WARNING):] for line in verdict if line.startswith(WARNING)]
+        texts = {"verdict.txt": "\n".join(verdict) + "\n"}
+        tags = {NOTE_TAG: "\n\n".join(verdict)[:MAX_TAG]}
+        if warnings:
+            texts["warnings.txt"] = "\n".join(warnings) + "\n"
+            tags[WARNINGS_TAG] = "\n".join(warnings)[:MAX_TAG]
+        undefined = reasons_by_text(why_undefined(metrics))
+        if undefined:
+            tags[UNDEFINED_TAG] = json.dumps(undefined)[:MAX_TAG]
+        self.log_texts(texts)
+        self.set_tags(tags)
 
     def log_texts(self, texts: dict[str, str]) -> None:
         """Text artifacts by file name (e.g. samples.html, samples.jsonl)."""

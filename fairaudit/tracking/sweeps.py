@@ -15,9 +15,10 @@ from fairaudit.errors.secrets import redact, redact_yaml_file
 from fairaudit.terminal.output import console
 from fairaudit.terminal.results import print_result, print_verdict, summary_frame_table
 from fairaudit.tracking import tags as t
+from fairaudit.tracking.notes import table_notes, warning_lines
 from fairaudit.tracking.runs import close_stale_runs, open_tracking, parent_run_id, process_tags, supersede_ended
 from fairaudit.tracking.scratch import scratch
-from fairaudit.tracking.ui import save_sweep_view, sweep_view_state, view_url, where_lines
+from fairaudit.tracking.ui import save_view_state, sweep_view_state, view_url, where_lines
 
 SHOWN_METRICS = 6  # headline metrics per job in the console's sweep table, the P(Yes) gaps besides
 STEP_AXES = ("checkpoint", "seed")  # axes a parent run draws as MLflow steps
@@ -80,7 +81,7 @@ def close_parent(uri: str, folder: Path, family: dict) -> str | None:
     children = sweep_children(client, run_id)
     summary = children_summary(client, run_id, children)
     counted = family_verdict(children, run_id, family)
-    verdict = sweep_verdict(summary, children) + (counted[0] if counted else [])
+    verdict = sweep_verdict(summary, children) + (counted[0] if counted else []) + warning_lines(children)
     redact_yaml_file(folder / "multirun.yaml")  # Hydra's copy of the sweep, logged below
     log_summary(client, run_id, summary, folder, verdict, counted and counted[1])
     failed = failure_summary(children) if any(c.info.status != "FINISHED" for c in children) else None
@@ -91,7 +92,7 @@ def close_parent(uri: str, folder: Path, family: dict) -> str | None:
     client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
     if not failed and t.KEY_TAG in parent.data.tags:
         supersede_ended(client, parent.info.experiment_id, parent.data.tags[t.KEY_TAG], run_id)
-    print_summary(summary, verdict, run_id, parent.info.experiment_id, uri, view)
+    print_summary(summary, verdict, run_id, parent.info.experiment_id, uri, view, children)
     return failed
 def sweep_children(client, parent_id: str) -> list:
     """The parent's child runs, oldest first."""
@@ -292,18 +293,23 @@ def save_view(client, parent, summary: pd.DataFrame) -> str | None:
     gaps = [m for m in differ if "p_gap" in m]  # last, delta_p_gap the very last: MLflow colours the lines by it
     charted = [m for m in differ if m not in gaps][:max(0, CHARTED - len(gaps))] + gaps
     state = sweep_view_state(parent.info.run_id, axes, columns, charted)
-    return save_sweep_view(client, parent.info.experiment_id, parent.info.run_id, parent.info.run_name, state)
+    return save_view_state(client, parent.info.experiment_id, parent.info.run_id, parent.info.run_name, state)
 
 
 def print_summary(summary: pd.DataFrame, verdict: list[str], parent_id: str, experiment_id: str, uri: str,
-                  view: str | None = None) -> None:
-    """The sweep's verdict and its jobs as a table on stdout, then (on stderr) the parent run, where to see it, the
-    view that compares its jobs and, when a job finished, the report command."""
+                  view: str | None = None, children: list = ()) -> None:
+    """The sweep's verdict and its jobs as a table on stdout (each job's warnings marked beside its numbers and told
+    under the table, with why each n/a is undefined), then (on stderr) the parent run, where to see it, the view
+    that compares its jobs and, when a job finished, the report command."""
     print_verdict(verdict)
     if len(summary):
-        shown = ["run", "status", *shown_metrics([c for c in summary.columns if c not in SUMMARY_KEYS])]
+        metrics = shown_metrics([c for c in summary.columns if c not in SUMMARY_KEYS])
+        marks, notes = table_notes(sorted(children, key=lambda run: run.info.start_time), metrics)
+        by_job = {int(run.data.tags.get(t.JOB_NUM_TAG) or -1): marks[run.info.run_id] for run in children}
+        shown = summary[["run", "status", *metrics]].copy()
+        shown.insert(2, "warnings", [by_job.get(num, "") for num in summary["job"]])
         print_result(summary_frame_table("sweep jobs (all headline metrics: sweep_summary.json on the parent run)",
-                                         summary[shown]))
+                                         shown, notes))
     finished = int((summary["status"] == "FINISHED").sum()) if len(summary) else 0
     console.print(f"sweep parent run [bold]{parent_id}[/bold]: {len(summary)} jobs, {finished} finished",
                   highlight=False)

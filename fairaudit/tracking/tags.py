@@ -17,6 +17,8 @@ ERROR_TAG = "fairaudit.error"              # a failed run's error line
 SUPERSEDED_TAG = "fairaudit.superseded_by"  # a later run of the same job that replaces this one
 RESUMES_TAG = "fairaudit.resumes"          # runs of the same job this run closed as KILLED
 UNBOUNDED_TAG = "fairaudit.unbounded_metrics"  # infinite metrics (an interval unbounded above): MLflow skips them
+WARNINGS_TAG = "fairaudit.warnings"        # a job's verdict warnings, one per line (warnings.txt holds them too)
+UNDEFINED_TAG = "fairaudit.undefined"      # why each of a job's n/a metrics is undefined (JSON: reason -> metrics)
 PROCESS_TAGS = ("fairaudit.host", "fairaudit.pid", "fairaudit.pid_start")  # the process that owns a RUNNING run
 
 SWEEP_DIR_TAG = "fairaudit.sweep_dir"      # a sweep parent's Hydra folder

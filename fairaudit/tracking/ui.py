@@ -49,10 +49,12 @@ def ui_command(uri: str) -> str | None:
 
 
 def where_lines(uri: str, experiment_id: str, run_id: str | None = None) -> list[str]:
-    """The lines that say where to look: (for a local store) the command that serves the UI, then the URL."""
+    """The lines that say where to look: (for a local store) the command that serves the UI, then the URL, then the
+    experiment's jobs side by side (`jobs_view_state`)."""
     command = ui_command(uri)
     url = run_url(uri, experiment_id, run_id)
-    return [f"start the MLflow UI with: {command}", f"then open: {url}"] if command else [f"open: {url}"]
+    lines = [f"start the MLflow UI with: {command}", f"then open: {url}"] if command else [f"open: {url}"]
+    return lines + [f"every job of the experiment, side by side: {view_url(uri, experiment_id, JOBS_VIEW, False)}"]
 
 
 SHARED_VIEW_TAG = "mlflow.sharedViewState."  # MLflow 3's saved views: an experiment tag each, opened by its key
@@ -76,19 +78,39 @@ def sweep_view_state(parent_id: str, axes: list[str], columns: list[str], charte
                                     "cardHeight": 480}]}  # the chart alone on its row
 
 
-def save_sweep_view(client, experiment_id: str, parent_id: str, name: str, state: dict) -> str:
-    """A sweep's view (`sweep_view_state`) saved on its experiment, which MLflow lists among its saved views by
-    `name`; returns its key, which `view_url` opens."""
+def save_view_state(client, experiment_id: str, key: str, name: str, state: dict) -> str:
+    """A view (`sweep_view_state`, keyed by the sweep's parent id; `jobs_view_state`, keyed JOBS_VIEW) saved on the
+    experiment, which MLflow lists among its saved views by `name`; returns its key, which `view_url` opens."""
     import json
     import time
 
     now = int(time.time() * 1000)
     envelope = {"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
-    client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG + parent_id, json.dumps(envelope))
-    return parent_id
+    client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG + key, json.dumps(envelope))
+    return key
 
 
-def view_url(uri: str, experiment_id: str, key: str) -> str:
-    """The runs page of an experiment in a saved view, as charts (the parallel-coordinates chart first)."""
-    base = uri.rstrip("/") if served(uri) else UI_ADDRESS
-    return f"{base}/#/experiments/{experiment_id}/runs{VIEW}&viewStateShareKey={key}&compareRunsMode=CHART"
+JOBS_VIEW = "fairaudit-jobs"  # the experiment's view of its job runs, which every run and sweep prints
+RUN_NAME_COLUMN = "attributes.`Run Name`"
+NAME_PX = (6.2, 90, 190, 640)  # the run name column: px per character, besides, at least, at most
+
+
+def jobs_view_state(axes: list[str], metrics: list[str], longest_name: int) -> dict:
+    """The runs page as it should open on an experiment (MLflow 3.17's saved-view state): its job runs alone (not
+    nested under their sweeps: MLflow nests only runs sorted by start time, so these are sorted by name, which
+    leads with what sets each apart), the run names whole, the grid's `axes` (as params) and the headline `metrics`
+    as columns, in that order."""
+    px, besides, least, most = NAME_PX
+    width = int(min(most, max(least, px * longest_name + besides)))
+    columns = [*(f"params.`{a}`" for a in axes), *(f"metrics.`{m}`" for m in metrics)]
+    return {"searchFilter": "tags.`fairaudit.kind` = 'job'", "orderByKey": "tags.`mlflow.runName`",
+            "orderByAsc": True, "selectedColumns": columns, "columnOrder": [RUN_NAME_COLUMN, *columns],
+            "columnWidths": {RUN_NAME_COLUMN: width}}
+
+
+def view_url(uri: str, experiment_id: str, key: str, charts: bool = True) -> str:
+    """The runs page of an experiment in a saved view: as charts (a sweep's parallel-coordinates chart first), or
+    as its table."""
+    base = redact(uri).rstrip("/") if served(uri) else UI_ADDRESS
+    return (f"{base}/#/experiments/{experiment_id}/runs{VIEW}&viewStateShareKey={key}"
+            + ("&compareRunsMode=CHART" if charts else ""))

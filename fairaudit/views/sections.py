@@ -31,6 +31,8 @@ class Report:
     main: str | None = None   # name of the section printed in the terminal
     missing: list[str] = field(default_factory=list)  # one line per table the selection cannot fill: why, how to select
     parent_metrics: dict[str, float] = field(default_factory=dict)  # also logged on the selection's parent (sweep) run
+    warnings: list[str] = field(default_factory=list)  # the source runs' warnings, each once with the runs it holds for
+    na: list[str] = field(default_factory=list)  # why the source runs' n/a metrics are undefined, a line per reason
 
     def section(self, name: str) -> Section:
         return next(s for s in self.sections if s.name == name)
