@@ -125,7 +125,7 @@ def test_sampled_blocks_are_seeded_per_item_and_block_not_per_graph():
     ({"conditions": []}, "probe.conditions must name at least one graph"),
     ({"tags": {"open": "<{role}>"}}, "probe.tags needs 'open' and 'close'"),
     ({"tags": {"open": "<{who}>", "close": "</{role}>"}}, r"probe.tags.open='<\{who\}>' must use the fields"),
-    ({"max_block_tokens": 0}, "probe.max_block_tokens=0 must be an integer >= 1"),
+    ({"max_block_tokens": 0}, "probe.max_block_tokens=0 must be an integer in 1..262144"),
     ({"target": "tags"}, r"probe.target='tags' must be one of \['content', 'with_tags'\]"),
     ({"length_match": "loose"}, r"probe.length_match='loose' must be one of \['exact', 'complete', 'off'\]"),
     ({"sampling": {"temperature": -1}}, r"probe.sampling.temperature=-1 must be a number in \[0, 10\]"),

@@ -113,7 +113,9 @@ def test_the_resume_line_repeats_the_command_with_its_secrets_hidden(monkeypatch
 def test_a_jobs_key_and_where_lines_do_not_depend_on_or_show_the_password():
     assert config_key({"store": "postgresql://a:one1@db/x"}) == config_key({"store": "postgresql://a:two2@db/x"})
     assert where_lines("http://me:s3cret@mlflow:5000", "1", "abc") == [
-        "open: http://me:***@mlflow:5000/#/experiments/1/runs/abc?workflowType=machine_learning"]
+        "open: http://me:***@mlflow:5000/#/experiments/1/runs/abc?workflowType=machine_learning",
+        "every job of the experiment, side by side: http://me:***@mlflow:5000/#/experiments/1/runs?"
+        "workflowType=machine_learning&viewStateShareKey=fairaudit-jobs"]
     assert "s3cret" not in " ".join(where_lines("postgresql://me:s3cret@db/mlflow", "1"))
 
 

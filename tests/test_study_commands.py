@@ -114,14 +114,14 @@ def test_a_tracking_folder_is_the_sqlite_database_in_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_failed_sweep_job_is_named_by_what_it_varies(tmp_path):
+def test_a_sweep_job_with_a_bad_value_is_named_by_what_it_varies_before_anything_opens(tmp_path):
+    """The grid is checked before the parent opens: the bad job's line names it by its number and what it varies,
+    exit code 2, and no run (parent or child) is logged."""
     result = run_app(tmp_path, "model=tiny_qwen3", "model.max_think_tokens=4", "-m", "dataset.n=1,999999")
-    assert result.returncode == 1, result.stderr[-2000:]
-    assert "error: dataset.n=999999: dataset.n=999999 is out of range for 'adult'" in result.stderr
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    runs = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id],
-                              "tags.`fairaudit.kind` = 'job' AND attributes.status = 'FAILED'")
-    assert [run.info.run_name for run in runs] == ["dataset.n=999999 | tiny_qwen3 adult counterfactual think"]
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.splitlines() == [
+        "error: job 1 (dataset.n=999999): dataset.n=999999 is out of range for 'adult': choose 1..45222"]
+    assert not (tmp_path / "mlflow.db").exists()
 
 
 def test_a_tracking_folder_on_the_command_line_is_rewritten_and_one_in_a_config_is_one_line(tmp_path):

@@ -36,8 +36,8 @@ def folder_of(config: DictConfig, key: str) -> Path:
 
 
 def output_problem(folder: Path, key: str) -> str | None:
-    """The one line for `folder` (what `key` names) when it cannot be created, written or has less than ROOM free; a
-    folder this check created is removed again when it fails."""
+    """The one line for `folder` (what `key` names) when it cannot be created, written or has less than ROOM free. A
+    folder this check created is removed again (Hydra creates it when a job starts), so a later refusal leaves none."""
     created = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
     problem = None
     try:
@@ -51,6 +51,6 @@ def output_problem(folder: Path, key: str) -> str | None:
                    f"{key}: cannot write Hydra's output folder {folder} ({error.strerror or error}):")
     if problem is None and free_bytes(folder) < ROOM:
         problem = f"{key}: no space left in {folder} ({megabytes(free_bytes(folder))} free): free space there or"
-    if problem and created is not None and created.exists():
+    if created is not None and created.exists():
         shutil.rmtree(created, ignore_errors=True)
     return problem and f"{problem} choose another folder ({key}=/path/to/folder); nothing was run"

@@ -63,6 +63,8 @@ def audit(job: Job) -> ProbeResult:
         failure = fault_of(error, uri, store, tracker)
         tracker.end(failed=True, error=failure_line(failure or error))
         raise failure or error
+    finally:
+        store.close()  # its claims released, its write-ahead log folded into the file a user may copy
     tracker.end()
     refresh_jobs_view(tracker.client, tracker.experiment_id)  # the experiment's page opens on its jobs side by side
     print_summary(run_name, result, verdict, run_id, tracker.experiment_id, uri)

@@ -81,7 +81,7 @@ def close_parent(uri: str, folder: Path, family: dict) -> str | None:
     children = sweep_children(client, run_id)
     summary = children_summary(client, run_id, children)
     counted = family_verdict(children, run_id, family)
-    verdict = sweep_verdict(summary, children) + (counted[0] if counted else []) + warning_lines(children)
+    verdict = sweep_verdict(summary, children) + warning_lines(children) + (counted[0] if counted else [])
     redact_yaml_file(folder / "multirun.yaml")  # Hydra's copy of the sweep, logged below
     log_summary(client, run_id, summary, folder, verdict, counted and counted[1])
     failed = failure_summary(children) if any(c.info.status != "FINISHED" for c in children) else None
