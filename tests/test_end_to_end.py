@@ -141,7 +141,8 @@ def test_multirun_gives_one_parent_and_a_child_per_dataset(tmp_path):
     p = [10 ** c.data.metrics["mcnemar_log10_p"] for c in sorted(children, key=lambda c: c.data.tags["dataset"])]
     holm, bh = (multipletests(p, method=m) for m in ("holm", "fdr_bh"))
     verdict = (f"3 tests (mcnemar_log10_p: one per model x dataset hypothesis) across the sweep's 3 finished jobs: "
-               f"{sum(v <= 0.05 for v in p)} significant at 0.05 uncorrected, {holm[0].sum()} after Holm, {bh[0].sum()} after Benjamini-Hochberg")
+               f"{sum(v <= 0.05 for v in p)} significant at 0.05 uncorrected, {holm[0].sum()} after Holm, "
+               f"{bh[0].sum()} after Benjamini-Hochberg")
     note = parent.data.tags["mlflow.note.content"].split("\n\n")
     assert any(line.startswith(verdict) for line in note) and verdict in result.stdout
     assert parent.data.metrics["family_n_tests"] == 3
@@ -152,7 +153,8 @@ def test_multirun_gives_one_parent_and_a_child_per_dataset(tmp_path):
     report.run(cfg)
     family = pd.read_csv(tmp_path / "r" / "family.csv").sort_values("dataset")
     assert family["p_holm"].tolist() == pytest.approx(holm[1]) and family["p_bh"].tolist() == pytest.approx(bh[1])
-    assert "| model | dataset | test | runs | p | Holm p | BH p | median p | range |" in (tmp_path / "r" / "report.md").read_text()
+    header = "| model | dataset | test | runs | p | Holm p | BH p | median p | range |"
+    assert header in (tmp_path / "r" / "report.md").read_text()
 
 
 @pytest.mark.long  # kept out of make test's 10 minutes; CI runs it in make test-long
