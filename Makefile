@@ -11,12 +11,17 @@ LLAMACPP_VENV := .venv-llamacpp
 LLAMACPP_PY := $(LLAMACPP_VENV)/bin/python
 LLAMACPP_STAMP := $(LLAMACPP_VENV)/.installed
 LLAMACPP_VERSION := 0.3.36
-# llama-cpp-python has no wheel for Linux on PyPI: it is built once from its sdist into LLAMACPP_WHEELS and reused.
+# llama-cpp-python has no wheel for Linux on PyPI: it is built once from its sdist and kept in the user's cache,
+# keyed by its version, its build flags, the compiler and this CPU's features (llama.cpp builds for the CPU it is
+# built on), so that every checkout on the same machine reuses it and another machine builds its own.
 # -DLLAVA_BUILD=OFF skips the multimodal library (mtmd), which scoring never loads (llama.cpp's tests, tools,
 # examples and server are already off when it is built as llama-cpp-python's subproject). A CUDA build:
-#   make test-llamacpp LLAMACPP_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_CUDA=on" LLAMACPP_WHEELS=.wheels/cuda
+#   make test-llamacpp LLAMACPP_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_CUDA=on"
 LLAMACPP_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
-LLAMACPP_WHEELS ?= .wheels/cpu
+WHEEL_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/fairaudit/wheels
+LLAMACPP_KEY := $(shell { echo "$(LLAMACPP_CMAKE_ARGS)"; $${CC:-cc} --version 2>/dev/null | head -n 1; \
+	grep -m 1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null; uname -m; } | sha256sum | cut -c 1-12)
+LLAMACPP_WHEELS ?= $(WHEEL_CACHE)/llama-cpp-python-$(LLAMACPP_VERSION)-$(LLAMACPP_KEY)
 # The data root: FAIRAUDIT_DATA when set; else a `shared/data` folder beside the checkout when there is one (CI's
 # copy); else ~/.cache/fairaudit/data, where `make run` fetches the data set it reads on first use (docs/data.md).
 ifneq ($(wildcard ../shared/data),)
@@ -32,7 +37,7 @@ comma := ,
 # The data sets `make run` reads: those ARGS names with dataset=... (a sweep's list too), else the default, adult.
 DATA ?= $(or $(subst $(comma), ,$(patsubst dataset=%,%,$(filter dataset=%,$(ARGS)))),adult)
 
-.PHONY: run lint test test-fast test-long test-cluster test-paper test-vllm test-llamacpp llamacpp-wheel bench install clean
+.PHONY: run lint test test-fast test-long test-cluster test-paper test-vllm test-llamacpp llamacpp-wheel llamacpp-wheel-dir bench install clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -66,12 +71,17 @@ llamacpp-wheel: $(LLAMACPP_PY)
 	@if ls $(LLAMACPP_WHEELS)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl >/dev/null 2>&1; then \
 		echo "llama-cpp-python $(LLAMACPP_VERSION): reusing the wheel in $(LLAMACPP_WHEELS)"; \
 	else \
-		echo "llama-cpp-python $(LLAMACPP_VERSION): building the wheel (CMAKE_ARGS=$(LLAMACPP_CMAKE_ARGS); about 15 CPU-minutes)"; \
-		mkdir -p $(LLAMACPP_WHEELS) && start=$$(date +%s) && \
+		echo "llama-cpp-python $(LLAMACPP_VERSION): building the wheel into $(LLAMACPP_WHEELS) (CMAKE_ARGS=$(LLAMACPP_CMAKE_ARGS); about 15 CPU-minutes)"; \
+		rm -rf $(LLAMACPP_WHEELS).partial && mkdir -p $(LLAMACPP_WHEELS).partial && start=$$(date +%s) && \
 		CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(LLAMACPP_PY) -m pip wheel -q \
-			--no-cache-dir --no-deps llama-cpp-python==$(LLAMACPP_VERSION) -w $(LLAMACPP_WHEELS) && \
+			--no-cache-dir --no-deps llama-cpp-python==$(LLAMACPP_VERSION) -w $(LLAMACPP_WHEELS).partial && \
+		rm -rf $(LLAMACPP_WHEELS) && mv $(LLAMACPP_WHEELS).partial $(LLAMACPP_WHEELS) && \
 		echo "llama-cpp-python wheel built in $$(( $$(date +%s) - start )) s"; \
 	fi
+
+# Where the wheel for these flags on this machine is (or will be) kept.
+llamacpp-wheel-dir:
+	@echo $(LLAMACPP_WHEELS)
 
 $(LLAMACPP_STAMP): pyproject.toml Makefile | llamacpp-wheel
 	$(LLAMACPP_PY) -m pip install -q torch==2.13.0
