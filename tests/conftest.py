@@ -16,7 +16,7 @@ from fairaudit.job.registry import backend_classes
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(os.environ.get("FAIRAUDIT_DATA", REPO.parent / "shared" / "data")).resolve()
-pytest_plugins = ["time_budget"]  # --file-budget, and the slowest files listed after every session
+pytest_plugins = ["time_budget", "process_marks"]  # --file-budget and the slowest files; the `process` mark
 ENGINE_BACKENDS = {name: cls for name, cls in backend_classes().items() if cls.requires is not None}
 
 # tests/<backend>/ holds the tests of a backend that runs on an optional engine (`Backend.requires`), run in that
