@@ -110,6 +110,20 @@ def cache_without_schema(tmp_path: Path) -> dict[str, str]:
     return {"FAIRAUDIT_CACHE": str(cache)}
 
 
+def cut_short_model(folder: Path) -> Path:
+    """A copy of the tiny Qwen3 whose weights file is cut short (as an interrupted download leaves it): every
+    check before a sweep opens passes, and loading it fails in the job."""
+    from fairaudit.models.locate import tiny_qwen3_dir
+
+    source, copy = tiny_qwen3_dir(), folder / "cut-short-model"
+    copy.mkdir()
+    for file in source.iterdir():
+        if file.name != "model.safetensors":
+            (copy / file.name).symlink_to(file)
+    (copy / "model.safetensors").write_bytes((source / "model.safetensors").read_bytes()[:1_000_000])
+    return copy
+
+
 def building_tracking_db(folder: Path) -> bool:
     """A tracking database in `folder`, or the user cache's empty one (cache_without_schema), is being built."""
     return bool(list(folder.glob(".mlflow.db.building-*")) or list(folder.glob("cache/mlflow-schemas/.*.building-*")))

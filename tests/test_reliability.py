@@ -25,6 +25,7 @@ from conftest import (
     building_tracking_db,
     cache_without_schema,
     count,
+    cut_short_model,
     integrity,
     model_results,
     run_app,
@@ -96,20 +97,25 @@ def test_any_typed_value_finishes_or_is_one_line_with_no_run(drawn):
 @pytest.mark.parametrize("launcher", [(), ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2")],
                          ids=["sequential", "joblib"])
 def test_failing_sweep_jobs_become_failed_children_and_the_rest_run(tmp_path, launcher):
-    result = run_app(tmp_path, *TINY, *launcher, "-m", "dataset.n=2,999999,99999999,1", env=ENV)
+    """Jobs that pass every check before the sweep opens and fail as they run (a weights file cut short)."""
+    from fairaudit.models.locate import tiny_qwen3_dir
+
+    good, bad = tiny_qwen3_dir(), cut_short_model(tmp_path)
+    result = run_app(tmp_path, *TINY, *launcher, "-m", "dataset.n=2,1", f"model.path={good},{bad}", env=ENV)
     assert result.returncode == 1, result.stderr[-3000:]
     found = all_runs(tmp_path)
     (parent,) = [r for r in found if r.data.tags["fairaudit.kind"] == "sweep"]
     children = {r.data.tags["fairaudit.job_num"]: r for r in found if r.data.tags["fairaudit.kind"] == "job"}
     assert {num: run.info.status for num, run in children.items()} == {
-        "0": "FINISHED", "1": "FAILED", "2": "FAILED", "3": "FINISHED"}
-    assert "dataset.n=999999 is out of range for 'adult'" in children["1"].data.tags["fairaudit.error"]
-    line = "dataset.n=99999999 is out of range for 'adult': choose 1..45222"  # known once the data is read
-    assert children["2"].data.tags["fairaudit.error"] == children["2"].data.tags["mlflow.note.content"] == line
+        "0": "FINISHED", "1": "FAILED", "2": "FINISHED", "3": "FAILED"}
+    line = f"model file {bad}/model.safetensors is cut short: 1,000,000 of "
+    for num in "13":
+        assert children[num].data.tags["fairaudit.error"].startswith(line)
+        assert children[num].data.tags["fairaudit.error"] == children[num].data.tags["mlflow.note.content"]
     assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in children.values())
     assert parent.info.status == "FAILED"
     summary = parent.data.tags["fairaudit.failed_jobs"]
-    assert summary.startswith("2 of 4 jobs failed: #1 ") and "dataset.n=999999" in summary and "#2 " in summary
+    assert summary.startswith("2 of 4 jobs failed: #1 ") and f"model.path={bad}" in summary and "#3 " in summary
     assert error_lines(result.stderr)[-1] == f"error: {summary}"
 
 

@@ -14,8 +14,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import test_report
-from conftest import DATA_ROOT, REPO, model_results, run_app
+from conftest import DATA_ROOT, REPO, cut_short_model, model_results, run_app
 from fairaudit.errors import AuditError
+from fairaudit.models.locate import tiny_qwen3_dir
 from fairaudit.report import app
 from test_report import report_cfg, synthetic_records
 
@@ -122,6 +123,18 @@ def test_a_sweep_job_with_a_bad_value_is_named_by_what_it_varies_before_anything
     assert result.stderr.splitlines() == [
         "error: job 1 (dataset.n=999999): dataset.n=999999 is out of range for 'adult': choose 1..45222"]
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_sweep_job_that_fails_as_it_runs_is_named_by_what_it_varies(tmp_path):
+    bad = cut_short_model(tmp_path)
+    result = run_app(tmp_path, "model=tiny_qwen3", "model.max_think_tokens=4", "dataset.n=1", "-m",
+                     f"model.path={tiny_qwen3_dir()},{bad}")
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert f"model.path={bad}: model file {bad}/model.safetensors is cut short" in result.stderr
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id],
+                              "tags.`fairaudit.kind` = 'job' AND attributes.status = 'FAILED'")
+    assert [run.info.run_name for run in runs] == [f"model.path={bad} | tiny_qwen3 adult counterfactual think"]
 
 
 def test_a_tracking_folder_on_the_command_line_is_rewritten_and_one_in_a_config_is_one_line(tmp_path):

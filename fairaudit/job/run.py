@@ -50,11 +50,13 @@ def audit(job: Job) -> ProbeResult:
     axes = {axis: tags[axis] for axis in t.AXIS_TAGS}  # short params, so Compare can plot against the grid's axes
     parent = parent_run_id(job.place.sweep_dir) if job.place.sweep_dir else None
     run_id = tracker.start(run_name, tags, {**axes, **flatten(job.settings)}, parent)
+    ended = False
     try:
         result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
         result.metrics.update(client.metrics())
         verdict = job.probe.verdict(result)
         log_run(tracker, job, result, verdict, run_name)
+        ended = True
     except KeyboardInterrupt:
         tracker.end(killed=True, error=f"interrupted ({interrupt.cause()}) after {client.model_calls} new results, "
                                        "all kept in the store")
@@ -64,7 +66,7 @@ def audit(job: Job) -> ProbeResult:
         tracker.end(failed=True, error=failure_line(failure or error))
         raise failure or error
     finally:
-        store.close()  # its claims released, its write-ahead log folded into the file a user may copy
+        store.close(release=ended)  # the write-ahead log folded into the file a user may copy
     tracker.end()
     refresh_jobs_view(tracker.client, tracker.experiment_id)  # the experiment's page opens on its jobs side by side
     print_summary(run_name, result, verdict, run_id, tracker.experiment_id, uri)

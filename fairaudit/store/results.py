@@ -218,8 +218,11 @@ class Store:
         with self.engine.connect() as conn:
             return conn.execute(query).scalar_one()
 
-    def close(self) -> None:
-        self.claims.release_all()
+    def close(self, release: bool = True) -> None:
+        """Release this process's claims (unless `release` is False: after a failure, whose cause may be this very
+        store, they are taken over at once on this host and lapse elsewhere) and close every connection."""
+        if release:
+            self.claims.release_all()
         self.engine.dispose()
 
 
