@@ -49,7 +49,7 @@ def probe_result(probe: str, data_root, store: Store):
 
 
 WITH_INTERVALS = {"counterfactual", "btm", "cdpg", "influence"}  # the shipped probes that log intervals
-DECLARING = {*WITH_INTERVALS, "position"}  # the shipped probes, whose analysis modules study.DECLARED lists
+DECLARING = {*WITH_INTERVALS, "position"}  # the shipped probes, whose analysis modules declare RANGES
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ def test_every_interval_a_probe_logs_has_its_n_and_its_few_flag(probe, store, da
         if low in logged:   # a NaN interval (over no unit: every pair cut, `_complete`) has a NaN n beside it
             assert n in logged and logged[few] == float(logged[n] < FEW), (probe, low)
     if probe in DECLARING:   # every metric declares its range (analysis/ranges.py), which holds its value
-        undeclared = [name for name in kept if declared_range(name, study.DECLARED) is None]
+        undeclared = [name for name in kept if declared_range(name, study.declared()) is None]
         assert not undeclared, f"{probe}: no range declared for {undeclared} (a RANGES table beside their definition)"
         outside = {name: value for name, value in logged.items()
                    if not study.metric_range(name)[0] <= value <= study.metric_range(name)[1]}

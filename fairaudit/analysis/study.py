@@ -6,8 +6,11 @@ run) and the run's metrics by their public names, plus `run_id`. Nothing here re
 
 from __future__ import annotations
 
+import importlib
 import math
+import pkgutil
 import re
+from functools import lru_cache
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -15,18 +18,9 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from fairaudit.analysis import ranges
-from fairaudit.analysis.cdpg import RANGES as CDPG
-from fairaudit.analysis.contingency import RANGES as CONTINGENCY
 from fairaudit.analysis.contingency import contingency
-from fairaudit.analysis.gap import RANGES as GAP
-from fairaudit.analysis.influence import RANGES as INFLUENCE
-from fairaudit.analysis.pairs import RANGES as PAIRS
-from fairaudit.analysis.position import RANGES as POSITION
-from fairaudit.analysis.position_truncation import RANGES as POSITION_TRUNCATION
 from fairaudit.analysis.ranges import COUNT
 from fairaudit.analysis.stats import p_value, sign_test_log10_p
-from fairaudit.analysis.transitions import RANGES as TRANSITIONS
-from fairaudit.analysis.truncation import RANGES as TRUNCATION
 
 AXES = ("model", "dataset", "probe", "arm", "checkpoint", "seed", "engine")  # engine: the backend and its numerics
 ROW_AXES = ("model", "dataset")  # always shown, as in paper 000's tables
@@ -139,15 +133,22 @@ def paper_tables(runs: pd.DataFrame, pooled: Mapping[str, float] | None, treatme
 
 
 RANGES = {"model_calls": COUNT}  # counted by the store's client, logged by every job
-DECLARED = ranges.merged(RANGES, CONTINGENCY, PAIRS, GAP, TRUNCATION, TRANSITIONS, CDPG, INFLUENCE, POSITION,
-                         POSITION_TRUNCATION)  # every module that defines metrics
+
+
+@lru_cache(maxsize=1)
+def declared() -> dict[str, ranges.Range]:
+    """Every metric range the analysis modules declare: the `RANGES` of each module of `fairaudit.analysis`,
+    found by walking the package (a new module's table counts without being listed anywhere)."""
+    package = importlib.import_module(__package__)
+    modules = [importlib.import_module(f"{__package__}.{info.name}") for info in pkgutil.iter_modules(package.__path__)]
+    return ranges.merged(*(module.RANGES for module in modules if hasattr(module, "RANGES")))
 
 
 def metric_range(name: str) -> tuple[float, float]:
     """The values metric `name` can take, as the module that defines it declares (`analysis.ranges`): counts >= 0,
     rates and shares in [0, 1], their differences in [-1, 1], log10 p-values <= 0...; a metric nothing declares
     (a probe of one's own) is unbounded, so nothing cuts its interval."""
-    return ranges.declared_range(name, DECLARED) or ranges.FREE
+    return ranges.declared_range(name, declared()) or ranges.FREE
 
 
 def t_interval(values: np.ndarray, level: float = 0.95,
