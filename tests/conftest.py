@@ -110,18 +110,25 @@ def cache_without_schema(tmp_path: Path) -> dict[str, str]:
     return {"FAIRAUDIT_CACHE": str(cache)}
 
 
+def model_copy(source: Path, folder: Path, broken: str | None = None) -> Path:
+    """`folder`: a copy of the model folder `source` (its weights linked), the file named `broken` cut to half."""
+    folder.mkdir()
+    for item in source.iterdir():
+        if item.name == broken:
+            (folder / item.name).write_bytes(item.read_bytes()[:item.stat().st_size // 2])
+        elif item.suffix == ".safetensors":
+            (folder / item.name).symlink_to(item)
+        else:
+            shutil.copy(item, folder / item.name)
+    return folder
+
+
 def cut_short_model(folder: Path) -> Path:
     """A copy of the tiny Qwen3 whose weights file is cut short (as an interrupted download leaves it): every
     check before a sweep opens passes, and loading it fails in the job."""
     from fairaudit.models.locate import tiny_qwen3_dir
 
-    source, copy = tiny_qwen3_dir(), folder / "cut-short-model"
-    copy.mkdir()
-    for file in source.iterdir():
-        if file.name != "model.safetensors":
-            (copy / file.name).symlink_to(file)
-    (copy / "model.safetensors").write_bytes((source / "model.safetensors").read_bytes()[:1_000_000])
-    return copy
+    return model_copy(tiny_qwen3_dir(), folder / "cut-short-model", "model.safetensors")
 
 
 def building_tracking_db(folder: Path) -> bool:

@@ -13,16 +13,19 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-STARTS = {"run_app", "Popen", "fork", "check_output", "check_call", "Process", "start_new_session"}
+STARTS = {"subprocess.run", "Popen", "fork", "check_output", "check_call", "Process", "start_new_session"}
 SUBPROCESS_RUN = re.compile(r"\bsubprocess\.run\(")
 
 
 def called_names(node: ast.AST) -> set[str]:
-    """The names a function or class calls (`f(...)`, `x.f(...)`: f)."""
-    return {call.func.id if isinstance(call.func, ast.Name) else call.func.attr for call in ast.walk(node)
-            if isinstance(call, ast.Call) and isinstance(call.func, (ast.Name, ast.Attribute))}
+    """The names a function or class calls (`f(...)`, `x.f(...)`: f), and "subprocess.run" when it calls that (a
+    bare `run` names too many things to count)."""
+    names = {call.func.id if isinstance(call.func, ast.Name) else call.func.attr for call in ast.walk(node)
+             if isinstance(call, ast.Call) and isinstance(call.func, (ast.Name, ast.Attribute))}
+    return names | ({"subprocess.run"} if SUBPROCESS_RUN.search(ast.unparse(node)) else set())
 
 
+@lru_cache(maxsize=None)
 def definitions(path: Path) -> dict[str, ast.AST]:
     tree = ast.parse(path.read_text())
     return {node.name: node for node in tree.body
@@ -37,7 +40,7 @@ def starters(module_path: Path) -> frozenset[str]:
     for helper in sorted(TESTS.glob("[!t]*.py")):
         defined.update(definitions(helper))
     defined.update(definitions(module_path))
-    found = set(STARTS) | {name for name, node in defined.items() if SUBPROCESS_RUN.search(ast.unparse(node))}
+    found = set(STARTS)
     while True:
         more = {name for name, node in defined.items() if name not in found and called_names(node) & found}
         if not more:
@@ -47,17 +50,16 @@ def starters(module_path: Path) -> frozenset[str]:
 
 @lru_cache(maxsize=None)
 def calls_in(function) -> frozenset[str]:
-    """The names a test or fixture function calls ("subprocess.run" as itself); none when its source is not at hand."""
+    """The names a test or fixture function calls (`called_names`); none when its source is not at hand."""
     try:
         source = inspect.getsource(function)
     except (OSError, TypeError):
         return frozenset()
-    runs = {"subprocess.run"} if SUBPROCESS_RUN.search(source) else set()
-    return frozenset(called_names(ast.parse(inspect.cleandoc("\n" + source))) | runs)
+    return frozenset(called_names(ast.parse(inspect.cleandoc("\n" + source))))
 
 
 def starts_a_process(item: pytest.Function) -> bool:
-    names = starters(Path(item.path)) | {"subprocess.run"}
+    names = starters(Path(item.path))
     functions = [item.function] + [defs[-1].func for defs in item._fixtureinfo.name2fixturedefs.values()]
     return any(calls_in(function) & names for function in functions)
 

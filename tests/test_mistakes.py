@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-from conftest import DATA_ROOT
+from conftest import DATA_ROOT, model_copy
 from fork_runner import fairaudit
 
 BASE = ("model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8")
@@ -153,7 +152,7 @@ def files(tmp_path_factory) -> Path:
     tiny = tiny_qwen3_dir()
     for name, broken in (("cut_weights", "model.safetensors"), ("missing_shard", None), ("cut_config", "config.json"),
                          ("cut_tokenizer", "tokenizer.json"), ("no_template", None)):
-        _model_copy(tiny, root / name, broken)
+        model_copy(tiny, root / name, broken)
     index = {"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors",
                                             "b": "model-00002-of-00002.safetensors"}}
     (root / "missing_shard" / "model.safetensors.index.json").write_text(json.dumps(index))
@@ -165,17 +164,6 @@ def files(tmp_path_factory) -> Path:
         cut.write(whole.read(3_000_000))  # its metadata and the start of its tensors
     _clip_gguf(root / "mmproj.gguf")
     return root
-
-
-def _model_copy(source: Path, folder: Path, broken: str | None) -> None:
-    folder.mkdir()
-    for item in source.iterdir():
-        if item.name == broken:
-            (folder / item.name).write_bytes(item.read_bytes()[:item.stat().st_size // 2])
-        elif item.suffix == ".safetensors":
-            (folder / item.name).symlink_to(item)
-        else:
-            shutil.copy(item, folder / item.name)
 
 
 def _data_copies(root: Path) -> None:
