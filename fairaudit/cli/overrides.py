@@ -131,11 +131,8 @@ def parse_problem(args: list[str], error: Exception) -> str:
 
     parser = OverridesParser.create()
     for num, arg in enumerate(args):
-        try:
-            parser.parse_overrides([arg])
+        if parses(parser, arg):
             continue
-        except Exception:
-            pass
         if "=" not in arg:
             then = args[num + 1:num + 3]
             if then and then[0].startswith("="):
@@ -147,9 +144,31 @@ def parse_problem(args: list[str], error: Exception) -> str:
                 f" (e.g. {arg}=VALUE; ~{arg} deletes a key)"
             return f"{arg}: an override is key=value{meant}"
         key, value = arg.split("=", 1)
+        if not parses(parser, f"{key}=x"):
+            return key_grammar_problem(arg, key, value)
         return (f"{arg}: Hydra's override grammar reads this value only in quotes: write "
                 f"'{key}=\"{value}\"' (the shell keeps the inner quotes for Hydra)")
     return " ".join(str(error).split())
+
+
+def parses(parser, arg: str) -> bool:
+    """Hydra's override grammar reads `arg`."""
+    try:
+        parser.parse_overrides([arg])
+    except Exception:
+        return False
+    return True
+
+
+def key_grammar_problem(arg: str, key: str, value: str) -> str:
+    """A key Hydra's grammar does not read: a dotted path mixed with a group's slashes or a `+` inside. A sweep
+    param's own key (`hydra.sweeper.params.+experiment/engines/engine`) is set as the override it sweeps."""
+    swept = key.removeprefix("hydra.sweeper.params.")
+    if swept != key:
+        return (f"{arg}: a sweep param is set on the command line as its own override, which replaces the config's "
+                f"list: write '{swept}={value}'")
+    return (f"{arg}: Hydra's override grammar reads no key {key!r}: a key is a dotted path (a.b.c) or a config "
+            "group (a/b), with at most one leading + or ~")
 
 
 def repeated_problem(overrides) -> str | None:

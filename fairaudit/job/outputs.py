@@ -14,7 +14,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit.errors.disk import free_bytes, is_enospc, megabytes
-from fairaudit.job.preflight import exit_on
+from fairaudit.job.preflight import ends_the_command, exit_on
 
 ROOM = 1 << 20  # free bytes an output folder must have: Hydra writes about 20 KB a job, its log grows with the run
 
@@ -22,9 +22,11 @@ ROOM = 1 << 20  # free bytes an output folder must have: Hydra writes about 20 K
 class OutputsCallback(Callback):
     """Hydra callback: the run's (or sweep's) output folder is writable and has room, before Hydra writes to it."""
 
+    @ends_the_command
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         exit_on([p for p in [output_problem(folder_of(config, "hydra.run.dir"), "hydra.run.dir")] if p])
 
+    @ends_the_command
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         exit_on([p for p in [output_problem(folder_of(config, "hydra.sweep.dir"), "hydra.sweep.dir")] if p])
 

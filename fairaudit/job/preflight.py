@@ -5,18 +5,19 @@ model's files (a metadata query: nothing downloaded). Each distinct problem is o
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from fairaudit.errors import AuditError, input_error_line
+from fairaudit.errors import AuditError, failure_line, input_error_line
 from fairaudit.job.checks import validate_tracking, value_problems
 from fairaudit.job.config import Place, backend_of, files_problem, read_job
 from fairaudit.job.grid import job_label, sweep_jobs
-from fairaudit.terminal.output import print_error
+from fairaudit.terminal.output import print_error, print_traceback
 
 
 @dataclass(frozen=True)
@@ -81,9 +82,11 @@ def one_line(check: Callable[[GridJob], None]) -> Callable[[GridJob], str | None
 
 
 def resolved_part(job: GridJob, *keys: str) -> str:
-    """The resolved config under `keys` as one string: jobs that share it share its checks."""
-    return json.dumps(OmegaConf.to_container(OmegaConf.masked_copy(job.config, list(keys)), resolve=True),
-                      sort_keys=True, default=str)
+    """The resolved config under `keys` as one string: jobs that share it share its checks. Each key resolves in the
+    whole config (`backend.n_ctx: ${model.max_context}` reads the job's model)."""
+    parts = {key: OmegaConf.select(job.config, key) for key in keys}
+    return json.dumps({key: OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+                       for key, value in parts.items()}, sort_keys=True, default=str)
 
 
 def value_line(job: GridJob) -> str | None:
@@ -166,3 +169,20 @@ def exit_on(problems: list[str]) -> None:
         print_error(line)
     if problems:
         sys.exit(2)
+
+
+def ends_the_command(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """A Hydra callback hook whose error ends the command. Hydra turns an exception raised in a callback into a
+    warning and goes on (a sweep would run without its checks or its parent run); here bad input is its `error:`
+    line and exit code 2, anything else its traceback and line, exit code 1."""
+    @functools.wraps(hook)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return hook(*args, **kwargs)
+        except Exception as error:
+            line = input_error_line(error)
+            if line is None:
+                print_traceback(error)
+            print_error(line or failure_line(error))
+            sys.exit(2 if line else 1)
+    return guarded

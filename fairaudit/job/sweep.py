@@ -24,7 +24,7 @@ from fairaudit.job.grid import (
     swept_of,
     without_probe,
 )
-from fairaudit.job.preflight import exit_on, sweep_problems
+from fairaudit.job.preflight import ends_the_command, exit_on, sweep_problems
 from fairaudit.job.run import run
 from fairaudit.job.tags import job_run_name, job_tags
 from fairaudit.terminal.output import print_error, print_line, print_traceback, quiet_libraries
@@ -43,6 +43,7 @@ class SweepCallback(Callback):
     sweep left RUNNING is closed KILLED by the next run of the same sweep (same overrides).
     """
 
+    @ends_the_command
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         HydraConfig.instance().set_config(config)  # so ${hydra:runtime.cwd} in tracking.uri resolves
         quiet_libraries()
@@ -55,6 +56,7 @@ class SweepCallback(Callback):
         except AuditError as error:
             exit_on([str(error)])
 
+    @ends_the_command
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         gone = server_problem(config.tracking.uri)  # a database server that went down mid-sweep: its line, at once
         if gone:
