@@ -132,17 +132,17 @@ test-cluster: $(STAMP)
 	CLUSTER_DIR=$(CLUSTER_DIR) scripts/cluster.sh down; exit $$rc
 
 # The vLLM tests (tests/vllm/, not collected by `make test`) in .venv-vllm, vllm's conformance entries, and
-# the hf backend's tests under the transformers<5.20 that vLLM pins.
+# the hf backend's tests under the transformers<5.20 that vLLM pins: one pytest process (one import of vLLM).
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_PY) -m pytest tests/vllm tests/test_hf_backend.py $(ARGS)
-	$(VLLM_PY) -m pytest tests/test_conformance.py -k "vllm or coincide" $(ARGS)
+	OMP_NUM_THREADS=$(THREADS) $(VLLM_PY) -m pytest $(PARALLEL) tests/vllm tests/test_hf_backend.py tests/test_conformance.py \
+		-k "not test_conformance or vllm or coincide" $(ARGS)
 
-# The llama.cpp tests (tests/llamacpp/, not collected where llama-cpp-python is absent; on every core, each
-# worker's llama.cpp on OMP_NUM_THREADS threads) and the conformance suite's llamacpp entries (the other
-# entries run in `make test`), in .venv-llamacpp.
+# The llama.cpp tests (tests/llamacpp/, not collected where llama-cpp-python is absent) and the conformance
+# suite's llamacpp entries (the other entries run in `make test`), in .venv-llamacpp: one pytest run on every
+# core, each worker's llama.cpp on OMP_NUM_THREADS threads.
 test-llamacpp: $(LLAMACPP_STAMP)
-	OMP_NUM_THREADS=$(THREADS) $(LLAMACPP_PY) -m pytest $(PARALLEL) tests/llamacpp $(ARGS)
-	$(LLAMACPP_PY) -m pytest tests/test_conformance.py -k "llamacpp or coincide" $(ARGS)
+	OMP_NUM_THREADS=$(THREADS) $(LLAMACPP_PY) -m pytest $(PARALLEL) tests/llamacpp tests/test_conformance.py \
+		-k "not test_conformance or llamacpp or coincide" $(ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/cdpg_depth.py

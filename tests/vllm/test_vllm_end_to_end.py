@@ -1,5 +1,5 @@
-"""`python -m fairaudit backend=vllm` as a user runs it: the default audit, a cdpg sweep over three datasets
-with parent and child runs, and a repeat served from the store without starting an engine."""
+"""`python -m fairaudit backend=vllm` as a user runs it: the default audit on the CPU build's defaults, a cdpg sweep
+over three datasets with parent and child runs, and a repeat served from the store without starting an engine."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def workdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def first(workdir):
-    result = run_app(workdir, *VLLM, *SMALL, env=ENV, timeout=TIMEOUT)
+    """The default audit on `backend=vllm` with no other setting (its CPU defaults), the module's first run."""
+    result = run_app(workdir, "backend=vllm", *SMALL, env=ENV, timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -77,7 +78,7 @@ def test_cdpg_sweep_over_three_datasets_has_a_parent_and_three_children_on_one_e
 
 
 def test_repeated_run_makes_no_model_call_and_starts_no_engine(first, workdir):
-    again = run_app(workdir, *VLLM, *SMALL, env=ENV, timeout=TIMEOUT)
+    again = run_app(workdir, "backend=vllm", *SMALL, env=ENV, timeout=TIMEOUT)
     assert again.returncode == 0, again.stderr[-3000:]
     assert ENGINE_START not in again.stderr + again.stdout
     latest = runs(f"sqlite:///{workdir}/mlflow.db", "tags.probe = 'counterfactual'")[-1]
@@ -85,15 +86,13 @@ def test_repeated_run_makes_no_model_call_and_starts_no_engine(first, workdir):
     assert "prefix_cache_hit_rate" not in latest.data.metrics  # nothing was looked up: no rate to report
 
 
-def test_the_cpu_build_runs_with_its_defaults_alone(tmp_path):
-    """`python -m fairaudit backend=vllm dataset.n=2`, no other setting: on a CPU, vllm_cpu sizes the KV cache from
+def test_the_cpu_build_runs_with_its_defaults_alone(first, workdir):
+    """`python -m fairaudit backend=vllm dataset.n=4`, no other setting: on a CPU, vllm_cpu sizes the KV cache from
     the free memory, binds every core, uses 32-token blocks and eager mode."""
-    result = run_app(tmp_path, "backend=vllm", "dataset.n=2", env=ENV, timeout=TIMEOUT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    (run,) = runs(f"sqlite:///{tmp_path}/mlflow.db")
-    assert run.info.status == "FINISHED" and run.data.metrics["n_pairs"] == 2
-    logs = result.stderr + result.stdout
-    assert logs.count(ENGINE_START) == 1 and "VLLM_CPU_OMP_THREADS_BIND='0-" in logs and "'block_size': 32" in logs
+    run = runs(f"sqlite:///{workdir}/mlflow.db", "tags.probe = 'counterfactual'")[0]
+    assert run.info.status == "FINISHED" and run.data.metrics["n_pairs"] == 4
+    logs = first.stderr + first.stdout
+    assert "VLLM_CPU_OMP_THREADS_BIND='0-" in logs and "'block_size': 32" in logs
 
 
 def test_an_engine_that_cannot_start_is_one_error_line_and_a_failed_run(tmp_path):
