@@ -16,6 +16,9 @@ from fairaudit.job.registry import backend_classes
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(os.environ.get("FAIRAUDIT_DATA", REPO.parent / "shared" / "data")).resolve()
+# A test parameter on the embedded SmolLM2: its forward passes run in `make test`, not in `make test-fast`, whose
+# model tests run on the tiny Qwen3 alone.
+SMOLLM2 = pytest.param("smollm2", marks=pytest.mark.slow)
 pytest_plugins = ["time_budget", "process_marks"]  # --file-budget and the slowest files; the `process` mark
 ENGINE_BACKENDS = {name: cls for name, cls in backend_classes().items() if cls.requires is not None}
 

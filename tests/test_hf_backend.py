@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import SMOLLM2
 from fairaudit.backends import GenerationRequest
 from fairaudit.backends.hf import HFBackend
 from fairaudit.models.locate import embedded_model_dir, tiny_qwen3_dir
@@ -13,7 +14,7 @@ from fairaudit.prompts.yesno import choice_token_ids
 PROMPTS = ["Is the sky blue? Answer Yes or No.", "Short?", "A considerably longer question about income " * 4]
 
 
-@pytest.fixture(scope="module", params=["tiny_qwen3", "smollm2"])
+@pytest.fixture(scope="module", params=["tiny_qwen3", SMOLLM2])
 def backend(request):
     model_dir = tiny_qwen3_dir() if request.param == "tiny_qwen3" else embedded_model_dir()
     return HFBackend(model_dir, batch_size=3)

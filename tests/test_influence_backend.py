@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import SMOLLM2
 from fairaudit.backends import Block, GenerationRequest, GraphGenerationRequest, NLLRequest
 from fairaudit.backends.graphs import graph_allowed, pack_tree, tree_length
 from fairaudit.backends.hf import HFBackend
@@ -13,7 +14,7 @@ from fairaudit.models.locate import embedded_model_dir, tiny_qwen3_dir
 from fairaudit.probes.influence_transcripts import visibility
 
 
-@pytest.fixture(scope="module", params=["tiny_qwen3", "smollm2"])
+@pytest.fixture(scope="module", params=["tiny_qwen3", SMOLLM2])
 def backend(request):
     return HFBackend({"smollm2": embedded_model_dir, "tiny_qwen3": tiny_qwen3_dir}[request.param](), device="cpu")
 

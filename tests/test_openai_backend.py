@@ -31,6 +31,8 @@ from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
 from model_server import LoopbackServer
 
+pytestmark = pytest.mark.slow  # loopback servers that hang, fail and retry for real: `make test`, not `make test-fast`
+
 KEY = "sk-test-5ecret-never-logged"
 HANG = "hang"
 MALFORMED = "malformed"

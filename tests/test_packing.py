@@ -7,6 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from conftest import SMOLLM2
 from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.backends import DepthRequest
 from fairaudit.backends.packing import check_packable, naive_depth_probs, pack_request, packed_depth_probs, tree_mask
@@ -27,7 +28,7 @@ TRACES = [
 SUFFIX = "</think>\nAnswer:"
 
 
-@pytest.fixture(scope="module", params=["smollm2", "tiny_qwen3"])
+@pytest.fixture(scope="module", params=[SMOLLM2, "tiny_qwen3"])
 def model_dir(request):
     return {"smollm2": embedded_model_dir, "tiny_qwen3": tiny_qwen3_dir}[request.param]()
 
