@@ -10,14 +10,16 @@ from scipy import stats
 from fairaudit.analysis.multiplicity import adjusted_log10_p
 from fairaudit.analysis.power import (
     cells_at_ratio,
+    expected_wilson_width,
     family_alpha,
     mcnemar_critical_counts,
     mcnemar_pairs_for_power,
     mcnemar_power,
     paired_gap_pairs_for_power,
     paired_gap_power,
+    units_for_wilson_width,
 )
-from fairaudit.analysis.stats import mcnemar_exact_log10_p
+from fairaudit.analysis.stats import mcnemar_exact_log10_p, wilson_interval
 
 DRAWS = 4000
 WITHIN = 0.03  # predicted and simulated power agree within 3 points
@@ -102,3 +104,23 @@ def test_family_alpha():
     assert family_alpha(0.05, 4, "holm") == family_alpha(0.05, 4, "bh") == 0.0125
     with pytest.raises(ValueError, match="correction"):
         family_alpha(0.05, 4, "sidak")
+
+
+def wilson_width(k, n):
+    low, high = wilson_interval(k, n)
+    return high - low
+
+
+def test_expected_wilson_width_by_hand_and_by_simulation():
+    # 2 units at rate 0.3: k = 0, 1, 2 with probabilities 0.49, 0.42, 0.09
+    by_hand = 0.49 * wilson_width(0, 2) + 0.42 * wilson_width(1, 2) + 0.09 * wilson_width(2, 2)
+    assert expected_wilson_width(2, 0.3) == pytest.approx(by_hand, rel=1e-12)
+    for rate in (0.05, 0.2, 0.5):
+        drawn = np.random.default_rng(3).binomial(400, rate, size=DRAWS)
+        simulated = np.mean([wilson_width(int(k), 400) for k in drawn])
+        assert expected_wilson_width(400, rate) == pytest.approx(simulated, abs=0.001)
+
+
+def test_units_for_wilson_width_is_where_the_width_is_first_reached():
+    n = units_for_wilson_width(0.2, 0.05)
+    assert expected_wilson_width(n, 0.2) <= 0.05 < expected_wilson_width(n - 1, 0.2)

@@ -1,4 +1,5 @@
-"""Statistical power of a study's primary tests at a planned n, and the n a target power needs.
+"""Statistical power of a study's primary tests and the width of its intervals at a planned n, and the n a target
+power or width needs.
 
 Pure: rates and sizes in, probabilities and counts out; no I/O, no model. Each function says whether it is
 exact or an approximation:
@@ -7,6 +8,8 @@ exact or an approximation:
                                                 computes
   paired gap (mean of paired differences)       exact for normal differences: the one-sample t-test's
                                                 noncentral t law
+  a rate's Wilson interval (influence rates)    exact: its expected width summed over k ~ Binomial(n, rate), the
+                                                interval `stats.wilson_interval` computes
   a family of m tests (Holm, Benjamini-Hochberg) a lower bound: each test at alpha / m, the Bonferroni level of
                                                 Holm's first step (Holm and BH reject at least what it rejects)
 """
@@ -17,6 +20,8 @@ import math
 
 import numpy as np
 from scipy import stats
+
+from fairaudit.analysis.stats import wilson_interval
 
 CORRECTIONS = ("none", "holm", "bh")
 LARGEST_N = 1_000_000  # the inverse searches no further: a target it cannot reach there is reported as None
@@ -67,24 +72,29 @@ def paired_gap_power(pairs: int, mean_difference: float, sd_difference: float, a
     return float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
 
 
-def pairs_for_power(power_at, target: float = 0.8, smallest: int = 1) -> int | None:
-    """The n at which `power_at(n)` first reaches `target`, found by bisection between `smallest` and the first
-    power of two that reaches it; None when LARGEST_N does not. Exact for a power increasing in n (the t-test);
-    the exact McNemar test's power saw-tooths in n by under a point, so there it is an n that reaches the target
-    whose predecessor does not."""
-    if not 0.0 < target < 1.0:
-        raise ValueError(f"target power must be in (0, 1), got {target}")
-    if power_at(smallest) >= target:
+def first_n(reaches, smallest: int = 1) -> int | None:
+    """The n at which `reaches(n)` first holds, found by bisection between `smallest` and the first power of two
+    where it holds; None when LARGEST_N does not. Exact for a condition that stays true once it holds."""
+    if reaches(smallest):
         return smallest
     low, high = smallest, smallest
-    while power_at(high) < target:  # power(low) < target throughout
+    while not reaches(high):  # reaches(low) is false throughout
         if high >= LARGEST_N:
             return None
         low, high = high, min(2 * high, LARGEST_N)
-    while high - low > 1:  # power(low) < target <= power(high)
+    while high - low > 1:  # not reaches(low), reaches(high)
         middle = (low + high) // 2
-        low, high = (low, middle) if power_at(middle) >= target else (middle, high)
+        low, high = (low, middle) if reaches(middle) else (middle, high)
     return high
+
+
+def pairs_for_power(power_at, target: float = 0.8, smallest: int = 1) -> int | None:
+    """The n at which `power_at(n)` first reaches `target` (`first_n`). Exact for a power increasing in n (the
+    t-test); the exact McNemar test's power saw-tooths in n by under a point, so there it is an n that reaches the
+    target whose predecessor does not."""
+    if not 0.0 < target < 1.0:
+        raise ValueError(f"target power must be in (0, 1), got {target}")
+    return first_n(lambda n: power_at(n) >= target, smallest)
 
 
 def mcnemar_pairs_for_power(p_b: float, p_c: float, alpha: float = 0.05, target: float = 0.8) -> int | None:
@@ -105,3 +115,17 @@ def cells_at_ratio(discordance: float, c_b_ratio: float) -> tuple[float, float]:
     """(p_b, p_c) splitting a discordant share so that p_c / p_b = c_b_ratio (the effect `c_b_ratio` names)."""
     p_b = discordance / (1.0 + c_b_ratio)
     return p_b, discordance - p_b
+
+
+def expected_wilson_width(units: int, rate: float, level: float = 0.95) -> float:
+    """Expected width of the Wilson interval of a rate over `units` units: the sum over k ~ Binomial(units, rate)
+    of P(k) times the width at k/units, over the k that hold all but 1e-12 of the probability."""
+    low, high = (int(x) for x in stats.binom.ppf([1e-13, 1.0 - 1e-13], units, rate))
+    counts = np.arange(max(low, 0), min(high, units) + 1)
+    widths = [np.subtract(*wilson_interval(int(k), units, level)[::-1]) for k in counts]
+    return float(np.dot(stats.binom.pmf(counts, units, rate), widths))
+
+
+def units_for_wilson_width(rate: float, width: float, level: float = 0.95) -> int | None:
+    """The units at which a rate's expected Wilson interval first narrows to `width`."""
+    return first_n(lambda n: expected_wilson_width(n, rate, level) <= width)
