@@ -29,8 +29,8 @@ LARGEST_N = 1_000_000  # the inverse searches no further: a target it cannot rea
 
 def family_alpha(alpha: float, tests: int, correction: str) -> float:
     """The level each of `tests` tests is held to under `correction`: alpha itself for `none`, else alpha / tests,
-    Bonferroni's level, at which Holm's first step and BH's last reject; a power computed at it is a lower bound
-    of the power under Holm or BH."""
+    Bonferroni's level: a p at or below it is rejected by Holm (its first step) and by BH (rank r's threshold is
+    r alpha / tests), so a power computed at it is a lower bound of the power under Holm or BH."""
     if correction not in CORRECTIONS:
         raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
     if not 0.0 < alpha < 1.0 or tests < 1:
