@@ -1,0 +1,131 @@
+"""Statistical power of a study's primary tests and the width of its intervals at a planned n, and the n a target
+power or width needs.
+
+Pure: rates and sizes in, probabilities and counts out; no I/O, no model. Each function says whether it is
+exact or an approximation:
+  McNemar (paired yes/no flips, cells b and c)  exact: the conditional binomial test summed over the
+                                                number of discordant pairs, the test `stats.mcnemar_exact_log10_p`
+                                                computes
+  paired gap (mean of paired differences)       exact for normal differences: the one-sample t-test's
+                                                noncentral t law
+  a rate's Wilson interval (influence rates)    exact: its expected width summed over k ~ Binomial(n, rate), the
+                                                interval `stats.wilson_interval` computes
+  a family of m tests (Holm, Benjamini-Hochberg) a lower bound: each test at alpha / m, the Bonferroni level of
+                                                Holm's first step (Holm and BH reject at least what it rejects)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from fairaudit.analysis.stats import wilson_interval
+
+CORRECTIONS = ("none", "holm", "bh")
+LARGEST_N = 1_000_000  # the inverse searches no further: a target it cannot reach there is reported as None
+
+
+def family_alpha(alpha: float, tests: int, correction: str) -> float:
+    """The level each of `tests` tests is held to under `correction`: alpha itself for `none`, else alpha / tests,
+    Bonferroni's level: a p at or below it is rejected by Holm (its first step) and by BH (rank r's threshold is
+    r alpha / tests), so a power computed at it is a lower bound of the power under Holm or BH."""
+    if correction not in CORRECTIONS:
+        raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
+    if not 0.0 < alpha < 1.0 or tests < 1:
+        raise ValueError(f"alpha must be in (0, 1) and tests >= 1, got alpha={alpha}, tests={tests}")
+    return alpha if correction == "none" else alpha / tests
+
+
+def mcnemar_critical_counts(discordant: np.ndarray, alpha: float) -> np.ndarray:
+    """Per number of discordant pairs d, the largest k with 2 P(X <= k) <= alpha, X ~ Binomial(d, 1/2): the exact
+    two-sided McNemar test rejects when min(b, c) <= k (-1: it cannot reject at that d)."""
+    d = np.asarray(discordant, dtype=int)
+    k = stats.binom.ppf(alpha / 2.0, d, 0.5).astype(int)  # smallest k with P(X <= k) >= alpha / 2
+    return np.where(stats.binom.cdf(k, d, 0.5) <= alpha / 2.0, k, k - 1)
+
+
+def mcnemar_power(pairs: int, p_b: float, p_c: float, alpha: float = 0.05) -> float:
+    """Exact power of the two-sided exact McNemar test over `pairs` pairs whose cells b and c have probabilities
+    p_b and p_c: sum over d of P(D = d) P(min(B, C) <= k_d | d), D ~ Binomial(pairs, p_b + p_c) and
+    C | d ~ Binomial(d, p_c / (p_b + p_c))."""
+    discordance = p_b + p_c
+    if pairs < 1 or discordance <= 0.0:
+        return 0.0
+    d = np.arange(pairs + 1)
+    k = mcnemar_critical_counts(d, alpha)
+    share_c = p_c / discordance
+    rejects = stats.binom.cdf(k, d, share_c) + stats.binom.sf(d - k - 1, d, share_c)
+    rejects = np.where(k >= 0, rejects, 0.0)
+    return float(np.sum(stats.binom.pmf(d, pairs, discordance) * rejects))
+
+
+def paired_gap_power(pairs: int, mean_difference: float, sd_difference: float, alpha: float = 0.05) -> float:
+    """Power of the two-sided one-sample t-test of paired differences with this mean and standard deviation over
+    `pairs` pairs; exact when the differences are normal (the noncentral t law)."""
+    if pairs < 2 or sd_difference <= 0.0:
+        return 0.0
+    df = pairs - 1
+    critical = stats.t.ppf(1.0 - alpha / 2.0, df)
+    shift = mean_difference / sd_difference * math.sqrt(pairs)
+    return float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
+
+
+def first_n(reaches, smallest: int = 1) -> int | None:
+    """The n at which `reaches(n)` first holds, found by bisection between `smallest` and the first power of two
+    where it holds; None when LARGEST_N does not. Exact for a condition that stays true once it holds."""
+    if reaches(smallest):
+        return smallest
+    low, high = smallest, smallest
+    while not reaches(high):  # reaches(low) is false throughout
+        if high >= LARGEST_N:
+            return None
+        low, high = high, min(2 * high, LARGEST_N)
+    while high - low > 1:  # not reaches(low), reaches(high)
+        middle = (low + high) // 2
+        low, high = (low, middle) if reaches(middle) else (middle, high)
+    return high
+
+
+def pairs_for_power(power_at, target: float = 0.8, smallest: int = 1) -> int | None:
+    """The n at which `power_at(n)` first reaches `target` (`first_n`). Exact for a power increasing in n (the
+    t-test); the exact McNemar test's power saw-tooths in n by under a point, so there it is an n that reaches the
+    target whose predecessor does not."""
+    if not 0.0 < target < 1.0:
+        raise ValueError(f"target power must be in (0, 1), got {target}")
+    return first_n(lambda n: power_at(n) >= target, smallest)
+
+
+def mcnemar_pairs_for_power(p_b: float, p_c: float, alpha: float = 0.05, target: float = 0.8) -> int | None:
+    """The pairs the exact McNemar test needs to reach `target` power at cell probabilities p_b, p_c; None when
+    p_b = p_c (no effect: its power never passes alpha) or LARGEST_N pairs do not reach it."""
+    if p_b == p_c:
+        return None
+    return pairs_for_power(lambda n: mcnemar_power(n, p_b, p_c, alpha), target)
+
+
+def paired_gap_pairs_for_power(mean_difference: float, sd_difference: float, alpha: float = 0.05,
+                               target: float = 0.8) -> int | None:
+    """The pairs the paired t-test needs to reach `target` power at this mean and standard deviation."""
+    return pairs_for_power(lambda n: paired_gap_power(n, mean_difference, sd_difference, alpha), target, smallest=2)
+
+
+def cells_at_ratio(discordance: float, c_b_ratio: float) -> tuple[float, float]:
+    """(p_b, p_c) splitting a discordant share so that p_c / p_b = c_b_ratio (the effect `c_b_ratio` names)."""
+    p_b = discordance / (1.0 + c_b_ratio)
+    return p_b, discordance - p_b
+
+
+def expected_wilson_width(units: int, rate: float, level: float = 0.95) -> float:
+    """Expected width of the Wilson interval of a rate over `units` units: the sum over k ~ Binomial(units, rate)
+    of P(k) times the width at k/units, over the k that hold all but 1e-12 of the probability."""
+    low, high = (int(x) for x in stats.binom.ppf([1e-13, 1.0 - 1e-13], units, rate))
+    counts = np.arange(max(low, 0), min(high, units) + 1)
+    widths = [np.subtract(*wilson_interval(int(k), units, level)[::-1]) for k in counts]
+    return float(np.dot(stats.binom.pmf(counts, units, rate), widths))
+
+
+def units_for_wilson_width(rate: float, width: float, level: float = 0.95) -> int | None:
+    """The units at which a rate's expected Wilson interval first narrows to `width`."""
+    return first_n(lambda n: expected_wilson_width(n, rate, level) <= width)

@@ -1,0 +1,126 @@
+"""fairaudit.analysis.power against hand-enumerated cases, published values and seeded simulations run through the
+project's own tests (stats.mcnemar_exact_log10_p, multiplicity.adjusted_log10_p)."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fairaudit.analysis.multiplicity import adjusted_log10_p
+from fairaudit.analysis.power import (
+    cells_at_ratio,
+    expected_wilson_width,
+    family_alpha,
+    mcnemar_critical_counts,
+    mcnemar_pairs_for_power,
+    mcnemar_power,
+    paired_gap_pairs_for_power,
+    paired_gap_power,
+    units_for_wilson_width,
+)
+from fairaudit.analysis.stats import mcnemar_exact_log10_p, wilson_interval
+
+DRAWS = 4000
+WITHIN = 0.03  # predicted and simulated power agree within 3 points
+
+
+def simulated_mcnemar_power(pairs, p_b, p_c, alpha, seed):
+    """Share of seeded studies in which the probes' McNemar rejects at `alpha`."""
+    cells = np.random.default_rng(seed).multinomial(pairs, [p_b, p_c, 1.0 - p_b - p_c], size=DRAWS)
+    return np.mean([mcnemar_exact_log10_p(int(b), int(c)) <= math.log10(alpha) for b, c, _ in cells])
+
+
+def test_critical_counts_are_where_the_probes_mcnemar_starts_to_reject():
+    for d in range(41):
+        k = int(mcnemar_critical_counts(np.array([d]), 0.05)[0])
+        rejected = [b for b in range(d + 1) if mcnemar_exact_log10_p(b, d - b) <= math.log10(0.05) and b <= d - b]
+        assert k == (max(rejected) if rejected else -1)
+
+
+def test_hand_enumerated_mcnemar_power():
+    # 6 pairs, p_b = 0.1, p_c = 0.4: at alpha 0.05 the test rejects only when all 6 pairs are discordant (d = 6:
+    # 2/64 = 0.031; d = 5: 2/32 = 0.0625) and one cell is empty: 0.5^6 (0.8^6 + 0.2^6)
+    assert mcnemar_power(6, 0.1, 0.4) == pytest.approx(0.5 ** 6 * (0.8 ** 6 + 0.2 ** 6), rel=1e-12)
+    # 9 pairs, all discordant (p_b + p_c = 1), p_c = 0.7: rejects at min(b, c) <= 1 (10/512 <= 0.025)
+    by_hand = sum(math.comb(9, c) * 0.7 ** c * 0.3 ** (9 - c) for c in (0, 1, 8, 9))
+    assert mcnemar_power(9, 0.3, 0.7) == pytest.approx(by_hand, rel=1e-12)
+    assert mcnemar_power(5, 0.1, 0.4) == 0.0 and mcnemar_power(100, 0.0, 0.0) == 0.0
+
+
+@pytest.mark.parametrize("ratio", [1.0, 2.0, 3.0])
+def test_mcnemar_power_matches_simulation(ratio):
+    p_b, p_c = cells_at_ratio(0.1, ratio)
+    predicted = mcnemar_power(200, p_b, p_c)
+    assert abs(predicted - simulated_mcnemar_power(200, p_b, p_c, 0.05, seed=int(ratio))) <= WITHIN
+    if ratio == 1.0:  # no effect: the exact test keeps its size
+        assert predicted <= 0.05
+
+
+def test_mcnemar_pairs_for_power_is_where_the_target_is_first_crossed():
+    p_b, p_c = cells_at_ratio(0.1, 2.0)
+    n = mcnemar_pairs_for_power(p_b, p_c)
+    assert mcnemar_power(n, p_b, p_c) >= 0.8 > mcnemar_power(n - 1, p_b, p_c)
+    assert mcnemar_pairs_for_power(0.05, 0.05) is None  # no effect: no n reaches 80%
+
+
+def test_paired_gap_power_matches_published_and_statsmodels_values():
+    # G*Power (and Cohen 1988, table 2.4.1): a paired t-test at d = 0.5, alpha 0.05 two-sided needs 34 pairs for
+    # 80%, with power 0.8078 there
+    assert paired_gap_pairs_for_power(0.05, 0.1) == 34
+    assert paired_gap_power(34, 0.5, 1.0) == pytest.approx(0.8077775, abs=1e-6)
+    from statsmodels.stats.power import TTestPower
+
+    assert paired_gap_power(20, 0.3, 1.0) == pytest.approx(TTestPower().power(0.3, 20, 0.05), rel=1e-9)
+
+
+@pytest.mark.parametrize("mean", [0.0, 0.3, 0.5])
+def test_paired_gap_power_matches_simulation(mean):
+    differences = np.random.default_rng(7).normal(mean, 1.0, size=(DRAWS, 30))
+    simulated = np.mean(stats.ttest_1samp(differences, 0.0, axis=1).pvalue <= 0.05)
+    assert abs(paired_gap_power(30, mean, 1.0) - simulated) <= WITHIN
+
+
+@pytest.mark.parametrize("ratio", [1.0, 2.0, 3.0])
+def test_holm_power_bound_matches_a_simulated_family(ratio):
+    # one test with the effect among 4 without: Holm rejects it about as often as Bonferroni's alpha / 5 predicts
+    rng, alpha, pairs = np.random.default_rng(11), 0.05, 300
+    p_b, p_c = cells_at_ratio(0.1, ratio)
+    rejected = 0
+    for _ in range(1000):
+        effect = rng.multinomial(pairs, [p_b, p_c, 1.0 - p_b - p_c])
+        nulls = rng.multinomial(pairs, [0.05, 0.05, 0.9], size=4)
+        log10_p = [mcnemar_exact_log10_p(int(b), int(c)) for b, c, _ in [effect, *nulls]]
+        if log10_p[0] <= math.log10(alpha / 5) or log10_p[0] > math.log10(alpha):  # Holm's answer is known here
+            rejected += log10_p[0] <= math.log10(alpha / 5)
+        else:  # alpha / 5 < p <= alpha: Holm as the report adjusts a family
+            rejected += adjusted_log10_p(log10_p, "holm")[0] <= math.log10(alpha)
+    predicted = mcnemar_power(pairs, p_b, p_c, family_alpha(alpha, 5, "holm"))
+    assert abs(predicted - rejected / 1000) <= WITHIN + 0.01  # 1000 families: a 1.6-point standard error at 0.5
+
+
+def test_family_alpha():
+    assert family_alpha(0.05, 4, "none") == 0.05
+    assert family_alpha(0.05, 4, "holm") == family_alpha(0.05, 4, "bh") == 0.0125
+    with pytest.raises(ValueError, match="correction"):
+        family_alpha(0.05, 4, "sidak")
+
+
+def wilson_width(k, n):
+    low, high = wilson_interval(k, n)
+    return high - low
+
+
+def test_expected_wilson_width_by_hand_and_by_simulation():
+    # 2 units at rate 0.3: k = 0, 1, 2 with probabilities 0.49, 0.42, 0.09
+    by_hand = 0.49 * wilson_width(0, 2) + 0.42 * wilson_width(1, 2) + 0.09 * wilson_width(2, 2)
+    assert expected_wilson_width(2, 0.3) == pytest.approx(by_hand, rel=1e-12)
+    for rate in (0.05, 0.2, 0.5):
+        drawn = np.random.default_rng(3).binomial(400, rate, size=DRAWS)
+        simulated = np.mean([wilson_width(int(k), 400) for k in drawn])
+        assert expected_wilson_width(400, rate) == pytest.approx(simulated, abs=0.001)
+
+
+def test_units_for_wilson_width_is_where_the_width_is_first_reached():
+    n = units_for_wilson_width(0.2, 0.05)
+    assert expected_wilson_width(n, 0.2) <= 0.05 < expected_wilson_width(n - 1, 0.2)
