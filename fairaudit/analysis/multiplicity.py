@@ -13,11 +13,11 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from fairaudit.analysis.numbers import LOG10_SMALLEST, format_p
+from fairaudit.analysis.numbers import format_p
 from fairaudit.analysis.stats import p_value
 from fairaudit.errors import AuditError
 
-METHODS = {"holm": "holm", "bh": "fdr_bh"}  # column suffix -> statsmodels' multipletests method
+METHODS = ("holm", "bh")  # the column suffixes of the adjusted p-values
 LABELS = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
 
 
@@ -38,21 +38,15 @@ def adjusted_log10_p(log10_p: Sequence[float], method: str) -> np.ndarray:
     """log10 of the family's adjusted p-values (`holm`: family-wise error; `bh`: false discovery rate), in order;
     a NaN entry is no test: it stays NaN and is not counted in m.
 
-    statsmodels' `multipletests` on p = 10^log10 p where every p is a normal double. A p below the smallest
-    double (McNemar's 10^-485.6) would reach it as 0.0 and come back adjusted to 0; such a family is adjusted by
-    the same formulas in log10 space, exact at any size: Holm, over the p sorted ascending, log10 p_(i)^adj =
-    min(0, max_{j <= i} log10((m - j + 1) p_(j))); BH, min(0, min_{j >= i} log10(m p_(j) / j)). Both equal
-    multipletests' wherever it is defined (tests/test_multiplicity.py).
+    Computed in log10 space, exact at any size (McNemar's 10^-485.6 is below the smallest double): Holm, over the p
+    sorted ascending, log10 p_(i)^adj = min(0, max_{j <= i} log10((m - j + 1) p_(j))); BH, min(0, min_{j >= i}
+    log10(m p_(j) / j)). Both equal statsmodels' `multipletests` wherever it is defined (tests/test_multiplicity.py),
+    which is not called: it runs a full garbage collection on every call (tens of ms in a loaded process).
     """
-    from statsmodels.stats.multitest import multipletests
-
     values = np.asarray(log10_p, dtype=float)
     adjusted, tests = np.full(values.shape, np.nan), ~np.isnan(values)
     values = values[tests]
     if values.size == 0:
-        return adjusted
-    if (values >= LOG10_SMALLEST).all():
-        adjusted[tests] = np.log10(multipletests(10.0 ** values, method=METHODS[method])[1])
         return adjusted
     m, order = len(values), np.argsort(values, kind="stable")
     rank = np.arange(1, m + 1)

@@ -29,8 +29,8 @@ def add_family(report: Report, runs: pd.DataFrame, cfg) -> None:
     counts = multiplicity.significant(tests, alpha)
     what = f"tests in the family ({', '.join(metrics)}: {multiplicity.family_phrase(runs, tests)})"
     note = (f"{multiplicity.counts_sentence(counts, alpha, what)}. Holm controls the family-wise error rate, "
-            "Benjamini-Hochberg the false discovery rate; adjusted p from statsmodels' multipletests, in log10 space "
-            "by the same formulas where a p is below the smallest double (multipletests would see 0). runs: the "
+            "Benjamini-Hochberg the false discovery rate; adjusted p by their step-down and step-up formulas in log10 "
+            "space (exact below the smallest double, where statsmodels' multipletests would see 0). runs: the "
             "hypothesis' runs, median p and range their own p-values. report.family.metrics chooses the tests, "
             "report.family.alpha the level.")
     report.sections.append(Section("family", f"Multiple comparisons: {counts['n_tests']} tests, Holm and "
