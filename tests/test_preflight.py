@@ -30,27 +30,23 @@ def test_jobs_differing_outside_the_keys_share_a_part_unless_it_reads_them():
     assert resolved_part(grid_job(small), "model.path") == resolved_part(grid_job(large), "model.path")
 
 
-def test_a_bug_in_a_callback_hook_is_its_traceback_and_line_and_exit_code_1(capsys):
+@pytest.mark.parametrize("raised, code, lines", [
+    (KeyError("model.max_context"), 1, None),  # a bug: its traceback, then its line
+    (AuditError("tracking.uri: no such folder"), 2, ["error: tracking.uri: no such folder"]),  # bad input: one line
+], ids=["a bug", "bad input"])
+def test_an_error_in_a_callback_hook_ends_the_command(capsys, raised, code, lines):
     @ends_the_command
     def hook(config):
-        raise KeyError("model.max_context")
+        raise raised
 
     with pytest.raises(SystemExit) as stop:
         hook({})
-    assert stop.value.code == 1
+    assert stop.value.code == code
     err = capsys.readouterr().err
-    assert "Traceback" in err and err.rstrip().splitlines()[-1] == "error: KeyError: 'model.max_context'"
-
-
-def test_bad_input_in_a_callback_hook_is_one_line_and_exit_code_2(capsys):
-    @ends_the_command
-    def hook(config):
-        raise AuditError("tracking.uri: no such folder")
-
-    with pytest.raises(SystemExit) as stop:
-        hook({})
-    assert stop.value.code == 2
-    assert capsys.readouterr().err == "error: tracking.uri: no such folder\n"
+    if lines is None:
+        assert "Traceback" in err and err.rstrip().splitlines()[-1] == "error: KeyError: 'model.max_context'"
+    else:
+        assert err.splitlines() == lines and err.endswith("\n")
 
 
 def test_a_hook_that_exits_or_returns_is_left_as_it_is():

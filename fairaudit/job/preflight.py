@@ -13,11 +13,11 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from fairaudit.errors import AuditError, failure_line, input_error_line
+from fairaudit.errors import AuditError, input_error_line
 from fairaudit.job.checks import validate_tracking, value_problems
 from fairaudit.job.config import Place, backend_of, files_problem, read_job
 from fairaudit.job.grid import job_label, sweep_jobs
-from fairaudit.terminal.output import print_error, print_traceback
+from fairaudit.terminal.output import print_error, print_failure
 
 
 @dataclass(frozen=True)
@@ -180,9 +180,5 @@ def ends_the_command(hook: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return hook(*args, **kwargs)
         except Exception as error:
-            line = input_error_line(error)
-            if line is None:
-                print_traceback(error)
-            print_error(line or failure_line(error))
-            sys.exit(2 if line else 1)
+            sys.exit(print_failure(error))
     return guarded

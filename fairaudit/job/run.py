@@ -22,7 +22,7 @@ from fairaudit.job.tags import engine_label, job_run_name, job_tags
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
-from fairaudit.terminal.output import console, print_error, print_line, print_traceback, quiet_libraries
+from fairaudit.terminal.output import console, print_failure, print_line, quiet_libraries
 from fairaudit.terminal.results import print_result, print_verdict, summary_table
 from fairaudit.tracking import tags as t
 from fairaudit.tracking.database import database_full, tracking_fault
@@ -122,8 +122,6 @@ def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
     `error:` line and exit code 2; Ctrl-C (SIGTERM, SIGHUP) one line saying what is kept and how to resume, exit
     code 128 + the signal. Anything else is a bug: its traceback, then its one `error:` line, exit code 1 (secrets
     hidden in both; the task never raises, so Hydra never prints its own line, which repeats the command line)."""
-    from fairaudit.errors import input_error_line
-
     quiet_libraries()
     try:
         redact_hydra_files(cfg)
@@ -132,14 +130,10 @@ def run_or_exit(job: Callable[[Any], object], cfg: Any) -> None:
         print_line(interrupt.message(getattr(stop, "kept", 0)))
         sys.exit(interrupt.exit_code())
     except Exception as error:
-        line = input_error_line(error)
-        if line is None:
-            print_traceback(error)
-            print_error(failure_line(error))
-            sys.exit(1)
-        print_error(line)
-        discard_output_dir()
-        sys.exit(2)
+        code = print_failure(error)
+        if code == 2:
+            discard_output_dir()
+        sys.exit(code)
 
 
 def discard_output_dir() -> None:

@@ -58,6 +58,18 @@ def print_error(line: str) -> None:
     console.print(f"[bold red]error:[/bold red] {escape(redact(line))}", highlight=False, soft_wrap=True)
 
 
+def print_failure(error: BaseException) -> int:
+    """An error that ends a command, as `errors` words it: bad input its one `error:` line (exit code 2), anything
+    else (a bug) its traceback, then its line (exit code 1); returns the exit code."""
+    from fairaudit.errors import failure_line, input_error_line
+
+    line = input_error_line(error)
+    if line is None:
+        print_traceback(error)
+    print_error(line or failure_line(error))
+    return 2 if line else 1
+
+
 def warn(message: str) -> None:
     """One `warning:` line: something was wrong and has been dealt with."""
     console.print(f"[bold yellow]warning:[/bold yellow] {escape(redact(message))}", highlight=False, soft_wrap=True)
