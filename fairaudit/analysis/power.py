@@ -8,6 +8,7 @@ exact or an approximation:
                                                 computes
   paired gap (mean of paired differences)       exact for normal differences: the one-sample t-test's
                                                 noncentral t law
+  a (partial) correlation's test (position)     approximate: Fisher's z, normal with SD 1 / sqrt(n - 3 - controls)
   a rate's Wilson interval (influence rates)    exact: its expected width summed over k ~ Binomial(n, rate), the
                                                 interval `stats.wilson_interval` computes
   a family of m tests (Holm, Benjamini-Hochberg) a lower bound: each test at alpha / m, the Bonferroni level of
@@ -69,7 +70,12 @@ def paired_gap_power(pairs: int, mean_difference: float, sd_difference: float, a
     df = pairs - 1
     critical = stats.t.ppf(1.0 - alpha / 2.0, df)
     shift = mean_difference / sd_difference * math.sqrt(pairs)
-    return float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
+    upper, lower = stats.nct.sf(critical, df, shift), stats.nct.cdf(-critical, df, shift)
+    # scipy's noncentral t gives NaN for a tail many SDs out (n = 5,000 at shift 14): there the normal law's tail,
+    # below 1e-40, is its value to every printed digit
+    upper = upper if math.isfinite(upper) else stats.norm.sf(critical - shift)
+    lower = lower if math.isfinite(lower) else stats.norm.cdf(-critical - shift)
+    return float(upper + lower)
 
 
 def first_n(reaches, smallest: int = 1) -> int | None:
@@ -129,3 +135,20 @@ def expected_wilson_width(units: int, rate: float, level: float = 0.95) -> float
 def units_for_wilson_width(rate: float, width: float, level: float = 0.95) -> int | None:
     """The units at which a rate's expected Wilson interval first narrows to `width`."""
     return first_n(lambda n: expected_wilson_width(n, rate, level) <= width)
+
+
+def correlation_power(units: int, rho: float, alpha: float = 0.05, controls: int = 0) -> float:
+    """Power of the two-sided test of a (partial) correlation rho over `units` units, `controls` variables partialled
+    out, by Fisher's z: atanh(r) ~ Normal(atanh(rho), 1 / (units - 3 - controls)); approximate (the normal law of z)."""
+    dof = units - 3 - controls
+    if dof < 1 or not -1.0 < rho < 1.0:
+        return 0.0
+    shift, critical = math.atanh(abs(rho)) * math.sqrt(dof), stats.norm.ppf(1.0 - alpha / 2.0)
+    return float(stats.norm.sf(critical - shift) + stats.norm.cdf(-critical - shift))
+
+
+def correlation_units_for_power(rho: float, alpha: float = 0.05, controls: int = 0, target: float = 0.8) -> int | None:
+    """The units a (partial) correlation test needs to reach `target` power at rho (`correlation_power`)."""
+    if rho == 0.0:
+        return None
+    return pairs_for_power(lambda n: correlation_power(n, rho, alpha, controls), target, smallest=4 + controls)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -47,6 +48,15 @@ def stop_token_ids(model_dir: str, tokenizer) -> set[int]:
     if tokenizer.eos_token_id is not None:
         stop.add(tokenizer.eos_token_id)
     return stop
+
+
+@functools.lru_cache(maxsize=8)
+def folder_tokenizer(folder: str):
+    """The tokenizer of a model folder, loaded once per process (a plan builds a rehearsal backend for each job of a
+    study); for callers that only encode, decode and render with it."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
 
 
 def encode_texts(tokenizer, texts: Sequence[str]) -> list[list[int]]:

@@ -41,6 +41,7 @@ from fairaudit.backends.common import (
     check_depth_request,
     choice_token_ids,
     completion_from_ids,
+    folder_tokenizer,
     pooled_softmax,
     stop_token_ids,
 )
@@ -111,8 +112,6 @@ class MockBackend(Backend):
                  base_sd: float = 2.0, trace_sd: float = 1.0, answers: Sequence[str] = ("Yes", "No"),
                  protected: Sequence[str | None] = (), neutral: Sequence[str] = (), thinking: Mapping | None = None,
                  answer_prefix: str = "", chunk_size: int | None = None):
-        from transformers import AutoTokenizer
-
         lengths = {"distribution": "lognormal", "median": 1500, "sigma": 0.5, "low": 1, "high": 4000,
                    **(trace_tokens or {})}
         thinking = {"style": "native", "open": "<think>", "close": "</think>", **(thinking or {})}
@@ -122,7 +121,7 @@ class MockBackend(Backend):
         self.check(settings, {})
         self.settings = settings
         self.capabilities = self.capabilities_for(settings)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.tokenizer = folder_tokenizer(str(model_dir))
         self.stop_ids = stop_token_ids(str(model_dir), self.tokenizer)
         self.eos = min(self.stop_ids)
         digest = hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:12]

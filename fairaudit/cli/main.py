@@ -20,6 +20,8 @@ usage:
   fairaudit [OVERRIDES...] [-m]       run an audit (Hydra): model=... dataset=... probe=... arm=...; -m sweeps
                                       e.g. fairaudit model=qwen3 -m dataset=adult,compas,credit
   fairaudit dry_run=true [OVERRIDES]  print the prompts (and pairs) a run would send, without loading a model
+  fairaudit plan [OVERRIDES] [-m]     a run's or study's prompts, tokens, calls, time and tests' power, before any
+                                      weights load: plan.effect.*=... names the effects, plan.pilot=0.05 runs a pilot
   fairaudit list                      the models, datasets, probes, arms and studies (+experiment=NAME)
   fairaudit data fetch [NAMES...]     download the data sets into the data root and verify their checksums
   fairaudit data check                per data file: present, checksum, source
@@ -97,11 +99,25 @@ def scratch_outputs(argv: list[str]):
         yield [*kept, f"hydra.run.dir={tmp}/run", f"hydra.sweep.dir={tmp}/sweep"]
 
 
+def plan_command(argv: list[str]) -> int:
+    """`fairaudit plan`: its overrides checked as a run's are, then the grid planned (`fairaudit.job.plan_study`)."""
+    from fairaudit.cli.overrides import check
+    from fairaudit.job.plan import PLAN
+    from fairaudit.job.plan_study import main as plan_main
+
+    problem = check("config", [PLAN, *argv])
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    return plan_main([arg for arg in argv if arg not in MULTIRUN_FLAGS])
+
+
 def report_command(argv: list[str]) -> int:
     return hydra_command("fairaudit.report.__main__", argv, "report")
 
 
-COMMANDS = {"list": list_configs, "data": data_command, "store": store_command, "report": report_command}
+COMMANDS = {"list": list_configs, "data": data_command, "store": store_command, "plan": plan_command,
+            "report": report_command}
 
 
 def main(argv: list[str] | None = None) -> int:

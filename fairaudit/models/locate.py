@@ -8,6 +8,7 @@ llama.cpp a GGUF folder (`backends.gguf`). Embedded models are materialised once
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -59,6 +60,19 @@ def not_cached(exc: Exception | None = None) -> str:
     if constants.HF_HUB_OFFLINE or exc is None:
         return f"it is not in the hub cache {constants.HF_HUB_CACHE} and HF_HUB_OFFLINE=1 forbids downloading it"
     return f"the hub did not give it ({exc.__class__.__name__}: {' '.join(str(exc).split())[:300]})"
+
+
+@contextlib.contextmanager
+def hub_cache_only():
+    """Hub lookups answered from the hub cache alone while it lasts (huggingface_hub's offline mode): a model whose
+    files are not here already is missing, never downloaded."""
+    from huggingface_hub import constants
+
+    before, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before
 
 
 def hub_file(repo: str, filename: str, revision: str | None = None, fetch: bool = True) -> Path | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 import pandas as pd
 
@@ -90,6 +90,22 @@ class ProbeResult:
     headline: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class PlannedTest:
+    """One primary test (or interval) of a probe as `fairaudit plan` sizes it before a run: its power at (units,
+    level), or for an interval its expected width at units and the width wanted. `share`: the share of the job's
+    units it is computed over (e.g. the pairs of one cell)."""
+
+    name: str                                         # e.g. "McNemar, cell b vs cell c"
+    metric: str                                       # what a run logs for it; a log10 p joins the report's family
+    effect: str                                       # what it is sized at, in words, with where each value came from
+    method: str                                       # exact | approximate (how) | ...
+    power: Callable[[int, float], float] | None = None  # (units, level) -> power; None: an interval
+    width: Callable[[int], float] | None = None       # units -> expected interval width
+    target_width: float | None = None
+    share: float = 1.0
+
+
 class Probe(metaclass=Contract):
     """Base of every probe: declare `needs` and `samples`, implement `prompts`, `run` and `verdict`."""
 
@@ -117,6 +133,13 @@ class Probe(metaclass=Contract):
         """The run's headline metrics recomputed from its record frames, without intervals: what the engine
         study (`analysis.engines`) recomputes on resampled pairs. Default: none (the spreads then have no interval)."""
         return {}
+
+    def planned_tests(self, arm: Arm, effect: Mapping[str, float],
+                      pilot: ProbeResult | None = None) -> list[PlannedTest]:
+        """Its primary tests under the grid's `arm` as `fairaudit plan` sizes them: at the effects `plan.effect.*`
+        names, with what a pilot run of it measured (`pilot`, else None) in place of assumed rates. Default: none
+        (the plan says the probe declares no test)."""
+        return []
 
     @abstractmethod
     def verdict(self, result: ProbeResult) -> list[str]:

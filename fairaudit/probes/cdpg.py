@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Mapping
 
 import pandas as pd
 
@@ -12,9 +13,10 @@ from fairaudit.analysis.contingency import CELLS
 from fairaudit.analysis.degenerate import WARNING, depth_warnings
 from fairaudit.analysis.numbers import format_number as num
 from fairaudit.analysis.pairs import answer_accounting
+from fairaudit.analysis.power import cells_at_ratio
 from fairaudit.errors import AuditError
 from fairaudit.errors.rules import MAX_CUTS, check_fields, integer, list_of, number, optional
-from fairaudit.probes import AuditContext, Needs, ProbeResult
+from fairaudit.probes import AuditContext, Needs, PlannedTest, ProbeResult
 from fairaudit.probes.decisions import (
     RESAMPLING,
     PairedProbe,
@@ -31,6 +33,7 @@ from fairaudit.probes.decisions import (
     sides,
     warnings_of,
 )
+from fairaudit.probes.planned import measured, paired_mean_test
 from fairaudit.prompts.yesno import Arm
 
 SETTINGS = {**RESAMPLING, "K": integer(1, MAX_CUTS), "k_list": list_of(integer(1, MAX_CUTS)),
@@ -87,6 +90,16 @@ class CDPGProbe(PairedProbe):
                            figures=cdpg_figures(result["tables"], K=self.K, k_list=self.k_list, arms=(t, b)),
                            records={"records": records, "depth_records": depth},
                            headline=[name.format(t=t) for name in HEADLINE])
+
+    def planned_tests(self, arm: Arm, effect: Mapping[str, float],
+                      pilot: ProbeResult | None = None) -> list[PlannedTest]:
+        """The slope of |CDPG| over depth in cell c (the cell the paper's amplification is in), over its pairs: a
+        pilot's share of them, else cell c's share at plan.effect.discordant and c_b_ratio."""
+        metrics = pilot.metrics if pilot else {}
+        in_c, pairs = measured(metrics, "cdpg_n_c"), measured(metrics, "cdpg_n_pairs")
+        share = in_c / pairs if in_c and pairs else cells_at_ratio(effect["discordant"], effect["c_b_ratio"])[1]
+        return [paired_mean_test("CDPG slope in cell c", "cdpg_slope_c", float(effect["cdpg_slope"]), "cdpg_slope_sd",
+                                 effect, metrics, share)]
 
     def verdict(self, result: ProbeResult) -> list[str]:
         """How |CDPG| grows along the trace per cell (slope with its interval), the P(Yes) gap, warnings."""

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from fairaudit.analysis.contingency import cell_disparity_table, contingency, contingency_table
 from fairaudit.analysis.contingency_figures import disparity_shift_figure
 from fairaudit.analysis.degenerate import WARNING
 from fairaudit.analysis.numbers import format_number as num
 from fairaudit.analysis.numbers import format_p
 from fairaudit.analysis.stats import FEW
-from fairaudit.probes import AuditContext, ProbeResult
+from fairaudit.probes import AuditContext, PlannedTest, ProbeResult
 from fairaudit.probes.decisions import (
     PairedProbe,
     arm_names,
@@ -21,6 +23,8 @@ from fairaudit.probes.decisions import (
     pairs_phrase,
     warnings_of,
 )
+from fairaudit.probes.planned import mcnemar_test, paired_mean_test
+from fairaudit.prompts.yesno import Arm
 
 HEADLINE = ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "mcnemar_p", "d_cf_{t}", "d_cf_{b}",
             "delta_d_cf", "p_gap_{t}", "p_gap_{b}", "delta_p_gap", "delta_d_group", "d_disp_c_{t}", "asym_c",
@@ -66,6 +70,14 @@ class CounterfactualProbe(PairedProbe):
         rows = records["records"]
         t, b = arm_names(rows)
         return paired_metrics(lambda r: contingency(r, treatment=t, baseline=b, n_boot=0), rows, t, b, n_boot=0)
+
+    def planned_tests(self, arm: Arm, effect: Mapping[str, float],
+                      pilot: ProbeResult | None = None) -> list[PlannedTest]:
+        """McNemar on the flips (cells b, c) and the paired change of the P(Yes) gap (delta_p_gap)."""
+        metrics = pilot.metrics if pilot else {}
+        return [mcnemar_test(effect, metrics),
+                paired_mean_test(f"P(Yes) gap, {arm.name} vs {self.baseline.name}", "delta_p_gap",
+                                 float(effect["p_gap"]), "p_gap_sd", effect, metrics)]
 
     def verdict(self, result: ProbeResult) -> list[str]:
         """Flips created and resolved with McNemar's p, the P(Yes) gap, c/b, a legend of the cells, warnings."""

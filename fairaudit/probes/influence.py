@@ -13,6 +13,7 @@ reproduction (`influence_diagnostics`). Metrics come from `analysis.influence`.
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 import pandas as pd
 
@@ -32,12 +33,13 @@ from fairaudit.errors.rules import (
     template_fields,
     text,
 )
-from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
+from fairaudit.probes import AuditContext, Needs, PlannedTest, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import few_units
 from fairaudit.probes.influence_contrasts import ContrastScorer, Donors
 from fairaudit.probes.influence_diagnostics import trace_records
 from fairaudit.probes.influence_samples import TRANSCRIPTS
 from fairaudit.probes.influence_transcripts import DEFAULT_TAGS, GRAPHS, Tags, TranscriptWriter
+from fairaudit.probes.planned import measured, rate_interval
 from fairaudit.prompts.yesno import Arm
 
 TARGETS = ("content", "with_tags")   # score a target's own tokens, or its delimiters too
@@ -131,6 +133,22 @@ class InfluenceProbe(Probe):
                            figures={"influence_rates": influence_rates_figure(report["tables"]["influence_rates"])},
                            records={"records": contrasts, "traces": trace_rows},
                            headline=[f"{name}_{c}" for c in self.conditions for name in HEADLINE])
+
+    def planned_tests(self, arm: Arm, effect: Mapping[str, float],
+                      pilot: ProbeResult | None = None) -> list[PlannedTest]:
+        """Each graph's A-to-B influence rate with its Wilson interval, at a pilot's rate and contrasts per item,
+        else plan.effect.influence_rate and one contrast per item."""
+        metrics, items = (pilot.metrics, len(pilot.records["traces"]) / len(self.conditions)) if pilot else ({}, 0)
+        tests = []
+        for c in self.conditions:
+            name = f"influence_rate_a_to_b_{c}"
+            rate, contrasts = measured(metrics, name), measured(metrics, f"n_contrasts_a_to_b_{c}")
+            if rate is not None and contrasts and items:
+                tests.append(rate_interval(name, rate, float(effect["influence_width"]), contrasts / items, "pilot"))
+            else:
+                tests.append(rate_interval(name, float(effect["influence_rate"]), float(effect["influence_width"]), 1.0,
+                                           "assumed: plan.effect.influence_rate"))
+        return tests
 
     def verdict(self, result: ProbeResult) -> list[str]:
         """Per graph: valid transcripts, the influence rate of each direction with its interval, the control."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass
+from typing import Mapping
 
 import pandas as pd
 
@@ -36,8 +37,9 @@ from fairaudit.errors.rules import (
     optional,
     text,
 )
-from fairaudit.probes import AuditContext, Needs, Probe, ProbeResult, Prompt, SampleView
+from fairaudit.probes import AuditContext, Needs, PlannedTest, Probe, ProbeResult, Prompt, SampleView
 from fairaudit.probes.decisions import encode
+from fairaudit.probes.planned import correlation_test, measured
 from fairaudit.probes.position_samples import QUESTIONS
 from fairaudit.prompts.mcq import MCQ_ARMS, MENTION_CASES, final_answer, render_mcq_prompt
 from fairaudit.prompts.yesno import Arm
@@ -120,6 +122,16 @@ class PositionProbe(Probe):
         if arm.family == self.needs.family and arm.name not in MCQ_ARMS:
             raise AuditError(f"arm {arm.name!r} has no MCQ prompt; choices: {list(MCQ_ARMS)}")
         return [arm]
+
+    def planned_tests(self, arm: Arm, effect: Mapping[str, float],
+                      pilot: ProbeResult | None = None) -> list[PlannedTest]:
+        """rho(length, PBS | accuracy) over the complete questions (all four permutations answered): a pilot's share
+        of them, else all."""
+        metrics = pilot.metrics if pilot else {}
+        complete, asked = (measured(metrics, f"{name}_{arm.name}") for name in ("n_questions_complete", "n_questions"))
+        share, source = (complete / asked, "pilot") if complete is not None and asked else (1.0, "assumed")
+        return [correlation_test(f"partial_rho_length_pbs_log10_p_{arm.name}", float(effect["length_rho"]), 1,
+                                 share, f"{source}: complete questions")]
 
     def prompts(self, ctx: AuditContext) -> list[Prompt]:
         """Every sampled question in each of its cyclic permutations, under the grid's arm."""

@@ -1,0 +1,40 @@
+"""What a plan's work costs in time: token counts and throughputs in, seconds out, and durations as people read them.
+
+Pure arithmetic. An accelerator's time is an estimate read off published throughputs of one reference model
+(`plan.accelerators`): generated tokens at its decode rate plus read tokens at its prefill rate, both scaled by the
+reference model's weight size over this model's (a large batch's step reads the weights once, so throughput falls
+about as they grow). It says how many hours a study is, within a factor of about two, not which engine to pick.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+UNITS = ((86400.0, "d"), (3600.0, "h"), (60.0, "min"), (1.0, "s"))
+
+
+def accelerator_seconds(read_tokens: float, generated_tokens: float, speeds: Mapping[str, float],
+                        weights_gb: float) -> float:
+    """Seconds one accelerator of `speeds` (decode, prefill: tokens/s of a reference_gb model) needs for the work."""
+    scale = max(float(weights_gb), 1e-9) / float(speeds["reference_gb"])
+    return scale * (generated_tokens / float(speeds["decode"]) + read_tokens / float(speeds["prefill"]))
+
+
+def per_unit_seconds(seconds: float, units: float) -> float:
+    """Seconds one unit took, NaN without units."""
+    return seconds / units if units else math.nan
+
+
+def format_duration(seconds: float) -> str:
+    """e.g. "2 h 05 min", "14 min 10 s", "3.2 s"; n/a for NaN."""
+    if seconds is None or math.isnan(seconds):
+        return "n/a"
+    if seconds < 60.0:
+        return f"{seconds:.1f} s"
+    for size, name in UNITS[:-1]:
+        if seconds >= size:
+            whole, rest = divmod(round(seconds), int(size))
+            smaller, label = next((s, n) for s, n in UNITS if s < size)
+            return f"{whole} {name} {int(rest // smaller):02d} {label}"
+    return f"{seconds:.0f} s"

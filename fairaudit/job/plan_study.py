@@ -1,0 +1,243 @@
+"""`fairaudit plan`'s command: the grid composed and checked, each job planned (`job.plan`), then on stdout one table
+of the jobs' work and time, one of the time on the documented accelerators, one of the tests' power; the jobs' table
+also as CSV (`plan.csv`). Nothing is logged; only a pilot (`plan.pilot`) loads weights and writes to the store."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from fairaudit.analysis import power
+from fairaudit.analysis.cost import accelerator_seconds, format_duration
+from fairaudit.analysis.numbers import format_number
+from fairaudit.errors import AuditError
+from fairaudit.errors.rules import check_fields, integer, list_of, number, one_of, optional, text
+from fairaudit.job.plan import (
+    JobPlan,
+    Speeds,
+    census_key,
+    compose,
+    grid_problems,
+    json_key,
+    model_at_hand,
+    prompt_census,
+    read,
+    rehearse,
+    run_pilot,
+)
+from fairaudit.store.results import Store
+from fairaudit.terminal.output import console, print_error
+from fairaudit.terminal.progress import progress
+from fairaudit.terminal.results import print_result, summary_frame_table
+
+RULES = {"sample": integer(2), "exact_prompts": optional(integer(1)), "pilot": optional(number(0, 1, lo_open=True)),
+         "csv": optional(text()),
+         "alpha": number(0, 0.5, lo_open=True), "correction": one_of(*power.CORRECTIONS),
+         "family": list_of(text(), nonempty=False), "power": number(0, 0.999, lo_open=True)}
+
+
+def check_plan(settings: dict) -> None:
+    """plan.* values of the right kinds (effects and accelerators are read where they are used)."""
+    check_fields("plan", {key: settings[key] for key in RULES}, RULES)
+
+
+def open_store(url: str, pilot: bool) -> Store | None:
+    """The result store, read to count what it holds; None when a sqlite file is not there (nothing stored) and no
+    pilot is to write to it (a plan creates nothing)."""
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists() and not pilot:
+        return None
+    if "://" not in url and not Path(url).exists() and not pilot:
+        return None
+    return Store(url)
+
+
+def trace_length(plan_pilot, arm) -> tuple[float, str]:
+    """The trace length the rehearsal writes, and where it comes from: a pilot's mean, else the arm's budget less one
+    (every trace assumed to finish within it: an upper bound)."""
+    if plan_pilot is not None and plan_pilot.trace_tokens:
+        return min(plan_pilot.trace_tokens, arm.max_new_tokens - 1), "pilot mean"
+    return max(arm.max_new_tokens - 1, 1), "budget (upper bound)"
+
+
+class Planner:
+    """Plans the jobs of one grid, sharing across them what they share: each model's tokenizer and fingerprint, each
+    prompt set's census, the calls met so far, the store, and this machine's timed speeds."""
+
+    def __init__(self, settings: dict, store: Store | None):
+        self.settings, self.store, self.speeds = settings, store, Speeds()
+        self.met: dict = {}
+        self.hands: dict = {}
+        self.censuses: dict = {}
+
+    def pilots(self, jobs: list) -> dict:
+        """Each job's pilot (plan.pilot of its units on the real model, through the store), by its place."""
+        found = {}
+        with progress("pilot", total=len(jobs)) as advance:
+            for num, (job, _) in enumerate(jobs):
+                found[num] = run_pilot(job, self.settings["pilot"], self.store, self.speeds)
+                advance(1)
+        return found
+
+    def plan(self, job, label: str, pilot) -> JobPlan:
+        """One job's plan: its model at hand, its prompts' census, its rehearsal, its time here."""
+        hand_key = json_key([job.backend_name, job.backend_settings, job.settings["model"]])
+        if hand_key not in self.hands:
+            self.hands[hand_key] = model_at_hand(job)
+        key = census_key(job)
+        if key not in self.censuses:
+            self.censuses[key] = prompt_census(job, self.hands[hand_key], self.settings["exact_prompts"])
+        trace, source = trace_length(pilot, job.arm)
+        tally, scale, units = rehearse(job, self.hands[hand_key], self.settings["sample"], trace, self.store, self.met)
+        plan = JobPlan(job, label, self.hands[hand_key], units, *self.censuses[key], tally, scale, trace, source, pilot)
+        plan.seconds_here = self.speeds.seconds_for(job, tally, scale) if pilot else math.nan
+        return plan
+
+
+def plan_jobs(jobs, settings: dict) -> list[JobPlan]:
+    """Every job planned: pilots first (so their results and timings serve the rest), then each job's census."""
+    read_in = [(read(job), job.label) for job in jobs]
+    store = open_store(read_in[0][0].store_url, bool(settings["pilot"]))
+    planner = Planner(settings, store)
+    try:
+        pilots = planner.pilots(read_in) if settings["pilot"] else {}
+        with progress("plan", total=len(read_in)) as advance:
+            plans = []
+            for num, (job, label) in enumerate(read_in):
+                plans.append(planner.plan(job, label, pilots.get(num)))
+                advance(1)
+    finally:
+        if store is not None:
+            store.close()
+    return plans
+
+
+def stored_share(plan: JobPlan) -> float:
+    """The share of the job's calls the store holds (as the rehearsal found them on its sample)."""
+    asked = sum(plan.tally.asked.values())
+    return sum(plan.tally.stored.values()) / asked if asked else math.nan
+
+
+def jobs_frame(plans: list[JobPlan], accelerators: dict) -> pd.DataFrame:
+    """One row per job: units, prompts and their tokens, calls (asked, served, new), new tokens, time here and on each
+    accelerator (seconds)."""
+    rows = []
+    for plan in plans:
+        tally = plan.tally
+        read_new, made = plan.scaled(tally.read_tokens), plan.scaled(tally.generated_tokens)
+        asked = plan.scaled(tally.asked)
+        new = sum(tally.new(kind) for kind in tally.asked) * plan.scale
+        row = {"job": plan.label, "units": plan.units, "prompts": plan.prompts, "prompt_tokens": plan.prompt_tokens,
+               "calls": round(asked), "served": round(asked - new), "new_calls": round(new),
+               "stored_share": stored_share(plan), "read_tokens": round(read_new), "generated_tokens": round(made),
+               "depth_reads": round(tally.depth_reads * plan.scale), "trace_tokens": plan.trace_tokens,
+               "seconds_here": plan.seconds_here}
+        weights = float(plan.job.settings["model"].get("weights_gb") or math.nan)
+        row |= {f"seconds_{name}": accelerator_seconds(read_new, made, speeds, weights)
+                for name, speeds in accelerators.items()}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_rows(plans: list[JobPlan], settings: dict) -> pd.DataFrame:
+    """One row per planned test of each job: its level under the family correction, its power (or an interval's
+    expected width) at the job's units, and the units it needs for `plan.power` (or the width wanted)."""
+    tests = [(plan, test) for plan in plans
+             for test in plan.job.probe.planned_tests(plan.job.arm, settings["effect"],
+                                                      plan.pilot.result if plan.pilot else None)]
+    family = Counter(test.metric for _, test in tests if test.metric in settings["family"])
+    rows = []
+    for plan, test in tests:
+        corrected = test.metric in family
+        level = power.family_alpha(settings["alpha"], family.get(test.metric, 1),
+                                   settings["correction"] if corrected else "none")
+        rows.append({"job": plan.label, "test": test.name, "effect": test.effect, "method": test.method,
+                     "level": level, "n": int(plan.units * test.share), **sized(test, plan.units, level, settings)})
+    return pd.DataFrame(rows)
+
+
+def sized(test, units: int, level: float, settings: dict) -> dict:
+    """A test's power (an interval's width) at `units` and the units that reach `plan.power` (the width wanted)."""
+    n = int(units * test.share)
+    if test.power is not None:
+        need = power.pairs_for_power(lambda k: test.power(k, level), settings["power"], smallest=2)
+        return {"power": test.power(n, level), "width": math.nan,
+                "units_needed": math.ceil(need / test.share) if need and test.share else None}
+    need = power.first_n(lambda k: test.width(k) <= test.target_width, smallest=2)
+    return {"power": math.nan, "width": test.width(n) if n else math.nan,
+            "units_needed": math.ceil(need / test.share) if need and test.share else None}
+
+
+def show(plans: list[JobPlan], frame: pd.DataFrame, tests: pd.DataFrame, accelerators: dict) -> None:
+    """The three tables on stdout, with what stands in for what under them."""
+    print_result(summary_frame_table("plan: the work each job asks of its model", work_table(plans, frame),
+                                     notes_of(plans)))
+    times = pd.DataFrame([{"accelerator": name, "time (estimate)": format_duration(frame[f"seconds_{name}"].sum()),
+                           "source": speeds["source"]} for name, speeds in accelerators.items()])
+    print_result(summary_frame_table("plan: the whole grid on one accelerator", times))
+    if len(tests):
+        print_result(summary_frame_table("plan: each test at the planned units", tests_table(tests)))
+    else:
+        console.print("plan: no probe of this grid declares a test to size")
+
+
+def work_table(plans: list[JobPlan], frame: pd.DataFrame) -> pd.DataFrame:
+    """The jobs' work as shown, a total row under it (prompts that jobs share counted once), time here when a pilot
+    measured it."""
+    columns = ["job", "units", "prompts", "prompt_tokens", "calls", "stored_share", "new_calls", "read_tokens",
+               "generated_tokens", "depth_reads"] + (["seconds_here"] if frame["seconds_here"].notna().any() else [])
+    shown = frame[columns].copy()
+    firsts = ~pd.Series([census_key(plan.job) for plan in plans]).duplicated().to_numpy()
+    total = {column: shown[column].sum() for column in columns[1:] if column != "stored_share"}
+    total |= {"prompts": shown["prompts"][firsts].sum(), "prompt_tokens": shown["prompt_tokens"][firsts].sum()}
+    shown = pd.concat([shown, pd.DataFrame([{"job": "total", **total}])], ignore_index=True)
+    if "seconds_here" in shown:
+        shown["seconds_here"] = shown["seconds_here"].map(format_duration)
+    return shown.rename(columns={"seconds_here": "time here"})
+
+
+def tests_table(tests: pd.DataFrame) -> pd.DataFrame:
+    """The tests as shown: power, or an interval's expected width, as one column."""
+    shown = tests.copy()
+    shown["power"] = [f"width {format_number(w)}" if math.isnan(p) else format_number(p)
+                      for p, w in zip(shown["power"], shown["width"])]
+    return shown[["job", "test", "effect", "level", "n", "power", "units_needed", "method"]]
+
+
+def notes_of(plans: list[JobPlan]) -> list[str]:
+    """What stands in for what: tokenizers not here, prompt tokens counted on a part, trace lengths assumed."""
+    notes = sorted({f"{plan.job.settings['model']['name']}: {plan.hand.stand_in}" for plan in plans
+                    if plan.hand.stand_in})
+    if not all(plan.tokens_exact for plan in plans):
+        notes.append("prompt tokens: a job with over plan.exact_prompts prompts counted on a random part of its units, "
+                     "scaled")
+    notes += sorted({f"{plan.job.settings['model']['name']}, arm {plan.job.arm.name}: traces of "
+                     f"{plan.trace_tokens:.0f} tokens ({plan.trace_source})" for plan in plans})
+    return notes
+
+
+def main(overrides: list[str]) -> int:
+    """Plan the grid `overrides` compose; 2 with one error line for bad input (nothing loaded)."""
+    try:
+        config, jobs = compose(overrides)
+        settings = OmegaConf.to_container(config.plan, resolve=True)
+        check_plan(settings)
+        problems = grid_problems(jobs)
+        if problems:
+            for line in problems:
+                print_error(line)
+            return 2
+        plans = plan_jobs(jobs, settings)
+    except AuditError as error:
+        print_error(str(error))
+        return 2
+    accelerators = {name: dict(speeds) for name, speeds in settings["accelerators"].items()}
+    frame, tests = jobs_frame(plans, accelerators), test_rows(plans, settings)
+    show(plans, frame, tests, accelerators)
+    if settings["csv"]:
+        frame.to_csv(settings["csv"], index=False)
+        console.print(f"plan: {len(frame)} jobs written to {settings['csv']}")
+    return 0
