@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -60,8 +61,45 @@ class Pilot:
 
 
 @dataclass
+class Work:
+    """A job's calls at its full units, by kind: asked, served (by an earlier job of the plan or the store), new, and
+    the new calls' tokens (read, generated) and cuts (answers read along traces)."""
+
+    asked: Counter = field(default_factory=Counter)
+    served: Counter = field(default_factory=Counter)
+    new: Counter = field(default_factory=Counter)
+    read_tokens: Counter = field(default_factory=Counter)
+    generated_tokens: Counter = field(default_factory=Counter)
+    cuts: Counter = field(default_factory=Counter)
+
+    def stored_share(self) -> float:
+        """The share of the job's calls that no model computes for it (stored, or asked first by another job)."""
+        asked = sum(self.asked.values())
+        return sum(self.served.values()) / asked if asked else math.nan
+
+
+def job_work(tally: Tally, scale: float, stored_rows: Mapping[str, int] | None) -> Work:
+    """The rehearsal's tally at the job's units. What the store holds is the sample's stored share, at most every
+    stored row of the model's kind (`stored_rows`): the sample is a prefix of the job's draw, as a pilot's units are,
+    so a store that holds a pilot holds the sample whole but not the job."""
+    work = Work()
+    for kind, asked in tally.asked.items():
+        own = tally.own(kind) * scale
+        stored = tally.stored[kind] * scale
+        if stored_rows is not None:
+            stored = min(stored, stored_rows.get(kind, 0))
+        work.asked[kind], work.new[kind] = asked * scale, own - stored
+        work.served[kind] = work.asked[kind] - work.new[kind]
+        per_call = work.new[kind] / tally.own(kind) if tally.own(kind) else 0.0
+        work.read_tokens[kind] = tally.read_tokens[kind] * per_call
+        work.generated_tokens[kind] = tally.generated_tokens[kind] * per_call
+        work.cuts[kind] = tally.cuts[kind] * per_call
+    return work
+
+
+@dataclass
 class JobPlan:
-    """One job as planned: its units, prompts and tokens, its calls (scaled to its units), its pilot if one ran."""
+    """One job as planned: its units, prompts and tokens, its calls at its units, its pilot if one ran."""
 
     job: Job
     label: str
@@ -70,17 +108,11 @@ class JobPlan:
     prompts: int
     prompt_tokens: int
     tokens_exact: bool
-    tally: Tally
-    scale: float
+    work: Work
     trace_tokens: float
     trace_source: str
     pilot: Pilot | None = None
     seconds_here: float = math.nan
-    notes: list[str] = field(default_factory=list)
-
-    def scaled(self, counter) -> float:
-        """A tally's total over every kind, scaled to the job's units."""
-        return sum(counter.values()) * self.scale
 
 
 def compose(overrides: list[str]) -> tuple[DictConfig, list[GridJob]]:
@@ -297,13 +329,13 @@ class Speeds:
             self.seconds[key][kind] += seconds
             self.work[key][kind] += client.work[kind]
 
-    def seconds_for(self, job: Job, tally: Tally, scale: float) -> float:
+    def seconds_for(self, job: Job, work: Work) -> float:
         """Seconds the job's new work takes here at the pooled rates; NaN when a kind it needs was never timed."""
         key, total = self.engine(job), 0.0
-        for kind in tally.asked:
-            work = (tally.read_tokens[kind] + tally.generated_tokens[kind]) * scale
+        for kind, new in work.new.items():
+            tokens = work.read_tokens[kind] + work.generated_tokens[kind]
             timed = self.work.get(key, {}).get(kind, 0.0)
-            if work and not timed:
+            if tokens and not timed:
                 return math.nan
-            total += work * self.seconds[key][kind] / timed if work else 0.0
+            total += tokens * self.seconds[key][kind] / timed if tokens else 0.0
         return total

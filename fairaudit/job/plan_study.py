@@ -22,6 +22,7 @@ from fairaudit.job.plan import (
     census_key,
     compose,
     grid_problems,
+    job_work,
     json_key,
     model_at_hand,
     prompt_census,
@@ -34,6 +35,7 @@ from fairaudit.terminal.output import console, print_error
 from fairaudit.terminal.progress import progress
 from fairaudit.terminal.results import print_result, summary_frame_table
 
+CALL_KINDS = ("generate", "choice_probs", "depth_choice_probs", "target_nll")  # the store's kinds of model call
 RULES = {"sample": integer(2), "exact_prompts": optional(integer(1)), "pilot": optional(number(0, 1, lo_open=True)),
          "csv": optional(text()),
          "alpha": number(0, 0.5, lo_open=True), "correction": one_of(*power.CORRECTIONS),
@@ -72,6 +74,15 @@ class Planner:
         self.met: dict = {}
         self.hands: dict = {}
         self.censuses: dict = {}
+        self.rows: dict = {}
+
+    def stored_rows(self, fingerprint: str | None) -> dict[str, int] | None:
+        """The store's rows of one model by call kind (None: no store, or the model's files are not here)."""
+        if self.store is None or fingerprint is None:
+            return None
+        if fingerprint not in self.rows:
+            self.rows[fingerprint] = {kind: self.store.count(kind, fingerprint) for kind in CALL_KINDS}
+        return self.rows[fingerprint]
 
     def pilots(self, jobs: list) -> dict:
         """Each job's pilot (plan.pilot of its units on the real model, through the store), by its place."""
@@ -91,9 +102,11 @@ class Planner:
         if key not in self.censuses:
             self.censuses[key] = prompt_census(job, self.hands[hand_key], self.settings["exact_prompts"])
         trace, source = trace_length(pilot, job.arm)
-        tally, scale, units = rehearse(job, self.hands[hand_key], self.settings["sample"], trace, self.store, self.met)
-        plan = JobPlan(job, label, self.hands[hand_key], units, *self.censuses[key], tally, scale, trace, source, pilot)
-        plan.seconds_here = self.speeds.seconds_for(job, tally, scale) if pilot else math.nan
+        hand = self.hands[hand_key]
+        tally, scale, units = rehearse(job, hand, self.settings["sample"], trace, self.store, self.met)
+        work = job_work(tally, scale, self.stored_rows(hand.fingerprint))
+        plan = JobPlan(job, label, hand, units, *self.censuses[key], work, trace, source, pilot)
+        plan.seconds_here = self.speeds.seconds_for(job, work) if pilot else math.nan
         return plan
 
 
@@ -115,28 +128,20 @@ def plan_jobs(jobs, settings: dict) -> list[JobPlan]:
     return plans
 
 
-def stored_share(plan: JobPlan) -> float:
-    """The share of the job's calls the store holds (as the rehearsal found them on its sample)."""
-    asked = sum(plan.tally.asked.values())
-    return sum(plan.tally.stored.values()) / asked if asked else math.nan
-
-
 def jobs_frame(plans: list[JobPlan], accelerators: dict) -> pd.DataFrame:
     """One row per job: units, prompts and their tokens, calls (asked, served, new), new tokens, time here and on each
     accelerator (seconds)."""
     rows = []
     for plan in plans:
-        tally = plan.tally
-        read_new, made = plan.scaled(tally.read_tokens), plan.scaled(tally.generated_tokens)
-        asked = plan.scaled(tally.asked)
-        new = sum(tally.new(kind) for kind in tally.asked) * plan.scale
+        work = plan.work
+        read, made = sum(work.read_tokens.values()), sum(work.generated_tokens.values())
         row = {"job": plan.label, "units": plan.units, "prompts": plan.prompts, "prompt_tokens": plan.prompt_tokens,
-               "calls": round(asked), "served": round(asked - new), "new_calls": round(new),
-               "stored_share": stored_share(plan), "read_tokens": round(read_new), "generated_tokens": round(made),
-               "depth_reads": round(tally.depth_reads * plan.scale), "trace_tokens": plan.trace_tokens,
+               "calls": round(sum(work.asked.values())), "stored_share": work.stored_share(),
+               "new_calls": round(sum(work.new.values())), "read_tokens": round(read), "generated_tokens": round(made),
+               "depth_reads": round(sum(work.cuts.values())), "trace_tokens": plan.trace_tokens,
                "seconds_here": plan.seconds_here}
         weights = float(plan.job.settings["model"].get("weights_gb") or math.nan)
-        row |= {f"seconds_{name}": accelerator_seconds(read_new, made, speeds, weights)
+        row |= {f"seconds_{name}": accelerator_seconds(read, made, speeds, weights)
                 for name, speeds in accelerators.items()}
         rows.append(row)
     return pd.DataFrame(rows)

@@ -14,6 +14,7 @@ from fairaudit.analysis.degenerate import WARNING, depth_warnings
 from fairaudit.analysis.numbers import format_number as num
 from fairaudit.analysis.pairs import answer_accounting
 from fairaudit.analysis.power import cells_at_ratio
+from fairaudit.analysis.stats import FEW
 from fairaudit.errors import AuditError
 from fairaudit.errors.rules import MAX_CUTS, check_fields, integer, list_of, number, optional
 from fairaudit.probes import AuditContext, Needs, PlannedTest, ProbeResult
@@ -94,10 +95,12 @@ class CDPGProbe(PairedProbe):
     def planned_tests(self, arm: Arm, effect: Mapping[str, float],
                       pilot: ProbeResult | None = None) -> list[PlannedTest]:
         """The slope of |CDPG| over depth in cell c (the cell the paper's amplification is in), over its pairs: a
-        pilot's share of them, else cell c's share at plan.effect.discordant and c_b_ratio."""
+        pilot's share of them (over at least stats.FEW pairs), else cell c's share at plan.effect.discordant and
+        c_b_ratio."""
         metrics = pilot.metrics if pilot else {}
         in_c, pairs = measured(metrics, "cdpg_n_c"), measured(metrics, "cdpg_n_pairs")
-        share = in_c / pairs if in_c and pairs else cells_at_ratio(effect["discordant"], effect["c_b_ratio"])[1]
+        piloted = in_c and pairs and pairs >= FEW
+        share = in_c / pairs if piloted else cells_at_ratio(effect["discordant"], effect["c_b_ratio"])[1]
         return [paired_mean_test("CDPG slope in cell c", "cdpg_slope_c", float(effect["cdpg_slope"]), "cdpg_slope_sd",
                                  effect, metrics, share)]
 

@@ -21,6 +21,7 @@ from fairaudit.analysis.degenerate import WARNING
 from fairaudit.analysis.influence import THRESHOLDS, influence
 from fairaudit.analysis.influence_figures import influence_rates_figure
 from fairaudit.analysis.numbers import format_number as num
+from fairaudit.analysis.stats import FEW
 from fairaudit.errors.rules import (
     MAX_CANARY,
     MAX_CONTEXT,
@@ -136,14 +137,14 @@ class InfluenceProbe(Probe):
 
     def planned_tests(self, arm: Arm, effect: Mapping[str, float],
                       pilot: ProbeResult | None = None) -> list[PlannedTest]:
-        """Each graph's A-to-B influence rate with its Wilson interval, at a pilot's rate and contrasts per item,
-        else plan.effect.influence_rate and one contrast per item."""
+        """Each graph's A-to-B influence rate with its Wilson interval, at a pilot's rate and contrasts per item (over
+        at least stats.FEW contrasts), else plan.effect.influence_rate and one contrast per item."""
         metrics, items = (pilot.metrics, len(pilot.records["traces"]) / len(self.conditions)) if pilot else ({}, 0)
         tests = []
         for c in self.conditions:
             name = f"influence_rate_a_to_b_{c}"
             rate, contrasts = measured(metrics, name), measured(metrics, f"n_contrasts_a_to_b_{c}")
-            if rate is not None and contrasts and items:
+            if rate is not None and contrasts and contrasts >= FEW and items:
                 tests.append(rate_interval(name, rate, float(effect["influence_width"]), contrasts / items, "pilot"))
             else:
                 tests.append(rate_interval(name, float(effect["influence_rate"]), float(effect["influence_width"]), 1.0,

@@ -9,6 +9,7 @@ from typing import Mapping
 
 from fairaudit.analysis import power
 from fairaudit.analysis.numbers import format_number as num
+from fairaudit.analysis.stats import FEW
 from fairaudit.probes import PlannedTest
 
 
@@ -20,17 +21,19 @@ def measured(metrics: Mapping[str, float], name: str) -> float | None:
 
 def interval_sd(metrics: Mapping[str, float], name: str) -> float | None:
     """The SD of the per-unit values behind a mean's 95% interval (`name`_ci_low/_ci_high over `name`_ci_n units):
-    its half-width x sqrt(n) / 1.96, the normal reading of a bootstrap interval; None without a usable interval."""
+    its half-width x sqrt(n) / 1.96, the normal reading of a bootstrap interval; None without an interval over at
+    least stats.FEW units (fewer give an SD too rough to size a study on)."""
     low, high, n = (measured(metrics, f"{name}_ci_{end}") for end in ("low", "high", "n"))
-    if low is None or high is None or not n or n < 2 or high <= low:
+    if low is None or high is None or not n or n < FEW or high <= low:
         return None
     return (high - low) / 2.0 * math.sqrt(n) / 1.959963984540054
 
 
 def mcnemar_test(effect: Mapping[str, float], metrics: Mapping[str, float]) -> PlannedTest:
-    """McNemar on cells b and c at c/b = `c_b_ratio`, the share of discordant pairs a pilot's or `discordant`."""
+    """McNemar on cells b and c at c/b = `c_b_ratio`, the share of discordant pairs a pilot's (over at least
+    stats.FEW pairs, some discordant) or `discordant`."""
     pairs, b, c = (measured(metrics, name) for name in ("n_pairs", "cell_b", "cell_c"))
-    piloted = bool(pairs) and b is not None and c is not None
+    piloted = bool(pairs) and pairs >= FEW and b is not None and c is not None and b + c > 0
     discordant = (b + c) / pairs if piloted else float(effect["discordant"])
     p_b, p_c = power.cells_at_ratio(discordant, float(effect["c_b_ratio"]))
     source = f"pilot: {num(b + c)} of {num(pairs)} pairs" if piloted else "assumed: plan.effect.discordant"

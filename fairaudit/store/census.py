@@ -22,19 +22,20 @@ from fairaudit.store.results import Store
 
 @dataclass
 class Tally:
-    """A job's calls by kind: how many it asks, how many the store holds, how many another job of the plan asked
-    first, and the new ones' tokens (read: prompt and prefix tokens a model reads; generated: new tokens)."""
+    """A job's calls by kind: how many it asks, how many another job of the plan asked first (`shared`), how many of
+    the rest the store holds (`stored`; the rest are new), and the tokens of those rest (its own calls, stored or
+    new: read = prompt and prefix tokens a model reads, generated = new tokens; cuts = answers read along traces)."""
 
     asked: Counter = field(default_factory=Counter)
-    stored: Counter = field(default_factory=Counter)
     shared: Counter = field(default_factory=Counter)
+    stored: Counter = field(default_factory=Counter)
     read_tokens: Counter = field(default_factory=Counter)
     generated_tokens: Counter = field(default_factory=Counter)
-    depth_reads: int = 0  # answers read along traces (one per cut) by the new depth calls
+    cuts: Counter = field(default_factory=Counter)
 
-    def new(self, kind: str) -> int:
-        """The calls of `kind` a model would compute."""
-        return self.asked[kind] - self.stored[kind] - self.shared[kind]
+    def own(self, kind: str) -> int:
+        """The calls of `kind` no earlier job asked: stored or new."""
+        return self.asked[kind] - self.shared[kind]
 
 
 def read_tokens(request) -> int:
@@ -72,23 +73,25 @@ class CensusClient(CachingClient):
         found = {k: self.met[k] for k in keys if k in self.met}
         stored = self._read([k for k in dict.fromkeys(keys) if k not in found], convert) if self.looks_up else {}
         first: dict[str, int] = {}
-        todo = [i for i, k in enumerate(keys) if k not in found and k not in stored and first.setdefault(k, i) == i]
-        self.tally.asked[kind] += len(keys)
-        self.tally.stored[kind] += sum(k in stored for k in keys)
-        self.tally.shared[kind] += len(keys) - len(todo) - sum(k in stored for k in keys)
+        own = [i for i, k in enumerate(keys) if k not in found and first.setdefault(k, i) == i]
+        todo = [i for i in own if keys[i] not in stored]
         found.update(stored)
         for i, result in zip(todo, method([items[i] for i in todo], *extra) if todo else []):
             found[keys[i]] = convert(to_json(result))
-            self.count_new(kind, items[i], found[keys[i]])
+        self.tally.asked[kind] += len(keys)
+        self.tally.shared[kind] += len(keys) - len(own)
+        self.tally.stored[kind] += len(own) - len(todo)
+        for i in own:
+            self.count(kind, items[i], found[keys[i]])
         self.met.update(found)
         return keys, [found[k] for k in keys]
 
-    def count_new(self, kind: str, request, result) -> None:
-        """Add one new call's tokens to the tally."""
+    def count(self, kind: str, request, result) -> None:
+        """Add one of the job's own calls' tokens to the tally."""
         self.tally.read_tokens[kind] += read_tokens(request)
         self.tally.generated_tokens[kind] += work_tokens(kind, request, result) - read_tokens(request)
         if isinstance(request, DepthRequest):
-            self.tally.depth_reads += len(request.cuts)
+            self.tally.cuts[kind] += len(request.cuts)
 
 
 class TimedClient(CachingClient):
@@ -107,7 +110,8 @@ class TimedClient(CachingClient):
             start = time.perf_counter()
             results = method(batch, *args, **kwargs)
             self.seconds[kind] += time.perf_counter() - start
-            self.work[kind] += sum(work_tokens(kind, request, result) for request, result in zip(batch, results or []))
+            done = [] if results is None else results  # a streaming backend hands its results to on_result
+            self.work[kind] += sum(work_tokens(kind, request, result) for request, result in zip(batch, done))
             return results
         return super()._cached(kind, payloads, label, timed, items, extra, to_json, convert)
 

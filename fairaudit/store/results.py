@@ -210,11 +210,13 @@ class Store:
                 return
             last = page[-1].key
 
-    def count(self, kind: str | None = None) -> int:
-        """Number of stored results, of one kind or all."""
+    def count(self, kind: str | None = None, model: str | None = None) -> int:
+        """Number of stored results, of one kind or all, of one model's fingerprint or any."""
         query = sa.select(sa.func.count()).select_from(RESULTS)
         if kind is not None:
             query = query.where(RESULTS.c.kind == kind)
+        if model is not None:
+            query = query.where(RESULTS.c.model == model)
         with self.engine.connect() as conn:
             return conn.execute(query).scalar_one()
 
