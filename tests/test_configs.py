@@ -17,6 +17,7 @@ CONF = registry.CONF
 RUNTIME_KWARGS = {"backend": {"model_dir", "dtype", "batch_size"}}
 READ_BY_FAIRAUDIT = {group: set(keys) for group, keys in registry.META.items()}  # stripped before it is built
 GROUPS = registry.groups()
+APPENDED = {"experiment", "plan"}  # groups a command appends (+group=option): studies, `fairaudit plan`'s settings
 options = registry.names
 
 
@@ -52,7 +53,7 @@ def check_binds(path: str, node: DictConfig) -> None:
 
 @pytest.mark.parametrize("group, option", [(g, o) for g in GROUPS for o in options(g)])
 def test_every_option_composes_and_binds(group, option):
-    cfg = composed(f"{'+' if group == 'experiment' else ''}{group}={option}")  # studies are appended
+    cfg = composed(f"{'+' if group in APPENDED else ''}{group}={option}")
     for path, node in targets(cfg):
         check_binds(path, node)
 

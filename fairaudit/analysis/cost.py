@@ -30,11 +30,10 @@ def format_duration(seconds: float) -> str:
     """e.g. "2 h 05 min", "14 min 10 s", "3.2 s"; n/a for NaN."""
     if seconds is None or math.isnan(seconds):
         return "n/a"
-    if seconds < 60.0:
+    if seconds < 59.95:
         return f"{seconds:.1f} s"
-    for size, name in UNITS[:-1]:
-        if seconds >= size:
-            whole, rest = divmod(round(seconds), int(size))
-            smaller, label = next((s, n) for s, n in UNITS if s < size)
-            return f"{whole} {name} {int(rest // smaller):02d} {label}"
-    return f"{seconds:.0f} s"
+    whole = round(seconds)
+    for (size, name), (smaller, label) in zip(UNITS, UNITS[1:]):
+        if whole >= size:
+            return f"{int(whole // size)} {name} {int(whole % size // smaller):02d} {label}"
+    return f"{whole} s"

@@ -35,6 +35,7 @@ from fairaudit.store.results import Store
 
 REHEARSAL_BOOT = 100  # resamples of a rehearsal's analyses (its results are discarded)
 PLAN = "+plan=default"  # the plan's own settings (conf/plan/default.yaml), which a run never has
+PLACES = ("plan", "store", "tracking", "hydra", "home", "data", "dry_run")
 FAMILIES = {"mcq": ["A", "B", "C", "D"], "decision": ["Yes", "No"]}  # what the rehearsal answers, by data family
 
 
@@ -145,9 +146,14 @@ def grid_jobs_without_plan(config: DictConfig) -> list[GridJob]:
         own = OmegaConf.masked_copy(job.config, [key for key in job.config if key != "plan"])
         overrides = [o for o in job.overrides if o != PLAN]
         own.dry_run = True
-        label = job_label(config.hydra, overrides) or " ".join(overrides) or "the run"
+        label = job_label(config.hydra, overrides) or " ".join(o for o in overrides if not placing(o)) or "the run"
         jobs.append(GridJob(job.num, overrides, label, own, job.choices))
     return jobs
+
+
+def placing(override: str) -> bool:
+    """An override that says where things go or how the plan reads, not what the job is (left out of its label)."""
+    return override.lstrip("+~").split("=", 1)[0].split(".", 1)[0] in PLACES
 
 
 def grid_problems(jobs: list[GridJob]) -> list[str]:

@@ -1,0 +1,140 @@
+"""`fairaudit plan`: its counts are a run's (the calls it says a run makes are the calls the run then makes), what the
+store holds is served, its tests' power is analysis.power's at the family's level, a pilot runs end to end on the
+embedded model, and bad input is one line before anything loads."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import DATA_ROOT, REPO, run_app
+from fairaudit.analysis import power
+from fairaudit.analysis.cost import accelerator_seconds, format_duration
+from fairaudit.store.results import Store
+
+TINY = ["model=tiny_qwen3", "dataset.n=6"]
+
+
+def plan(tmp_path, *overrides: str, csv: str = "plan.csv") -> subprocess.CompletedProcess:
+    """`python -m fairaudit plan` with the store and tracking database under tmp_path, its CSV there."""
+    env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "PYTHONUNBUFFERED": "1"}
+    args = [sys.executable, "-m", "fairaudit", "plan", f"store.url={tmp_path}/store.sqlite",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"plan.csv={tmp_path / csv}", *overrides]
+    return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def planned(tmp_path, *overrides: str, csv: str = "plan.csv") -> pd.DataFrame:
+    done = plan(tmp_path, *overrides, csv=csv)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return pd.read_csv(tmp_path / csv)
+
+
+def run_calls(tmp_path, *overrides: str) -> int:
+    """The model calls a real run of the job made (its printed model_calls)."""
+    done = run_app(tmp_path, *overrides)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(line for line in done.stdout.splitlines() if "model_calls" in line)
+    return int(line.strip("│ ").split("│")[-1].strip().split()[0])
+
+
+@pytest.mark.parametrize("probe", ["counterfactual", "cdpg"])
+def test_a_plan_counts_the_calls_a_run_makes_and_then_finds_them_stored(tmp_path, probe):
+    before = planned(tmp_path, *TINY, f"probe={probe}", csv="before.csv")
+    assert len(before) == 1 and before["stored_share"][0] == 0.0 and before["units"][0] == 6
+    made = run_calls(tmp_path, *TINY, f"probe={probe}")
+    assert before["new_calls"][0] == made > 0
+    after = planned(tmp_path, *TINY, f"probe={probe}", csv="after.csv")
+    assert after["stored_share"][0] == 1.0 and after["new_calls"][0] == 0 and after["generated_tokens"][0] == 0
+    assert after["calls"][0] == before["calls"][0]  # the same calls asked, now all served
+
+
+def test_prompt_tokens_are_the_dry_runs_prompts_rendered_and_tokenized(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from fairaudit import CONF_DIR
+    from fairaudit.backends.common import encode_texts
+    from fairaudit.job.config import Place, model_folder, read_job
+    from fairaudit.probes import AuditContext
+
+    frame = planned(tmp_path, *TINY)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(CONF_DIR, version_base=None):
+        cfg = compose("config", overrides=[*TINY, f"data.root={DATA_ROOT}", "dry_run=true"], return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    job = read_job(OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"]), Place({}, [], []), here=False)
+    tokenizer = job.backend_class.load_tokenizer(model_folder(job, weights=False), job.backend_settings)
+    prompts = job.probe.prompts(AuditContext(None, tokenizer, job.spec, job.dataset, job.arm))
+    assert frame["prompts"][0] == len(prompts) == 6 * 2 * 2
+    assert frame["prompt_tokens"][0] == sum(map(len, encode_texts(tokenizer, [p.text for p in prompts])))
+
+
+def test_a_grid_counts_shared_calls_once_and_sizes_mcnemar_at_the_familys_level(tmp_path):
+    frame = planned(tmp_path, "model=tiny_qwen3", "dataset.n=4", "-m", "dataset=adult,compas",
+                    "probe=counterfactual,btm", "plan.effect.c_b_ratio=3")
+    by_job = frame.set_index("job")
+    for dataset in ("adult", "compas"):  # btm asks what counterfactual asked: nothing new
+        assert by_job.loc[f"dataset={dataset} probe=btm", "new_calls"] == 0
+        assert by_job.loc[f"dataset={dataset} probe=counterfactual", "new_calls"] > 0
+    done = plan(tmp_path, "model=tiny_qwen3", "dataset.n=4", "-m", "dataset=adult,compas", "probe=counterfactual",
+                "plan.effect.c_b_ratio=3", "plan.csv=null")
+    p_b, p_c = power.cells_at_ratio(0.1, 3.0)
+    level = power.family_alpha(0.05, 2, "holm")  # two McNemar tests in the report's family
+    need = power.mcnemar_pairs_for_power(p_b, p_c, level)
+    rows = [line for line in done.stdout.splitlines() if "McNemar" in line]
+    assert len(rows) == 2 and all(f"{level:.4g}" in row and f"{need}" in row for row in rows), rows
+
+
+def test_a_pilot_runs_a_share_of_the_units_on_the_model_and_the_plan_uses_what_it_measured(tmp_path):
+    frame = planned(tmp_path, *TINY, "plan.pilot=0.5")
+    store = Store(tmp_path / "store.sqlite")
+    try:
+        assert store.count("generate") == 3 * 2 * 2  # half the six pairs, both sides, both arms
+    finally:
+        store.close()
+    assert frame["stored_share"][0] == pytest.approx(0.5)
+    assert frame["new_calls"][0] == frame["calls"][0] / 2
+    assert frame["seconds_here"][0] > 0 and math.isfinite(frame["seconds_here"][0])
+    assert frame["trace_tokens"][0] <= 24  # the tiny model's think budget; measured, not assumed
+
+
+@pytest.mark.parametrize("override, says", [
+    ("plan.sample=1", "plan.sample"),
+    ("plan.correction=bonferroni", "plan.correction"),
+    ("plan.pilot=2", "plan.pilot"),
+    ("plan.effct.c_b_ratio=2", "plan.effect"),
+])
+def test_bad_plan_settings_are_one_line_before_anything_loads(tmp_path, override, says):
+    done = plan(tmp_path, *TINY, override)
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and says in errors[0], done.stderr[-2000:]
+    assert not (tmp_path / "plan.csv").exists() and not (tmp_path / "store.sqlite").exists()
+
+
+def test_accelerator_time_is_tokens_over_the_published_rates_scaled_by_weights():
+    speeds = {"decode": 1000.0, "prefill": 10000.0, "reference_gb": 7.0}
+    assert accelerator_seconds(20000, 3000, speeds, 14.0) == pytest.approx(2 * (3.0 + 2.0))
+    assert format_duration(3 * 86400 + 5 * 3600 + 59) == "3 d 05 h"
+    assert format_duration(3599.6) == "1 h 00 min" and format_duration(75) == "1 min 15 s"
+    assert format_duration(math.nan) == "n/a" and format_duration(2.25) == "2.2 s"
+
+
+def test_correlation_power_meets_cohens_table():
+    # Cohen (1988) Table 3.4.1: r = 0.3 needs 85 units, r = 0.1 needs 783, at alpha 0.05 two-sided and 80% power
+    assert power.correlation_units_for_power(0.3) == 85
+    assert abs(power.correlation_units_for_power(0.1) - 783) <= 2
+    assert power.correlation_power(85, 0.3) == pytest.approx(0.80, abs=0.01)
+    assert power.correlation_power(3, 0.3) == 0.0 and power.correlation_units_for_power(0.0) is None
+
+
+def test_paired_power_stays_a_number_far_in_the_tail():
+    assert power.paired_gap_power(5000, 0.01, 0.05) == pytest.approx(1.0)
+    assert power.paired_gap_power(5000, -0.01, 0.05) == pytest.approx(1.0)
