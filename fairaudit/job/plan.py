@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from fairaudit.errors import AuditError
 from fairaudit.job import registry
 from fairaudit.job.config import Job, Place, build_backend, model_folder, read_job
-from fairaudit.job.preflight import GridJob, data_line, dataset_key, each_job, repeats, setting_line, value_line
+from fairaudit.job.preflight import GridJob, data_line, dataset_key, each_job, one_line, repeats, value_line
 from fairaudit.models.files import ModelMissing
 from fairaudit.models.locate import hub_cache_only, tiny_qwen3_dir
 from fairaudit.probes import AuditContext, ProbeResult
@@ -79,10 +79,11 @@ class Work:
         return sum(self.served.values()) / asked if asked else math.nan
 
 
-def job_work(tally: Tally, scale: float, stored_rows: Mapping[str, int] | None) -> Work:
+def job_work(tally: Tally, scale: float, stored_rows: Mapping[str, int] | None, fill: float | None) -> Work:
     """The rehearsal's tally at the job's units. What the store holds is the sample's stored share, at most every
     stored row of the model's kind (`stored_rows`): the sample is a prefix of the job's draw, as a pilot's units are,
-    so a store that holds a pilot holds the sample whole but not the job."""
+    so a store that holds a pilot holds the sample whole but not the job. Generated tokens: each generation's budget
+    (max_new_tokens) times `fill`, the share of it a pilot's generations wrote, else all of it (an upper bound)."""
     work = Work()
     for kind, asked in tally.asked.items():
         own = tally.own(kind) * scale
@@ -93,7 +94,7 @@ def job_work(tally: Tally, scale: float, stored_rows: Mapping[str, int] | None) 
         work.served[kind] = work.asked[kind] - work.new[kind]
         per_call = work.new[kind] / tally.own(kind) if tally.own(kind) else 0.0
         work.read_tokens[kind] = tally.read_tokens[kind] * per_call
-        work.generated_tokens[kind] = tally.generated_tokens[kind] * per_call
+        work.generated_tokens[kind] = tally.budget_tokens[kind] * (1.0 if fill is None else fill) * per_call
         work.cuts[kind] = tally.cuts[kind] * per_call
     return work
 
@@ -156,24 +157,30 @@ def placing(override: str) -> bool:
     return override.lstrip("+~").split("=", 1)[0].split(".", 1)[0] in PLACES
 
 
-def grid_problems(jobs: list[GridJob]) -> list[str]:
-    """What a sweep's checks refuse before anything loads: values, a job twice, settings and fit, the data."""
-    return (each_job(jobs, value_line) or repeats(jobs) or each_job(jobs, setting_line)
-            or each_job(jobs, data_line, dataset_key))
+def read_grid(jobs: list[GridJob]) -> tuple[list[str], list[Job]]:
+    """(problems, jobs): what a sweep's checks refuse before anything loads (values, a job twice, settings and fit,
+    the data), each one line; else every job read as a run reads it (`read_job`), jobs that draw the same data set
+    sharing it (its rows read once)."""
+    problems = each_job(jobs, value_line) or repeats(jobs)
+    read_in: dict[int, Job] = {}
 
-
-def read(job: GridJob) -> Job:
-    """The grid job read as a run reads it (`read_job`), its data checked."""
-    place = Place(job.choices, job.overrides, [], None, job.num)
-    read_in = read_job(job.config, place, here=False)
-    read_in.dataset.check()
-    return read_in
+    def read(job: GridJob) -> None:
+        read_in[job.num] = read_job(job.config, Place(job.choices, job.overrides, [], None, job.num), here=False)
+    problems = problems or each_job(jobs, one_line(read)) or each_job(jobs, data_line, dataset_key)
+    if problems:
+        return problems, []
+    datasets: dict[str, Any] = {}
+    for job in read_in.values():
+        job.dataset = datasets.setdefault(json_key(job.settings["dataset"]), job.dataset)
+    return [], [read_in[job.num] for job in jobs]
 
 
 def model_at_hand(job: Job) -> Hand:
-    """The job's tokenizer, from the folder a dry run renders with, else Qwen3's standing in; and its fingerprint."""
+    """The job's tokenizer, from the folder a dry run renders with when it is here (nothing downloaded: a GGUF model's
+    tokenizer is in its weights' file), else Qwen3's standing in; and its fingerprint."""
     try:
-        folder = model_folder(job, weights=False)
+        with hub_cache_only():
+            folder = model_folder(job, weights=False)
         return Hand(job.backend_class.load_tokenizer(folder, job.backend_settings), folder, fingerprint_here(job))
     except (AuditError, OSError, ValueError) as error:
         from fairaudit.backends.common import folder_tokenizer
@@ -264,21 +271,22 @@ def sample_dataset(job: Job, units: int):
 
     if job.dataset.n is not None and units >= job.dataset.n:
         return job.dataset
+    job.dataset.check()  # reads its rows once, before the copy shares them
     small = copy.copy(job.dataset)
     small.n = units
     return small
 
 
-def rehearse(job: Job, hand: Hand, sample: int, trace_tokens: float, store: Store | None,
-             met: dict) -> tuple[Tally, float, int]:
-    """The job's probe run on `sample` units against a `CensusClient`: its tally, the factor from the sample to the
-    job's units, and the job's units. Its analyses resample `REHEARSAL_BOOT` times (a probe's calls never depend on
-    its `n_boot`)."""
+def rehearse(job: Job, hand: Hand, sample: int, trace_tokens: float, store: Store | None, met: dict,
+             encoded: dict) -> tuple[Tally, float, int]:
+    """The job's probe run on `sample` units against a `CensusClient` (`met` and `encoded` shared by the plan's jobs):
+    its tally, the factor from the sample to the job's units, and the job's units. Its analyses resample
+    `REHEARSAL_BOOT` times (a probe's calls never depend on its `n_boot`)."""
     import matplotlib.pyplot as plt
 
     small, units = sample_dataset(job, sample), job_units(job)
     client = CensusClient(rehearsal_backend(job, hand, trace_tokens), store, hand.fingerprint or plan_fingerprint(job),
-                          met, looks_up=hand.fingerprint is not None)
+                          met, looks_up=hand.fingerprint is not None, encoded=encoded)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the rehearsal's answers are the mock's: their statistics mean nothing
         rehearsal_probe(job).run(AuditContext(client, hand.tokenizer, job.spec, small, job.arm))
@@ -322,18 +330,26 @@ class Speeds:
     def __init__(self):
         self.seconds: dict[str, dict[str, float]] = {}
         self.work: dict[str, dict[str, float]] = {}
+        self.generated: dict[str, tuple[int, int]] = {}  # engine -> (tokens generated, their budgets)
 
     @staticmethod
     def engine(job: Job) -> str:
         return json_key([job.backend_name, job.backend_settings, job.settings["model"]])
 
     def add(self, job: Job, client) -> None:
+        before = self.generated.get(self.engine(job), (0, 0))
+        self.generated[self.engine(job)] = (before[0] + client.generated, before[1] + client.budget)
         for kind, seconds in client.seconds.items():
             key = self.engine(job)
             self.seconds.setdefault(key, {}).setdefault(kind, 0.0)
             self.work.setdefault(key, {}).setdefault(kind, 0.0)
             self.seconds[key][kind] += seconds
             self.work[key][kind] += client.work[kind]
+
+    def fill(self, job: Job) -> float | None:
+        """The share of their budgets the pilots' new generations of the job's model wrote (None: none ran)."""
+        generated, budget = self.generated.get(self.engine(job), (0, 0))
+        return generated / budget if budget else None
 
     def seconds_for(self, job: Job, work: Work) -> float:
         """Seconds the job's new work takes here at the pooled rates; NaN when a kind it needs was never timed."""

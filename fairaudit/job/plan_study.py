@@ -16,17 +16,17 @@ from fairaudit.analysis.cost import accelerator_seconds, format_duration
 from fairaudit.analysis.numbers import format_number
 from fairaudit.errors import AuditError
 from fairaudit.errors.rules import check_fields, integer, list_of, number, one_of, optional, text
+from fairaudit.job.config import Job
 from fairaudit.job.plan import (
     JobPlan,
     Speeds,
     census_key,
     compose,
-    grid_problems,
     job_work,
     json_key,
     model_at_hand,
     prompt_census,
-    read,
+    read_grid,
     rehearse,
     run_pilot,
 )
@@ -72,6 +72,7 @@ class Planner:
     def __init__(self, settings: dict, store: Store | None):
         self.settings, self.store, self.speeds = settings, store, Speeds()
         self.met: dict = {}
+        self.encoded: dict = {}
         self.hands: dict = {}
         self.censuses: dict = {}
         self.rows: dict = {}
@@ -103,16 +104,16 @@ class Planner:
             self.censuses[key] = prompt_census(job, self.hands[hand_key], self.settings["exact_prompts"])
         trace, source = trace_length(pilot, job.arm)
         hand = self.hands[hand_key]
-        tally, scale, units = rehearse(job, hand, self.settings["sample"], trace, self.store, self.met)
-        work = job_work(tally, scale, self.stored_rows(hand.fingerprint))
+        tally, scale, units = rehearse(job, hand, self.settings["sample"], trace, self.store, self.met, self.encoded)
+        work = job_work(tally, scale, self.stored_rows(hand.fingerprint), self.speeds.fill(job))
         plan = JobPlan(job, label, hand, units, *self.censuses[key], work, trace, source, pilot)
         plan.seconds_here = self.speeds.seconds_for(job, work) if pilot else math.nan
         return plan
 
 
-def plan_jobs(jobs, settings: dict) -> list[JobPlan]:
+def plan_jobs(jobs: list[Job], labels: list[str], settings: dict) -> list[JobPlan]:
     """Every job planned: pilots first (so their results and timings serve the rest), then each job's census."""
-    read_in = [(read(job), job.label) for job in jobs]
+    read_in = list(zip(jobs, labels))
     store = open_store(read_in[0][0].store_url, bool(settings["pilot"]))
     planner = Planner(settings, store)
     try:
@@ -219,8 +220,12 @@ def notes_of(plans: list[JobPlan]) -> list[str]:
     if not all(plan.tokens_exact for plan in plans):
         notes.append("prompt tokens: a job with over plan.exact_prompts prompts counted on a random part of its units, "
                      "scaled")
+    thinking = [plan for plan in plans if plan.job.arm.think and plan.job.arm in plan.job.arms]
     notes += sorted({f"{plan.job.settings['model']['name']}, arm {plan.job.arm.name}: traces of "
-                     f"{plan.trace_tokens:.0f} tokens ({plan.trace_source})" for plan in plans})
+                     f"{plan.trace_tokens:.0f} tokens ({plan.trace_source})" for plan in thinking})
+    if any(plan.pilot is None for plan in plans):
+        notes.append("generated tokens: each generation's whole budget (max_new_tokens), an upper bound; "
+                     "plan.pilot=0.05 measures how much of it the model writes")
     return notes
 
 
@@ -230,12 +235,12 @@ def main(overrides: list[str]) -> int:
         config, jobs = compose(overrides)
         settings = OmegaConf.to_container(config.plan, resolve=True)
         check_plan(settings)
-        problems = grid_problems(jobs)
+        problems, read_in = read_grid(jobs)
+        for line in problems:
+            print_error(line)
         if problems:
-            for line in problems:
-                print_error(line)
             return 2
-        plans = plan_jobs(jobs, settings)
+        plans = plan_jobs(read_in, [job.label for job in jobs], settings)
     except AuditError as error:
         print_error(str(error))
         return 2

@@ -141,13 +141,14 @@ class InfluenceProbe(Probe):
         at least stats.FEW contrasts), else plan.effect.influence_rate and one contrast per item."""
         metrics, items = (pilot.metrics, len(pilot.records["traces"]) / len(self.conditions)) if pilot else ({}, 0)
         tests = []
+        width = float(effect["influence_width"])
         for c in self.conditions:
-            name = f"influence_rate_a_to_b_{c}"
+            name, what = f"influence_rate_a_to_b_{c}", f"A-to-B influence, {c} graph"
             rate, contrasts = measured(metrics, name), measured(metrics, f"n_contrasts_a_to_b_{c}")
             if rate is not None and contrasts and contrasts >= FEW and items:
-                tests.append(rate_interval(name, rate, float(effect["influence_width"]), contrasts / items, "pilot"))
+                tests.append(rate_interval(what, name, rate, width, contrasts / items, "pilot"))
             else:
-                tests.append(rate_interval(name, float(effect["influence_rate"]), float(effect["influence_width"]), 1.0,
+                tests.append(rate_interval(what, name, float(effect["influence_rate"]), width, 1.0,
                                            "assumed: plan.effect.influence_rate"))
         return tests
 

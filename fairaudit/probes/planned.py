@@ -61,8 +61,8 @@ def correlation_test(metric: str, rho: float, controls: int, share: float, share
                        power=lambda n, level: power.correlation_power(n, rho, level, controls), share=share)
 
 
-def rate_interval(metric: str, rate: float, width: float, share: float, source: str) -> PlannedTest:
+def rate_interval(name: str, metric: str, rate: float, width: float, share: float, source: str) -> PlannedTest:
     """A rate's 95% Wilson interval: its expected width at n units x `share` contrasts each, and the width wanted."""
-    return PlannedTest("Wilson 95% interval", metric, f"rate {num(rate)} ({source}); width wanted {num(width)}",
-                       "exact (expected width)",
+    return PlannedTest(f"{name}: Wilson 95% interval", metric,
+                       f"rate {num(rate)} ({source}); width wanted {num(width)}", "exact (expected width)",
                        width=lambda n: power.expected_wilson_width(n, rate), target_width=width, share=share)

@@ -31,6 +31,7 @@ class Tally:
     stored: Counter = field(default_factory=Counter)
     read_tokens: Counter = field(default_factory=Counter)
     generated_tokens: Counter = field(default_factory=Counter)
+    budget_tokens: Counter = field(default_factory=Counter)  # the max_new_tokens of the generations
     cuts: Counter = field(default_factory=Counter)
 
     def own(self, kind: str) -> int:
@@ -53,17 +54,22 @@ def read_tokens(request) -> int:
 class CensusClient(CachingClient):
     """A probe's client that asks no model (see the module docstring). fingerprint: the real model's, or one of the
     plan's own when its files are not here (`looks_up` False: nothing stored can then match); met: key -> result,
-    shared by every job of a plan."""
+    encoded: (tokenizer, text) -> token ids, both shared by every job of a plan."""
 
-    def __init__(self, stand_in: Backend, store: Store | None, fingerprint: str, met: dict, looks_up: bool = True):
+    def __init__(self, stand_in: Backend, store: Store | None, fingerprint: str, met: dict, looks_up: bool = True,
+                 encoded: dict | None = None):
         super().__init__(stand_in, store)
         self.fingerprint = fingerprint
         self.looks_up = store is not None and looks_up
-        self.met, self.tally = met, Tally()
+        self.met, self.tally, self.encoded = met, Tally(), {} if encoded is None else encoded
 
     def encode(self, texts: Sequence[str], label: str = "tokenize") -> list[tuple[int, ...]]:
-        """Token ids of each text, tokenized here (not a model call; nothing written to the store)."""
-        return [shared_ints(ids) for ids in encode_texts(self.tokenizer, list(texts))]
+        """Token ids of each text, tokenized here once per plan (not a model call; nothing written to the store)."""
+        keys = [(id(self.tokenizer), text) for text in texts]
+        todo = list(dict.fromkeys(key for key in keys if key not in self.encoded))
+        for key, ids in zip(todo, encode_texts(self.tokenizer, [text for _, text in todo])):
+            self.encoded[key] = shared_ints(ids)
+        return [self.encoded[key] for key in keys]
 
     def _cached(self, kind: str, payloads: Iterable[object], label: str, method: Callable, items: Sequence,
                 extra: tuple = (), to_json: Callable = array_json,
@@ -90,6 +96,7 @@ class CensusClient(CachingClient):
         """Add one of the job's own calls' tokens to the tally."""
         self.tally.read_tokens[kind] += read_tokens(request)
         self.tally.generated_tokens[kind] += work_tokens(kind, request, result) - read_tokens(request)
+        self.tally.budget_tokens[kind] += getattr(request, "max_new_tokens", 0)
         if isinstance(request, DepthRequest):
             self.tally.cuts[kind] += len(request.cuts)
 
@@ -102,6 +109,8 @@ class TimedClient(CachingClient):
         super().__init__(backend, store, chunk_size)
         self.seconds: Counter = Counter()
         self.work: Counter = Counter()  # tokens read plus tokens generated, by kind
+        self.generated = 0  # tokens the new generations wrote, and their budgets' sum (max_new_tokens)
+        self.budget = 0
 
     def _cached(self, kind: str, payloads: Iterable[object], label: str, method: Callable, items: Sequence,
                 extra: tuple = (), to_json: Callable = array_json,
@@ -112,6 +121,9 @@ class TimedClient(CachingClient):
             self.seconds[kind] += time.perf_counter() - start
             done = [] if results is None else results  # a streaming backend hands its results to on_result
             self.work[kind] += sum(work_tokens(kind, request, result) for request, result in zip(batch, done))
+            if kind == "generate":
+                self.generated += sum(len(result.token_ids) for result in done)
+                self.budget += sum(request.max_new_tokens for request in batch[:len(done)])
             return results
         return super()._cached(kind, payloads, label, timed, items, extra, to_json, convert)
 
