@@ -5,14 +5,11 @@ embedded model, and bad input is one line before anything loads."""
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
-from conftest import DATA_ROOT, REPO, run_app
+from conftest import DATA_ROOT, run_app
 from fairaudit.analysis import power
 from fairaudit.analysis.cost import accelerator_seconds, format_duration
 from fairaudit.store.results import Store
@@ -20,17 +17,21 @@ from fairaudit.store.results import Store
 TINY = ["model=tiny_qwen3", "dataset.n=6"]
 
 
-def plan(tmp_path, *overrides: str, csv: str = "plan.csv") -> subprocess.CompletedProcess:
-    """`python -m fairaudit plan` with the store and tracking database under tmp_path, its CSV there."""
-    env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "PYTHONUNBUFFERED": "1"}
-    args = [sys.executable, "-m", "fairaudit", "plan", f"store.url={tmp_path}/store.sqlite",
-            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"plan.csv={tmp_path / csv}", *overrides]
-    return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+def plan(tmp_path, capsys, *overrides: str, csv: str = "plan.csv") -> tuple[int, str, str]:
+    """`fairaudit plan` in this process (its command line checked as the console script checks it), the store and
+    tracking database under tmp_path, its CSV there: (exit code, stdout, stderr)."""
+    from fairaudit.cli.main import main
+
+    capsys.readouterr()
+    code = main(["plan", f"store.url={tmp_path}/store.sqlite", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+                 f"data.root={DATA_ROOT}", f"plan.csv={tmp_path / csv}", *overrides])
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
-def planned(tmp_path, *overrides: str, csv: str = "plan.csv") -> pd.DataFrame:
-    done = plan(tmp_path, *overrides, csv=csv)
-    assert done.returncode == 0, done.stderr[-3000:]
+def planned(tmp_path, capsys, *overrides: str, csv: str = "plan.csv") -> pd.DataFrame:
+    code, _, err = plan(tmp_path, capsys, *overrides, csv=csv)
+    assert code == 0, err[-3000:]
     return pd.read_csv(tmp_path / csv)
 
 
@@ -42,18 +43,18 @@ def run_calls(tmp_path, *overrides: str) -> int:
     return int(line.strip("│ ").split("│")[-1].strip().split()[0])
 
 
-@pytest.mark.parametrize("probe", ["counterfactual", "cdpg"])
-def test_a_plan_counts_the_calls_a_run_makes_and_then_finds_them_stored(tmp_path, probe):
-    before = planned(tmp_path, *TINY, f"probe={probe}", csv="before.csv")
+def test_a_plan_counts_the_calls_a_run_makes_and_then_finds_them_stored(tmp_path, capsys):
+    probe = "cdpg"  # generations, answer reads and reads along traces
+    before = planned(tmp_path, capsys, *TINY, f"probe={probe}", csv="before.csv")
     assert len(before) == 1 and before["stored_share"][0] == 0.0 and before["units"][0] == 6
     made = run_calls(tmp_path, *TINY, f"probe={probe}")
-    assert before["new_calls"][0] == made > 0
-    after = planned(tmp_path, *TINY, f"probe={probe}", csv="after.csv")
+    assert before["new_calls"][0] == made > 0 and before["depth_reads"][0] > 0
+    after = planned(tmp_path, capsys, *TINY, f"probe={probe}", csv="after.csv")
     assert after["stored_share"][0] == 1.0 and after["new_calls"][0] == 0 and after["generated_tokens"][0] == 0
     assert after["calls"][0] == before["calls"][0]  # the same calls asked, now all served
 
 
-def test_prompt_tokens_are_the_dry_runs_prompts_rendered_and_tokenized(tmp_path):
+def test_prompt_tokens_are_the_dry_runs_prompts_rendered_and_tokenized(tmp_path, capsys):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
@@ -64,7 +65,7 @@ def test_prompt_tokens_are_the_dry_runs_prompts_rendered_and_tokenized(tmp_path)
     from fairaudit.job.config import Place, model_folder, read_job
     from fairaudit.probes import AuditContext
 
-    frame = planned(tmp_path, *TINY)
+    frame = planned(tmp_path, capsys, *TINY)
     GlobalHydra.instance().clear()
     with initialize_config_dir(CONF_DIR, version_base=None):
         cfg = compose("config", overrides=[*TINY, f"data.root={DATA_ROOT}", "dry_run=true"], return_hydra_config=True)
@@ -76,24 +77,24 @@ def test_prompt_tokens_are_the_dry_runs_prompts_rendered_and_tokenized(tmp_path)
     assert frame["prompt_tokens"][0] == sum(map(len, encode_texts(tokenizer, [p.text for p in prompts])))
 
 
-def test_a_grid_counts_shared_calls_once_and_sizes_mcnemar_at_the_familys_level(tmp_path):
-    frame = planned(tmp_path, "model=tiny_qwen3", "dataset.n=4", "-m", "dataset=adult,compas",
+def test_a_grid_counts_shared_calls_once_and_sizes_mcnemar_at_the_familys_level(tmp_path, capsys):
+    frame = planned(tmp_path, capsys, "model=tiny_qwen3", "dataset.n=4", "-m", "dataset=adult,compas",
                     "probe=counterfactual,btm", "plan.effect.c_b_ratio=3")
     by_job = frame.set_index("job")
     for dataset in ("adult", "compas"):  # btm asks what counterfactual asked: nothing new
         assert by_job.loc[f"dataset={dataset} probe=btm", "new_calls"] == 0
         assert by_job.loc[f"dataset={dataset} probe=counterfactual", "new_calls"] > 0
-    done = plan(tmp_path, "model=tiny_qwen3", "dataset.n=4", "-m", "dataset=adult,compas", "probe=counterfactual",
-                "plan.effect.c_b_ratio=3", "plan.csv=null")
+    _, out, _ = plan(tmp_path, capsys, "model=tiny_qwen3", "dataset.n=4", "-m", "dataset=adult,compas",
+                     "probe=counterfactual", "plan.effect.c_b_ratio=3", "plan.csv=null")
     p_b, p_c = power.cells_at_ratio(0.1, 3.0)
     level = power.family_alpha(0.05, 2, "holm")  # two McNemar tests in the report's family
     need = power.mcnemar_pairs_for_power(p_b, p_c, level)
-    rows = [line for line in done.stdout.splitlines() if "McNemar" in line]
+    rows = [line for line in out.splitlines() if "McNemar" in line]
     assert len(rows) == 2 and all(f"{level:.4g}" in row and f"{need}" in row for row in rows), rows
 
 
-def test_a_pilot_runs_a_share_of_the_units_on_the_model_and_the_plan_uses_what_it_measured(tmp_path):
-    frame = planned(tmp_path, *TINY, "plan.pilot=0.5")
+def test_a_pilot_runs_a_share_of_the_units_on_the_model_and_the_plan_uses_what_it_measured(tmp_path, capsys):
+    frame = planned(tmp_path, capsys, *TINY, "plan.pilot=0.5")
     store = Store(tmp_path / "store.sqlite")
     try:
         assert store.count("generate") == 3 * 2 * 2  # half the six pairs, both sides, both arms
@@ -111,11 +112,11 @@ def test_a_pilot_runs_a_share_of_the_units_on_the_model_and_the_plan_uses_what_i
     ("plan.pilot=2", "plan.pilot"),
     ("plan.effct.c_b_ratio=2", "plan.effect"),
 ])
-def test_bad_plan_settings_are_one_line_before_anything_loads(tmp_path, override, says):
-    done = plan(tmp_path, *TINY, override)
-    assert done.returncode == 2, done.stderr[-2000:]
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and says in errors[0], done.stderr[-2000:]
+def test_bad_plan_settings_are_one_line_before_anything_loads(tmp_path, capsys, override, says):
+    code, _, err = plan(tmp_path, capsys, *TINY, override)
+    assert code == 2, err[-2000:]
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and says in errors[0], err[-2000:]
     assert not (tmp_path / "plan.csv").exists() and not (tmp_path / "store.sqlite").exists()
 
 
@@ -138,3 +139,20 @@ def test_correlation_power_meets_cohens_table():
 def test_paired_power_stays_a_number_far_in_the_tail():
     assert power.paired_gap_power(5000, 0.01, 0.05) == pytest.approx(1.0)
     assert power.paired_gap_power(5000, -0.01, 0.05) == pytest.approx(1.0)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("study, jobs, tests", [
+    (["+experiment=thinking_fairness"], 27, 27),            # 9 x (McNemar, gap) + 9 cdpg slopes; btm has none
+    (["+experiment=position_bias", "+experiment/position_bias/bench=mmlu"], 6, 6),  # ARC, GPQA are not shipped
+    (["+experiment=private_channel"], 5, 10),                # two graphs' influence intervals per seed
+])
+def test_each_papers_study_plans_without_weights(tmp_path, capsys, study, jobs, tests):
+    code, out, err = plan(tmp_path, capsys, *study)
+    assert code == 0, err[-3000:]
+    frame = pd.read_csv(tmp_path / "plan.csv")
+    assert len(frame) == jobs and (frame["new_calls"] > 0).any() and (frame["generated_tokens"] > 0).any()
+    assert frame[[c for c in frame if c.startswith("seconds_") and c != "seconds_here"]].notna().all().all()
+    methods = ("│ exact", "│ t-test", "│ Fisher z")  # the tests table's last column
+    power_rows = [line for line in out.splitlines() if any(method in line for method in methods)]
+    assert len(power_rows) == tests, out[-3000:]

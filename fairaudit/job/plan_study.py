@@ -5,7 +5,6 @@ also as CSV (`plan.csv`). Nothing is logged; only a pilot (`plan.pilot`) loads w
 from __future__ import annotations
 
 import math
-from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -149,20 +148,28 @@ def jobs_frame(plans: list[JobPlan], accelerators: dict) -> pd.DataFrame:
 
 
 def test_rows(plans: list[JobPlan], settings: dict) -> pd.DataFrame:
-    """One row per planned test of each job: its level under the family correction, its power (or an interval's
-    expected width) at the job's units, and the units it needs for `plan.power` (or the width wanted)."""
+    """One row per planned test of each job: its level under the family correction (the report's family: one test per
+    hypothesis and metric of `plan.family`), its power (or an interval's expected width) at the job's units, and the
+    units it needs for `plan.power` (or the width wanted)."""
     tests = [(plan, test) for plan in plans
              for test in plan.job.probe.planned_tests(plan.job.arm, settings["effect"],
                                                       plan.pilot.result if plan.pilot else None)]
-    family = Counter(test.metric for _, test in tests if test.metric in settings["family"])
+    family = {(hypothesis(plan.job), test.metric) for plan, test in tests if test.metric in settings["family"]}
     rows = []
     for plan, test in tests:
-        corrected = test.metric in family
-        level = power.family_alpha(settings["alpha"], family.get(test.metric, 1),
+        corrected = test.metric in settings["family"]
+        level = power.family_alpha(settings["alpha"], len(family) if corrected else 1,
                                    settings["correction"] if corrected else "none")
         rows.append({"job": plan.label, "test": test.name, "effect": test.effect, "method": test.method,
                      "level": level, "n": int(plan.units * test.share), **sized(test, plan.units, level, settings)})
     return pd.DataFrame(rows)
+
+
+def hypothesis(job: Job) -> str:
+    """The cell a test belongs to as the report counts it (model x dataset x probe x arm x checkpoint): a job's seeds
+    and engines repeat one hypothesis, their p-values combined into one test (docs/studies.md, Multiple comparisons)."""
+    model = job.settings["model"]
+    return json_key([model["name"], model["checkpoint"]["label"], job.dataset.name, job.probe_name, job.arm.name])
 
 
 def sized(test, units: int, level: float, settings: dict) -> dict:
