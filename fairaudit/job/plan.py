@@ -53,10 +53,10 @@ class Hand:
 
 @dataclass
 class Pilot:
-    """A pilot run of a job: its result, units, and the trace lengths it measured (None where it has none)."""
+    """A pilot run of a job: its result, and the mean trace length and share of traces the budget cut among the grid
+    arm's records (None where they have none)."""
 
     result: ProbeResult
-    units: int
     trace_tokens: float | None
     truncated: float | None
 
@@ -302,25 +302,20 @@ def rehearsal_probe(job: Job):
     return build_probe({**settings, "n_boot": REHEARSAL_BOOT}) if "n_boot" in settings else job.probe
 
 
-def run_pilot(job: Job, share: float, store: Store, speeds: "Speeds") -> Pilot:
-    """`share` of the job's units (at least 2) run on its real model through the store, its calls timed into
+def run_pilot(job: Job, share: float, backend, store: Store, speeds: "Speeds") -> Pilot:
+    """`share` of the job's units (at least 2) run on its model's `backend` through the store, its calls timed into
     `speeds`: what it measured of trace lengths and rates."""
     from fairaudit.store.census import TimedClient
 
-    units = max(2, math.ceil(share * (job.dataset.n or len(job.dataset.messages()))))
-    dataset = sample_dataset(job, units)
-    backend = build_backend(job, model_folder(job))
+    dataset = sample_dataset(job, max(2, math.ceil(share * job_units(job))))
     client = TimedClient(backend, store, chunk_size=job.model["batch_size"])
-    try:
-        result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, dataset, job.arm))
-    finally:
-        backend.close()
+    result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, dataset, job.arm))
     speeds.add(job, client)
     records = result.records[job.probe.samples.frame]
     mine = records[records["arm"] == job.arm.name] if "arm" in records else records
     measured = {column: float(mine[column].mean()) if column in mine and len(mine) else None
                 for column in ("trace_tokens", "truncated")}
-    return Pilot(result, dataset.n or units, measured["trace_tokens"], measured["truncated"])
+    return Pilot(result, measured["trace_tokens"], measured["truncated"])
 
 
 class Speeds:

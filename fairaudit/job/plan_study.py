@@ -15,7 +15,7 @@ from fairaudit.analysis.cost import accelerator_seconds, format_duration
 from fairaudit.analysis.numbers import format_number
 from fairaudit.errors import AuditError
 from fairaudit.errors.rules import check_fields, integer, list_of, number, one_of, optional, text
-from fairaudit.job.config import Job
+from fairaudit.job.config import Job, build_backend, model_folder
 from fairaudit.job.plan import (
     JobPlan,
     Speeds,
@@ -60,7 +60,8 @@ def trace_length(plan_pilot, arm) -> tuple[float, str]:
     """The trace length the rehearsal writes, and where it comes from: a pilot's mean, else the arm's budget less one
     (every trace assumed to finish within it: an upper bound)."""
     if plan_pilot is not None and plan_pilot.trace_tokens:
-        return min(plan_pilot.trace_tokens, arm.max_new_tokens - 1), "pilot mean"
+        cut = "" if plan_pilot.truncated is None else f", {plan_pilot.truncated:.0%} cut by the budget"
+        return min(plan_pilot.trace_tokens, arm.max_new_tokens - 1), f"the pilot's mean{cut}"
     return max(arm.max_new_tokens - 1, 1), "budget (upper bound)"
 
 
@@ -85,12 +86,20 @@ class Planner:
         return self.rows[fingerprint]
 
     def pilots(self, jobs: list) -> dict:
-        """Each job's pilot (plan.pilot of its units on the real model, through the store), by its place."""
-        found = {}
-        with progress("pilot", total=len(jobs)) as advance:
-            for num, (job, _) in enumerate(jobs):
-                found[num] = run_pilot(job, self.settings["pilot"], self.store, self.speeds)
-                advance(1)
+        """Each job's pilot (plan.pilot of its units on the real model, through the store), by its place; each model
+        loaded once, for all the jobs that ask it."""
+        found, backends = {}, {}
+        try:
+            with progress("pilot", total=len(jobs)) as advance:
+                for num, (job, _) in enumerate(jobs):
+                    key = Speeds.engine(job)
+                    if key not in backends:
+                        backends[key] = build_backend(job, model_folder(job))
+                    found[num] = run_pilot(job, self.settings["pilot"], backends[key], self.store, self.speeds)
+                    advance(1)
+        finally:
+            for backend in backends.values():
+                backend.close()
         return found
 
     def plan(self, job, label: str, pilot) -> JobPlan:
