@@ -120,6 +120,14 @@ def test_bad_plan_settings_are_one_line_before_anything_loads(tmp_path, capsys, 
     assert not (tmp_path / "plan.csv").exists() and not (tmp_path / "store.sqlite").exists()
 
 
+def test_plan_help_names_its_settings(capsys):
+    from fairaudit.cli.main import main
+
+    assert main(["plan", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: fairaudit plan") and "plan.pilot" in out and "plan.effect" in out
+
+
 def test_accelerator_time_is_tokens_over_the_published_rates_scaled_by_weights():
     speeds = {"decode": 1000.0, "prefill": 10000.0, "reference_gb": 7.0}
     assert accelerator_seconds(20000, 3000, speeds, 14.0) == pytest.approx(2 * (3.0 + 2.0))

@@ -34,6 +34,19 @@ and overrides). Each run prints its verdict and metrics, then the mlflow ui comm
 """
 
 
+PLAN_HELP = """\
+usage: fairaudit plan [OVERRIDES...] [-m]
+  The run or study the same overrides describe (+experiment=NAME, -m sweeps), planned before any weights load:
+  per job its prompts and their tokens, model calls and the store's share of them, new tokens read and generated,
+  time on the accelerators of conf/plan/default.yaml (and here, with a pilot), and each probe's tests' power.
+  Nothing is logged; the jobs' table is also written to plan.csv. Settings (plan.KEY=VALUE):
+  plan.effect.*   the effects tests are sized at (c_b_ratio, discordant, p_gap, cdpg_slope, length_rho, ...)
+  plan.pilot      e.g. 0.05: run that share of each job on the model first (through the store), project the rest
+  plan.correction holm | bh | none; plan.power, plan.alpha, plan.sample, plan.exact_prompts, plan.csv
+  docs/studies.md "Plan before you spend" says how each number is counted.
+"""
+
+
 def hoist_multirun_flag(argv: list[str]) -> list[str]:
     """`-m`/`--multirun` moved before the overrides: Hydra 1.3's argparse rejects overrides on
     both sides of it (hydra issue 3053), as in `probe=position -m arm=direct,cot`."""
@@ -105,6 +118,9 @@ def plan_command(argv: list[str]) -> int:
     from fairaudit.job.plan import PLAN
     from fairaudit.job.plan_study import main as plan_main
 
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(PLAN_HELP, end="")
+        return 0
     problem = check("config", [PLAN, *argv])
     if problem:
         print(f"error: {problem}", file=sys.stderr)
