@@ -103,3 +103,20 @@ def test_records_made_a_block_at_a_time_equal_those_made_at_once(tmp_path, data_
     whole = records(tmp_path / "whole", data_root, n=30)
     monkeypatch.setattr(decisions, "BLOCK", 7)
     pd.testing.assert_frame_equal(records(tmp_path / "blocks", data_root, n=30), whole)
+
+
+def test_side_sd_draws_each_side_and_each_trace_apart_and_agrees_with_the_parsed_answer(tmp_path, data_root):
+    fixed = {"distribution": "fixed", "median": 40}
+    frame = records(tmp_path, data_root, n=300, effect=0.0, effect_per_1k_tokens=0.0, trace_sd=0.0, side_sd=1.0,
+                    trace_tokens=fixed)
+    logits = np.log(frame["p_yes"] / (1 - frame["p_yes"]))
+    wide = frame.assign(logit=logits).pivot_table(index="pair_id", columns=["arm", "side"], values="logit")
+    for arm in ("think", "nothink"):   # alpha minus alpha': the difference of two draws of sd 1, so sd sqrt(2)
+        gap = wide[(arm, "alpha")] - wide[(arm, "alpha_prime")]
+        assert abs(gap.mean()) < 0.25 and 1.2 < gap.std() < 1.65 and flips(frame, arm) > 0
+    across = wide[("think", "alpha")] - wide[("nothink", "alpha")]  # the same pair logit, two traces, two draws
+    assert 1.2 < across.std() < 1.65
+    assert ((frame["p_yes"] >= 0.5) == (frame["answer"] == "Yes")).all()
+    plain = MockBackend(tiny_qwen3_dir()).fingerprint
+    assert MockBackend(tiny_qwen3_dir(), side_sd=0.0).fingerprint == plain != \
+        MockBackend(tiny_qwen3_dir(), side_sd=1.0).fingerprint   # unset, a mock keeps its fingerprint
