@@ -120,3 +120,23 @@ def test_side_sd_draws_each_side_and_each_trace_apart_and_agrees_with_the_parsed
     plain = MockBackend(tiny_qwen3_dir()).fingerprint
     assert MockBackend(tiny_qwen3_dir(), side_sd=0.0).fingerprint == plain != \
         MockBackend(tiny_qwen3_dir(), side_sd=1.0).fingerprint   # unset, a mock keeps its fingerprint
+
+
+def test_influence_nll_shifts_what_a_swapped_block_can_reach_and_nothing_else():
+    """A content target (its opening tag the block before it) written after block 1: the natural sequence keeps its
+    NLL, a donor in block 1 adds influence_nll where the target sees block 1 (unmasked) and nothing where it cannot."""
+    def nll(shift: float, source: tuple[int, ...], sees_source: bool) -> float:
+        backend = MockBackend(tiny_qwen3_dir(), trace_tokens={"distribution": "fixed", "median": 12},
+                              influence_nll=shift)
+        blocks = (Block((1, 2, 3)), Block(source, "A", "private"), Block((7, 8), "B", "private"))
+        graph = ((), (0,), (0, 1) if sees_source else (0,))
+        written = backend.generate([GraphGenerationRequest(blocks, graph, 40, stop_ids=(11,))])[0].token_ids
+        natural = blocks + (Block(written, "B", "private"),)
+        swapped = (blocks[0], Block((5, 6), "A", "private")) + natural[2:]
+        full = graph + (graph[2] + (2,),)
+        return tuple(backend.target_nll([NLLRequest(seq, (3,), full)])[0] for seq in (natural, swapped))
+
+    for sees in (True, False):
+        plain, shifted = nll(0.0, (4, 5), sees), nll(0.75, (4, 5), sees)
+        assert shifted[0] == plain[0] and shifted[1] == plain[1] + (0.75 if sees else 0.0)
+    assert MockBackend(tiny_qwen3_dir(), influence_nll=0.0).fingerprint == MockBackend(tiny_qwen3_dir()).fingerprint
