@@ -5,6 +5,7 @@ are counted right, and a few dozen real studies land where analysis/power.py say
 from __future__ import annotations
 
 import math
+import subprocess
 import sys
 
 import numpy as np
@@ -144,3 +145,20 @@ def test_a_few_dozen_real_influence_studies_land_on_the_planted_rate(data_root):
         assert r.width == pytest.approx(r.width_predicted, abs=0.03), r.rate   # the width varies by ~0.05 per study
     assert table.loc[0, "truth"] == pytest.approx(influence_rate(1.0, 0.0))
     assert table.loc[0, "width_predicted"] == pytest.approx(expected_wilson_width(items, table.loc[0, "truth"]))
+
+
+@pytest.mark.slow
+def test_the_script_prints_both_tables():
+    tiny = ["--studies", "2", "--pairs", "20", "--gaps", "0", "2", "--n-boot", "100", "--influence-studies", "2",
+            "--items", "10", "--shifts", "1"]
+    done = subprocess.run([sys.executable, "benchmarks/calibration.py", *tiny], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("counterfactual on backend=mock: 2 studies x 20 pairs per planted thinking gap")
+    assert [line.split(" | ")[0] for line in lines[3:5]] == ["| 0", "| 2"]
+    start = lines.index("influence on backend=mock (unmasked): 2 studies x 10 questions per planted shift, seed 0; "
+                        "Wilson intervals at 0.95")
+    assert lines[start + 1].startswith("| planted shift (nats/token) | rate | planted rate |")
+    assert [line.split(" | ")[1] for line in lines[start + 3:start + 7]] == [
+        "influence A->B", "influence B->A", "substantive A->B", "substantive B->A"]
