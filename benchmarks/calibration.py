@@ -156,6 +156,8 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
     for gap, group in rows.groupby("thinking_gap", sort=True):
         truth = counterfactual_truth(replace(Plant(), thinking_gap=gap))
         pairs, n = int(group["pairs"].iloc[0]), len(group)
+        if "n_pairs" in group and (group["n_pairs"] != pairs).any():   # the prediction is for `pairs` pairs
+            raise ValueError(f"gap {gap}: a study kept fewer than its {pairs} pairs (an unparsed or cut answer)")
         rejected = int((group["mcnemar_log10_p"] <= math.log10(ALPHA)).sum())
         row = {"thinking_gap": gap, "p_b": truth["p_b"], "p_c": truth["p_c"], "pairs": pairs, "studies": n,
                "predicted": mcnemar_power(pairs, truth["p_b"], truth["p_c"], ALPHA),
