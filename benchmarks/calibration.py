@@ -11,7 +11,9 @@ studies x pairs distinct Adult pairs through the probe's own records (`decisions
 `CachingClient` over a temporary store); each study's `pairs` pairs get the probe's own metrics
 (`counterfactual.counterfactual_metrics`: contingency, McNemar, the P(Yes) gap, their paired bootstrap intervals
 with n_boot resamples). Measured: the share of studies whose exact McNemar p <= 0.05, against
-`power.mcnemar_power` at the planted p_b and p_c (at the null that is the exact test's own size, below 0.05), and
+`power.mcnemar_power` at the planted p_b and p_c (at the null that is the exact test's own size, below 0.05); the
+share whose delta_p_gap interval excludes 0, against `power.paired_gap_power` at its planted mean and SD (the
+t-test's power, an approximation for the probe's bootstrap interval; the SD from a simulation); and
 the share of studies whose interval of each metric holds its planted value (nominal 0.95), each with its 95%
 Clopper-Pearson interval. Studies are independent: no two pairs share a text, and the mock draws every pair's
 logits from its text and the mock's seed.
@@ -39,8 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.calibration_truth import Plant, counterfactual_truth  # noqa: E402
-from fairaudit.analysis.power import mcnemar_power  # noqa: E402
+from benchmarks.calibration_truth import Plant, counterfactual_truth, gap_difference_sd  # noqa: E402
+from fairaudit.analysis.power import mcnemar_power, paired_gap_power  # noqa: E402
 from fairaudit.analysis.stats import clopper_pearson  # noqa: E402
 
 ALPHA, NOMINAL = 0.05, 0.95
@@ -162,6 +164,9 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
         row = {"thinking_gap": gap, "p_b": truth["p_b"], "p_c": truth["p_c"], "pairs": pairs, "studies": n,
                "predicted": mcnemar_power(pairs, truth["p_b"], truth["p_c"], ALPHA),
                **{f"rejected_{k}": v for k, v in share(rejected, n).items()}}
+        excludes = int(((group["delta_p_gap_ci_low"] > 0) | (group["delta_p_gap_ci_high"] < 0)).sum())
+        row |= {"gap_predicted": paired_gap_power(pairs, truth["delta_p_gap"], gap_difference_sd(
+            replace(Plant(), thinking_gap=gap)), ALPHA), "gap_excludes": excludes / n}
         for name in INTERVALS:
             hits = sum(covers(lo, hi, truth[name]) for lo, hi in zip(group[f"{name}_ci_low"], group[f"{name}_ci_high"]))
             row |= {f"{name}_truth": truth[name], **{f"{name}_{k}": v for k, v in share(hits, n).items()}}
@@ -188,11 +193,13 @@ def pct(value: float) -> str:
 def markdown(table: pd.DataFrame, pooled: dict[str, dict[str, float]]) -> str:
     """Two tables: McNemar's power (size at gap 0) predicted and measured; each interval's coverage (%)."""
     lines = ["| thinking gap (logit) | p_b | p_c | pairs | studies | predicted (%) | measured (%) [95% CI] | "
-             "measured - predicted (points) |", "|---|---|---|---|---|---|---|---|"]
+             "measured - predicted (points) | delta_p_gap's interval excludes 0 (%) | paired t predicts (%) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
         lines.append(f"| {r.thinking_gap:g} | {r.p_b:.4f} | {r.p_c:.4f} | {r.pairs} | {r.studies} | "
                      f"{pct(r.predicted)} | {pct(r.rejected_share)} [{pct(r.rejected_low)}, {pct(r.rejected_high)}] | "
-                     f"{100 * (r.rejected_share - r.predicted):+.1f} |")
+                     f"{100 * (r.rejected_share - r.predicted):+.1f} | {pct(r.gap_excludes)} | "
+                     f"{pct(r.gap_predicted)} |")
     lines += ["", "| thinking gap (logit) | " + " | ".join(INTERVALS) + " |", "|---" * (len(INTERVALS) + 1) + "|"]
     for r in table.to_dict("records"):
         lines.append(f"| {r['thinking_gap']:g} | " + " | ".join(
@@ -234,6 +241,7 @@ def main() -> None:
     parser.add_argument("--shifts", type=float, nargs="*", default=influence.SHIFTS, help="planted NLL shifts")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--rows", type=Path, help="write every study's row here (CSV, one per probe: <name>-<probe>)")
     args = parser.parse_args()
     start = time.perf_counter()
     todo = jobs(args)
@@ -242,6 +250,8 @@ def main() -> None:
     cf = [part for (function, _), part in zip(todo, parts) if function is run_plant]
     if cf:
         rows = pd.concat(cf, ignore_index=True)
+        if args.rows:
+            rows.to_csv(args.rows.with_name(f"{args.rows.stem}-counterfactual.csv"), index=False)
         print(f"counterfactual on backend=mock: {args.studies} studies x {args.pairs} pairs per planted thinking "
               f"gap, {args.n_boot} bootstrap resamples, seed {args.seed}; McNemar at {ALPHA}, intervals at {NOMINAL}")
         print(markdown(summary(rows), pooled_coverage(rows)))
@@ -249,7 +259,10 @@ def main() -> None:
     if inf:
         print(f"\ninfluence on backend=mock (unmasked): {args.influence_studies} studies x {args.items} questions per "
               f"planted shift, seed {args.seed}; Wilson intervals at {NOMINAL}")
-        print(influence.markdown(influence.summary(pd.concat(inf, ignore_index=True))))
+        rows = pd.concat(inf, ignore_index=True)
+        if args.rows:
+            rows.to_csv(args.rows.with_name(f"{args.rows.stem}-influence.csv"), index=False)
+        print(influence.markdown(influence.summary(rows)))
     print(f"{time.perf_counter() - start:.0f} s")
 
 

@@ -24,6 +24,7 @@ from benchmarks.calibration_truth import (  # noqa: E402
     Plant,
     cells,
     counterfactual_truth,
+    gap_difference_sd,
     influence_rate,
     p_gap,
     simulated_truth,
@@ -55,6 +56,14 @@ def test_the_quadrature_agrees_with_a_simulation_of_the_same_model():
     null = counterfactual_truth(Plant())
     assert null["p_b"] == pytest.approx(null["p_c"], abs=1e-14) and null["delta_p_gap"] == pytest.approx(0, abs=1e-14)
     assert counterfactual_truth(Plant(), degree=32)["p_gap_think"] == pytest.approx(null["p_gap_think"], abs=1e-6)
+
+
+def test_the_gap_differences_sd_vanishes_without_spread_and_matches_the_simulated_gaps():
+    """No pair spread and no side draw: every pair's |gap| is expit(+-d/2) apart under each arm, a constant."""
+    assert gap_difference_sd(Plant(thinking_gap=1.0, base_sd=0.0, side_sd=1e-12), draws=1000) < 1e-9
+    plant = Plant(thinking_gap=1.5)
+    first, second = gap_difference_sd(plant, 200_000, 1), gap_difference_sd(plant, 200_000, 2)
+    assert first == pytest.approx(second, rel=0.01) and 0.2 < first < 0.3   # 0.242 at 2M draws
 
 
 def test_the_mock_plants_the_gaps_the_truth_assumes(tmp_path, data_root):
@@ -91,6 +100,7 @@ def test_coverage_and_rejections_are_counted_by_hand():
     assert table["rejected_share"] == 0.5   # log10(0.05) = -1.301: -3.0 and -1.31 reject, -1.30 does not
     assert table["p_gap_think_share"] == 0.75 and table["delta_d_cf_share"] == 1.0
     assert table["predicted"] == pytest.approx(mcnemar_power(50, truth["p_b"], truth["p_c"]))
+    assert table["gap_excludes"] == 0.0 and table["gap_predicted"] == pytest.approx(0.05)   # [-0.01, 0.01]; no gap
     assert bench.pooled_coverage(rows)["p_gap_think"]["share"] == 0.75
 
 
