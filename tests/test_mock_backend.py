@@ -103,3 +103,40 @@ def test_records_made_a_block_at_a_time_equal_those_made_at_once(tmp_path, data_
     whole = records(tmp_path / "whole", data_root, n=30)
     monkeypatch.setattr(decisions, "BLOCK", 7)
     pd.testing.assert_frame_equal(records(tmp_path / "blocks", data_root, n=30), whole)
+
+
+def test_side_sd_draws_each_side_and_each_trace_apart_and_agrees_with_the_parsed_answer(tmp_path, data_root):
+    fixed = {"distribution": "fixed", "median": 40}
+    frame = records(tmp_path, data_root, n=300, effect=0.0, effect_per_1k_tokens=0.0, trace_sd=0.0, side_sd=1.0,
+                    trace_tokens=fixed)
+    logits = np.log(frame["p_yes"] / (1 - frame["p_yes"]))
+    wide = frame.assign(logit=logits).pivot_table(index="pair_id", columns=["arm", "side"], values="logit")
+    for arm in ("think", "nothink"):   # alpha minus alpha': the difference of two draws of sd 1, so sd sqrt(2)
+        gap = wide[(arm, "alpha")] - wide[(arm, "alpha_prime")]
+        assert abs(gap.mean()) < 0.25 and 1.2 < gap.std() < 1.65 and flips(frame, arm) > 0
+    across = wide[("think", "alpha")] - wide[("nothink", "alpha")]  # the same pair logit, two traces, two draws
+    assert 1.2 < across.std() < 1.65
+    assert ((frame["p_yes"] >= 0.5) == (frame["answer"] == "Yes")).all()
+    plain = MockBackend(tiny_qwen3_dir()).fingerprint
+    assert MockBackend(tiny_qwen3_dir(), side_sd=0.0).fingerprint == plain != \
+        MockBackend(tiny_qwen3_dir(), side_sd=1.0).fingerprint   # unset, a mock keeps its fingerprint
+
+
+def test_influence_nll_shifts_what_a_swapped_block_can_reach_and_nothing_else():
+    """A content target (its opening tag the block before it) written after block 1: the natural sequence keeps its
+    NLL, a donor in block 1 adds influence_nll where the target sees block 1 (unmasked) and nothing where it cannot."""
+    def nll(shift: float, source: tuple[int, ...], sees_source: bool) -> float:
+        backend = MockBackend(tiny_qwen3_dir(), trace_tokens={"distribution": "fixed", "median": 12},
+                              influence_nll=shift)
+        blocks = (Block((1, 2, 3)), Block(source, "A", "private"), Block((7, 8), "B", "private"))
+        graph = ((), (0,), (0, 1) if sees_source else (0,))
+        written = backend.generate([GraphGenerationRequest(blocks, graph, 40, stop_ids=(11,))])[0].token_ids
+        natural = blocks + (Block(written, "B", "private"),)
+        swapped = (blocks[0], Block((5, 6), "A", "private")) + natural[2:]
+        full = graph + (graph[2] + (2,),)
+        return tuple(backend.target_nll([NLLRequest(seq, (3,), full)])[0] for seq in (natural, swapped))
+
+    for sees in (True, False):
+        plain, shifted = nll(0.0, (4, 5), sees), nll(0.75, (4, 5), sees)
+        assert shifted[0] == plain[0] and shifted[1] == plain[1] + (0.75 if sees else 0.0)
+    assert MockBackend(tiny_qwen3_dir(), influence_nll=0.0).fingerprint == MockBackend(tiny_qwen3_dir()).fingerprint

@@ -9,9 +9,14 @@ and its re-fed prefix agree exactly:
   with the higher mock probability, so parsed and forced answers agree.
 - choice_probs: one logit per answer word (a token's text, stripped and lowercased, so " Yes" and
   "Yes" pool alike): a pair's seeded logit, plus for `answers[0]` a seeded term per trace and the
-  side's share of the counterfactual effect: +-(effect + effect_per_1k_tokens * trace tokens / 1000) / 2.
+  side's share of the counterfactual effect: +-(effect + effect_per_1k_tokens * trace tokens / 1000) / 2, and
+  with `side_sd` a draw of that spread fixed by the pair, the side and the trace (a fresh one per side and per
+  trace read, so the sides of a pair and the arms of a side flip by chance; 0, the default: the sides differ by
+  the effect alone).
 - depth reads: choice_probs of each cut prefix; target_nll and graph generation: seeded by what the
-  target (or the new tokens) may see under the visibility graph.
+  target (or the new tokens) may see under the visibility graph. With `influence_nll`, target_nll adds that
+  many nats/token when a target block (a content target, after its opening tag) is no longer what graph
+  generation writes after what it now sees: a donor swapped into a block it sees plants that NLL shift.
 
 A pair is seeded by its prompt without the words in `protected` and `neutral`, so both sides (and
 both arms) share it: with both effects 0 the two sides answer alike. The fingerprint names the mock,
@@ -77,6 +82,7 @@ def settings_rules() -> dict:
     return {"seed": integer(0), "trace_tokens.distribution": one_of(*DISTRIBUTIONS), "trace_tokens.median": number(1),
             "trace_tokens.sigma": number(0), "trace_tokens.low": integer(0), "trace_tokens.high": integer(1),
             "effect": number(), "effect_per_1k_tokens": number(), "base_sd": number(0), "trace_sd": number(0),
+            "side_sd": number(0), "influence_nll": number(),
             "answers": list_of(text()), "protected": list_of(text(null=True), nonempty=False),
             "neutral": list_of(text(), nonempty=False), "thinking.style": one_of(*THINKING_STYLES),
             "chunk_size": optional(integer(1))}
@@ -109,8 +115,9 @@ class MockBackend(Backend):
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 8, *, seed: int = 0,
                  trace_tokens: Mapping | None = None, effect: float = 0.5, effect_per_1k_tokens: float = 0.5,
-                 base_sd: float = 2.0, trace_sd: float = 1.0, answers: Sequence[str] = ("Yes", "No"),
-                 protected: Sequence[str | None] = (), neutral: Sequence[str] = (), thinking: Mapping | None = None,
+                 base_sd: float = 2.0, trace_sd: float = 1.0, side_sd: float = 0.0, influence_nll: float = 0.0,
+                 answers: Sequence[str] = ("Yes", "No"), protected: Sequence[str | None] = (),
+                 neutral: Sequence[str] = (), thinking: Mapping | None = None,
                  answer_prefix: str = "", chunk_size: int | None = None):
         lengths = {"distribution": "lognormal", "median": 1500, "sigma": 0.5, "low": 1, "high": 4000,
                    **(trace_tokens or {})}
@@ -118,6 +125,9 @@ class MockBackend(Backend):
         settings = dict(seed=seed, trace_tokens=lengths, effect=effect, effect_per_1k_tokens=effect_per_1k_tokens,
                         base_sd=base_sd, trace_sd=trace_sd, answers=list(answers), protected=list(protected),
                         neutral=list(neutral), thinking=thinking, answer_prefix=answer_prefix, chunk_size=chunk_size)
+        for name, value in (("side_sd", side_sd), ("influence_nll", influence_nll)):
+            if value:  # only when set, so a mock without them keeps its fingerprint (and its results in a store)
+                settings[name] = value
         self.check(settings, {})
         self.settings = settings
         self.capabilities = self.capabilities_for(settings)
@@ -196,6 +206,8 @@ class MockBackend(Backend):
         pair, n, trace, side = self._features(ids)
         shift = (s["trace_sd"] * _normal(_digest(pair, trace)) if n else 0.0)
         shift += side * (s["effect"] + s["effect_per_1k_tokens"] * n / 1000.0)
+        if side and s.get("side_sd"):  # seeds 1 and 3: alpha' and alpha, never the trace's own draw
+            shift += s["side_sd"] * _normal(_digest(pair, trace, int(2 * side) + 2))
         words = [self._word(t) for t in token_ids]
         return np.array([s["base_sd"] / math.sqrt(2.0) * _normal(_digest(pair, seed)) + (shift if first else 0.0)
                          for seed, first in words])
@@ -284,5 +296,17 @@ class MockBackend(Backend):
         for r in requests:
             target = [t for b in r.target for t in r.blocks[b].ids]
             visible = self._visible(r.blocks, r.visibility, r.target)
-            values.append(2.0 * math.exp(0.25 * _normal(_digest(visible, target))))
+            nll = 2.0 * math.exp(0.25 * _normal(_digest(visible, target)))
+            shift = self.settings.get("influence_nll", 0.0)
+            values.append(nll + shift if shift and not all(self._written_after(r, b) for b in r.target) else nll)
         return np.array(values, dtype=np.float64)
+
+    def _written_after(self, request: NLLRequest, index: int) -> bool:
+        """Whether target block `index` holds what graph generation writes after what its opening tag (the block
+        before it, of its role and channel: a content target) now sees; True for a block without one."""
+        blocks = request.blocks
+        if index == 0 or (blocks[index - 1].role, blocks[index - 1].channel) != (blocks[index].role,
+                                                                                   blocks[index].channel):
+            return True
+        ids = list(blocks[index].ids)
+        return ids == self._trace(_digest(self._visible(blocks, request.visibility, [index - 1])), 0)[:len(ids)]

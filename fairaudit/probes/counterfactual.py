@@ -50,9 +50,7 @@ class CounterfactualProbe(PairedProbe):
     def run(self, ctx: AuditContext) -> ProbeResult:
         records = paired_records(ctx, self.baseline)
         t, b = ctx.arm.name, self.baseline.name
-        metrics = paired_metrics(
-            lambda rows: contingency(rows, treatment=t, baseline=b, n_boot=self.n_boot, seed=self.seed), records, t, b,
-            n_boot=self.n_boot, seed=self.seed)
+        metrics = counterfactual_metrics(records, t, b, self.n_boot, self.seed)
         metrics["truncated_rate_" + t] = float(records.loc[records["arm"] == t, "truncated"].mean())
         return ProbeResult(
             metrics=metrics,
@@ -68,8 +66,7 @@ class CounterfactualProbe(PairedProbe):
     def point_metrics(cls, records) -> dict[str, float]:
         """The metrics `run` logs, from the records alone, without bootstrap intervals."""
         rows = records["records"]
-        t, b = arm_names(rows)
-        return paired_metrics(lambda r: contingency(r, treatment=t, baseline=b, n_boot=0), rows, t, b, n_boot=0)
+        return counterfactual_metrics(rows, *arm_names(rows), n_boot=0)
 
     def planned_tests(self, arm: Arm, effect: Mapping[str, float],
                       pilot: ProbeResult | None = None) -> list[PlannedTest]:
@@ -90,6 +87,14 @@ class CounterfactualProbe(PairedProbe):
                   "d = a flip under both; a flip = the two sides of a pair get different answers.")
         ratio, unbounded = ratio_lines(m)
         return [found, gap_sentence(m, records, t, b) + ".", *ratio, legend, *warnings_of(records, t, b), *unbounded]
+
+
+def counterfactual_metrics(records, treatment: str, baseline: str, n_boot: int = 2000,
+                           seed: int = 0) -> dict[str, float]:
+    """The metrics `run` logs from paired records: `contingency` and the P(Yes) gap, over every pair and over the
+    completed ones (`paired_metrics`), intervals from n_boot paired resamples (0: none) seeded by `seed`."""
+    return paired_metrics(lambda rows: contingency(rows, treatment=treatment, baseline=baseline, n_boot=n_boot,
+                                                   seed=seed), records, treatment, baseline, n_boot=n_boot, seed=seed)
 
 
 def ratio_lines(m: dict[str, float]) -> tuple[list[str], list[str]]:

@@ -124,12 +124,16 @@ class InfluenceProbe(Probe):
         """The sampled MCQ items in their original option order. # question_id, question, options, ..."""
         return ctx.dataset.variants().query("permutation == 0").reset_index(drop=True)
 
-    def run(self, ctx: AuditContext) -> ProbeResult:
+    def measure(self, ctx: AuditContext) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+        """(contrasts, traces, `analysis.influence` of them): the transcripts written, scored and analysed."""
         traces = self.writer.write(ctx, self.items(ctx))
         valid = {t.trace_id for t in traces if t.canary is None and self.tags.valid(t, ctx.tokenizer)}
         contrasts = self.scorer.contrasts(ctx, [t for t in traces if t.canary is None and t.trace_id in valid])
         trace_rows = trace_records(ctx, traces, valid, self.tags, self.ngram)
-        report = influence(contrasts, trace_rows, self.thresholds)
+        return contrasts, trace_rows, influence(contrasts, trace_rows, self.thresholds)
+
+    def run(self, ctx: AuditContext) -> ProbeResult:
+        contrasts, trace_rows, report = self.measure(ctx)
         return ProbeResult(metrics=report["metrics"], tables=report["tables"],
                            figures={"influence_rates": influence_rates_figure(report["tables"]["influence_rates"])},
                            records={"records": contrasts, "traces": trace_rows},

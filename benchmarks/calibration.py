@@ -1,0 +1,270 @@
+"""The pipeline calibrated on planted effects: the real probes and analyses over many seeded studies on
+backend=mock, against the truth the mock plants (benchmarks/calibration_truth.py, exact) and what
+fairaudit/analysis/power.py predicts (not a timed test; docs/calibration.md shows its tables).
+
+    python benchmarks/calibration.py [--probes counterfactual influence] [--studies 500] [--pairs 50]
+        [--n-boot 2000] [--influence-studies 300] [--items 25] [--seed 0] [--workers 1]
+
+Counterfactual (think against nothink): per planted thinking gap (0, the null, and three effects) one mock
+(`side_sd` 1, `effect` 0.5, `base_sd` 2, `trace_sd` 0, traces of a fixed 40 tokens, its own seed) answers
+studies x pairs distinct Adult pairs through the probe's own records (`decisions.paired_records` on a
+`CachingClient` over a temporary store); each study's `pairs` pairs get the probe's own metrics
+(`counterfactual.counterfactual_metrics`: contingency, McNemar, the P(Yes) gap, their paired bootstrap intervals
+with n_boot resamples). Measured: the share of studies whose exact McNemar p <= 0.05, against
+`power.mcnemar_power` at the planted p_b and p_c (at the null that is the exact test's own size, below 0.05); the
+share whose delta_p_gap interval excludes 0, against `power.paired_gap_power` at its planted mean and SD (the
+t-test's power, an approximation for the probe's bootstrap interval; the SD from a simulation); and
+the share of studies whose interval of each metric holds its planted value (nominal 0.95), each with its 95%
+Clopper-Pearson interval. Studies are independent: no two pairs share a text, and the mock draws every pair's
+logits from its text and the mock's seed.
+
+Influence: benchmarks/calibration_influence.py (Wilson coverage and width at a planted NLL shift).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.calibration_truth import Plant, counterfactual_truth, gap_difference_sd  # noqa: E402
+from fairaudit.analysis.power import mcnemar_power, paired_gap_power  # noqa: E402
+from fairaudit.analysis.stats import clopper_pearson  # noqa: E402
+
+ALPHA, NOMINAL = 0.05, 0.95
+TRACE = 40                      # fixed trace tokens: "Okay," and band words, the band words carrying the effect
+THINKING_GAPS = (0.0, 1.5, 2.0, 2.5)
+INTERVALS = ("p_gap_think", "p_gap_nothink", "delta_p_gap", "delta_d_cf", "c_b_ratio", "c_b_ratio_exact")
+BLOCK = 2000                    # pairs generated at a time (bounds the records' text in memory)
+
+
+@functools.cache
+def band_tokens() -> int:
+    """Trace tokens the mock's effect counts: TRACE less its opener ("Okay,"), on the tiny model's tokenizer."""
+    from transformers import AutoTokenizer
+
+    from fairaudit.backends.mock import OPENER
+    from fairaudit.models.locate import tiny_qwen3_dir
+
+    return TRACE - len(AutoTokenizer.from_pretrained(str(tiny_qwen3_dir())).encode(OPENER, add_special_tokens=False))
+
+
+def mock_backend(plant: Plant, seed: int):
+    """backend=mock planting `plant` on Adult's Male/Female pairs, traces of TRACE tokens."""
+    from fairaudit.backends.mock import MockBackend
+    from fairaudit.models.locate import tiny_qwen3_dir
+
+    return MockBackend(tiny_qwen3_dir(), seed=seed, trace_tokens={"distribution": "fixed", "median": TRACE},
+                       effect=plant.effect, effect_per_1k_tokens=plant.thinking_gap * 1000.0 / band_tokens(),
+                       base_sd=plant.base_sd, trace_sd=plant.trace_sd, side_sd=plant.side_sd,
+                       protected=["Male", "Female"], neutral=["He", "She", "His", "Her", "Him", "Hers"])
+
+
+def adult_pairs(count: int, seed: int, root: str | None = None) -> pd.DataFrame:
+    """`count` Adult pairs (two rows each, `CounterfactualTabular.pairs`) with distinct texts, drawn with `seed`: a
+    repeated text would repeat its mock draws and tie two studies together."""
+    from fairaudit.data.tabular import CounterfactualTabular
+
+    def draw(n: int) -> CounterfactualTabular:
+        return CounterfactualTabular("adult", n, seed, "sex", "Male", "Female", "Will they earn more than $50K?",
+                                     "{description}\nQuestion: {question} Yes or No.", root)
+
+    available = len(draw(1).rows())
+    pairs = draw(min(available, math.ceil(1.5 * count) + 50)).pairs()
+    text = pairs[pairs["side"] == "alpha"].drop_duplicates("user_message")["pair_id"]
+    if len(text) < count:
+        raise ValueError(f"Adult holds {len(text)} distinct pairs in the draw, fewer than the {count} asked for")
+    return pairs[pairs["pair_id"].isin(set(text.iloc[:count]))].reset_index(drop=True)
+
+
+def counterfactual_records(plant: Plant, pairs: pd.DataFrame, seed: int, folder: Path) -> pd.DataFrame:
+    """The counterfactual probe's records (think against nothink, text columns dropped) of `pairs` on the mock."""
+    from fairaudit.probes import AuditContext, ModelSpec
+    from fairaudit.probes.decisions import analysed, paired_records
+    from fairaudit.prompts.yesno import Arm, Thinking
+    from fairaudit.store.client import CachingClient
+    from fairaudit.store.results import Store
+    from fairaudit.terminal import progress
+
+    progress.console.quiet = True   # a bar per block would bury the table
+    backend = mock_backend(plant, seed)
+    client = CachingClient(backend, Store(folder / f"calibration-{seed}.sqlite"))
+    spec = ModelSpec("tiny_qwen3", Thinking(style="native"), {"enable_thinking": True})
+    think, nothink = Arm("think", True, TRACE + 24), Arm("nothink", False, 16)
+    ids = pairs["pair_id"].unique()
+    out = []
+    for start in range(0, len(ids), BLOCK):
+        block = pairs[pairs["pair_id"].isin(set(ids[start:start + BLOCK]))]
+        data = SimpleNamespace(name="adult", pairs=lambda block=block: block)
+        out.append(analysed(paired_records(AuditContext(client, backend.tokenizer, spec, data, think), nothink)))
+    return pd.concat(out, ignore_index=True)
+
+
+def study_rows(records: pd.DataFrame, order: np.ndarray, pairs: int, n_boot: int) -> pd.DataFrame:
+    """One row per study of `pairs` consecutive pairs of `order`: the probe's metrics with their intervals."""
+    from fairaudit.probes.counterfactual import counterfactual_metrics
+
+    study_of = pd.Series(np.arange(len(order)) // pairs, index=order)
+    keep = ["n_pairs", "cell_b", "cell_c", "mcnemar_log10_p", *INTERVALS]
+    keep += [f"{name}_ci_{end}" for name in INTERVALS for end in ("low", "high")]
+    rows = []
+    for study, chunk in records.groupby(records["pair_id"].map(study_of), sort=True):
+        metrics = counterfactual_metrics(chunk, "think", "nothink", n_boot, 0)
+        metrics["c_b_ratio_exact"] = metrics["c_b_ratio"]
+        rows.append({"study": study, **{name: metrics[name] for name in keep}})
+    return pd.DataFrame(rows)
+
+
+def run_plant(thinking_gap: float, studies: int, pairs: int, n_boot: int, seed: int) -> pd.DataFrame:
+    """Every study of one planted thinking gap (its mock seeded by `seed` and the gap)."""
+    plant = replace(Plant(), thinking_gap=thinking_gap)
+    mock_seed = seed * 1000 + round(thinking_gap * 100)
+    chosen = adult_pairs(studies * pairs, mock_seed)
+    with tempfile.TemporaryDirectory() as folder:
+        records = counterfactual_records(plant, chosen, mock_seed, Path(folder))
+    out = study_rows(records, chosen["pair_id"].unique(), pairs, n_boot)
+    return out.assign(thinking_gap=thinking_gap, pairs=pairs)
+
+
+def covers(low: float, high: float, truth: float) -> bool:
+    """Whether [low, high] holds `truth` (ends included); an interval with a NaN or an infinite low end (the
+    bootstrap c/b's [inf, inf] without a b pair) holds nothing."""
+    return bool(np.isfinite(low) and not np.isnan(high) and low <= truth <= high)
+
+
+def share(hits: int, n: int) -> dict[str, float]:
+    """A share of n with its 95% Clopper-Pearson interval."""
+    low, high = clopper_pearson(hits, n)
+    return {"share": hits / n, "low": low, "high": high}
+
+
+def summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per planted gap: the predicted and measured McNemar rejection rate and every interval's coverage."""
+    out = []
+    for gap, group in rows.groupby("thinking_gap", sort=True):
+        truth = counterfactual_truth(replace(Plant(), thinking_gap=gap))
+        pairs, n = int(group["pairs"].iloc[0]), len(group)
+        if "n_pairs" in group and (group["n_pairs"] != pairs).any():   # the prediction is for `pairs` pairs
+            raise ValueError(f"gap {gap}: a study kept fewer than its {pairs} pairs (an unparsed or cut answer)")
+        rejected = int((group["mcnemar_log10_p"] <= math.log10(ALPHA)).sum())
+        row = {"thinking_gap": gap, "p_b": truth["p_b"], "p_c": truth["p_c"], "pairs": pairs, "studies": n,
+               "predicted": mcnemar_power(pairs, truth["p_b"], truth["p_c"], ALPHA),
+               **{f"rejected_{k}": v for k, v in share(rejected, n).items()}}
+        excludes = int(((group["delta_p_gap_ci_low"] > 0) | (group["delta_p_gap_ci_high"] < 0)).sum())
+        row |= {"gap_predicted": paired_gap_power(pairs, truth["delta_p_gap"], gap_difference_sd(
+            replace(Plant(), thinking_gap=gap)), ALPHA), "gap_excludes": excludes / n}
+        for name in INTERVALS:
+            hits = sum(covers(lo, hi, truth[name]) for lo, hi in zip(group[f"{name}_ci_low"], group[f"{name}_ci_high"]))
+            row |= {f"{name}_truth": truth[name], **{f"{name}_{k}": v for k, v in share(hits, n).items()}}
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def pooled_coverage(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Each interval's coverage over every study of every planted gap."""
+    out = {}
+    for name in INTERVALS:
+        hits = 0
+        for gap, group in rows.groupby("thinking_gap"):
+            truth = counterfactual_truth(replace(Plant(), thinking_gap=gap))[name]
+            hits += sum(covers(lo, hi, truth) for lo, hi in zip(group[f"{name}_ci_low"], group[f"{name}_ci_high"]))
+        out[name] = share(hits, len(rows))
+    return out
+
+
+def pct(value: float) -> str:
+    return f"{100 * value:.1f}"
+
+
+def markdown(table: pd.DataFrame, pooled: dict[str, dict[str, float]]) -> str:
+    """Two tables: McNemar's power (size at gap 0) predicted and measured; each interval's coverage (%)."""
+    lines = ["| thinking gap (logit) | p_b | p_c | pairs | studies | predicted (%) | measured (%) [95% CI] | "
+             "measured - predicted (points) | delta_p_gap's interval excludes 0 (%) | paired t predicts (%) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in table.itertuples():
+        lines.append(f"| {r.thinking_gap:g} | {r.p_b:.4f} | {r.p_c:.4f} | {r.pairs} | {r.studies} | "
+                     f"{pct(r.predicted)} | {pct(r.rejected_share)} [{pct(r.rejected_low)}, {pct(r.rejected_high)}] | "
+                     f"{100 * (r.rejected_share - r.predicted):+.1f} | {pct(r.gap_excludes)} | "
+                     f"{pct(r.gap_predicted)} |")
+    lines += ["", "| thinking gap (logit) | " + " | ".join(INTERVALS) + " |", "|---" * (len(INTERVALS) + 1) + "|"]
+    for r in table.to_dict("records"):
+        lines.append(f"| {r['thinking_gap']:g} | " + " | ".join(
+            f"{pct(r[f'{name}_share'])} (truth {r[f'{name}_truth']:.4g})" for name in INTERVALS) + " |")
+    lines.append("| all | " + " | ".join(f"{pct(c['share'])} [{pct(c['low'])}, {pct(c['high'])}]"
+                                         for c in pooled.values()) + " |")
+    return "\n".join(lines)
+
+
+def jobs(args) -> list[tuple]:
+    """(function, arguments) of each planted effect's studies, the slowest first."""
+    from benchmarks import calibration_influence as influence
+
+    out = []
+    if "counterfactual" in args.probes:
+        out += [(run_plant, (gap, args.studies, args.pairs, args.n_boot, args.seed)) for gap in args.gaps]
+    if "influence" in args.probes:
+        out += [(influence.run_shift, (shift, args.influence_studies, args.items, args.seed))
+                for shift in args.shifts]
+    return out
+
+
+def call(job: tuple) -> pd.DataFrame:
+    function, arguments = job
+    return function(*arguments)
+
+
+def main() -> None:
+    from benchmarks import calibration_influence as influence
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--probes", nargs="*", default=["counterfactual", "influence"])
+    parser.add_argument("--studies", type=int, default=500, help="counterfactual studies per planted effect")
+    parser.add_argument("--pairs", type=int, default=50, help="pairs per counterfactual study")
+    parser.add_argument("--n-boot", type=int, default=2000, help="the counterfactual probe's bootstrap resamples")
+    parser.add_argument("--gaps", type=float, nargs="*", default=THINKING_GAPS, help="planted thinking gaps (logit)")
+    parser.add_argument("--influence-studies", type=int, default=300, help="influence studies per planted shift")
+    parser.add_argument("--items", type=int, default=25, help="questions (contrasts per direction) per study")
+    parser.add_argument("--shifts", type=float, nargs="*", default=influence.SHIFTS, help="planted NLL shifts")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--rows", type=Path, help="write every study's row here (CSV, one per probe: <name>-<probe>)")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    todo = jobs(args)
+    with ProcessPoolExecutor(args.workers) as pool:
+        parts = list(pool.map(call, todo))
+    cf = [part for (function, _), part in zip(todo, parts) if function is run_plant]
+    if cf:
+        rows = pd.concat(cf, ignore_index=True)
+        if args.rows:
+            rows.to_csv(args.rows.with_name(f"{args.rows.stem}-counterfactual.csv"), index=False)
+        print(f"counterfactual on backend=mock: {args.studies} studies x {args.pairs} pairs per planted thinking "
+              f"gap, {args.n_boot} bootstrap resamples, seed {args.seed}; McNemar at {ALPHA}, intervals at {NOMINAL}")
+        print(markdown(summary(rows), pooled_coverage(rows)))
+    inf = [part for (function, _), part in zip(todo, parts) if function is not run_plant]
+    if inf:
+        print(f"\ninfluence on backend=mock (unmasked): {args.influence_studies} studies x {args.items} questions per "
+              f"planted shift, seed {args.seed}; Wilson intervals at {NOMINAL}")
+        rows = pd.concat(inf, ignore_index=True)
+        if args.rows:
+            rows.to_csv(args.rows.with_name(f"{args.rows.stem}-influence.csv"), index=False)
+        print(influence.markdown(influence.summary(rows)))
+    print(f"{time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

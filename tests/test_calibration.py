@@ -1,0 +1,174 @@
+"""benchmarks/calibration.py at a tiny size: the planted truth is exact where it can be worked by hand and agrees
+with a simulation of the same model elsewhere, the mock plants what the truth assumes, coverage and rejection
+are counted right, and a few dozen real studies land where analysis/power.py says they should."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+from scipy.special import expit, logit
+
+from conftest import REPO
+from fairaudit.analysis.power import expected_wilson_width, mcnemar_power
+
+sys.path.insert(0, str(REPO))
+from benchmarks import calibration as bench  # noqa: E402
+from benchmarks import calibration_influence as influence_bench  # noqa: E402
+from benchmarks.calibration_truth import (  # noqa: E402
+    Plant,
+    cells,
+    counterfactual_truth,
+    gap_difference_sd,
+    influence_rate,
+    p_gap,
+    simulated_truth,
+    wilson_coverage,
+)
+
+
+def phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def test_without_a_pair_spread_the_cells_are_the_flip_probabilities_at_zero():
+    """L = 0: a side answers Yes with Phi(+-d/2), so a pair flips with q^2 + (1-q)^2, q = Phi(d/2)."""
+    same = cells(Plant(effect=0.0, base_sd=0.0, side_sd=1.0))
+    assert (same["b"], same["c"], same["d"]) == pytest.approx((0.25, 0.25, 0.25), abs=1e-12)
+    q_b, q_t = phi(0.5), phi(1.5)   # effect 1 under nothink, 1 + 2 under think, side_sd 1
+    f_b, f_t = q_b ** 2 + (1 - q_b) ** 2, q_t ** 2 + (1 - q_t) ** 2
+    found = cells(Plant(thinking_gap=2.0, effect=1.0, base_sd=0.0, side_sd=1.0))
+    assert found["b"] == pytest.approx(f_b * (1 - f_t), abs=1e-12)
+    assert found["c"] == pytest.approx((1 - f_b) * f_t, abs=1e-12)
+    assert p_gap(0.0, 2.0, 1e-9) == pytest.approx(expit(1.0) - expit(-1.0), abs=1e-7)
+
+
+def test_the_quadrature_agrees_with_a_simulation_of_the_same_model():
+    plant = Plant(thinking_gap=1.0, trace_sd=0.7)
+    exact, simulated = counterfactual_truth(plant), simulated_truth(plant, 400_000, seed=3)
+    for name, value in simulated.items():   # 400k draws: an SE of at most 0.0008 on these shares and means
+        assert exact[name] == pytest.approx(value, abs=0.003), name
+    null = counterfactual_truth(Plant())
+    assert null["p_b"] == pytest.approx(null["p_c"], abs=1e-14) and null["delta_p_gap"] == pytest.approx(0, abs=1e-14)
+    assert counterfactual_truth(Plant(), degree=32)["p_gap_think"] == pytest.approx(null["p_gap_think"], abs=1e-6)
+
+
+def test_the_gap_differences_sd_vanishes_without_spread_and_matches_the_simulated_gaps():
+    """No pair spread and no side draw: every pair's |gap| is expit(+-d/2) apart under each arm, a constant."""
+    assert gap_difference_sd(Plant(thinking_gap=1.0, base_sd=0.0, side_sd=1e-12), draws=1000) < 1e-9
+    plant = Plant(thinking_gap=1.5)
+    first, second = gap_difference_sd(plant, 200_000, 1), gap_difference_sd(plant, 200_000, 2)
+    assert first == pytest.approx(second, rel=0.01) and 0.2 < first < 0.3   # 0.242 at 2M draws
+
+
+def test_the_mock_plants_the_gaps_the_truth_assumes(tmp_path, data_root):
+    """Without side_sd each reading's logit gap is exactly effect (nothink) and effect + thinking gap (think);
+    with it the gaps spread by sqrt(2) side_sd and the pair's logit is shared by the arms."""
+    pairs = bench.adult_pairs(60, 5, str(data_root))
+    assert pairs["pair_id"].nunique() == 60 and pairs[pairs["side"] == "alpha"]["user_message"].is_unique
+    for side_sd in (0.0, 1.0):
+        plant = Plant(thinking_gap=2.0, side_sd=side_sd)
+        records = bench.counterfactual_records(plant, pairs, 5, tmp_path / str(side_sd))
+        wide = records.assign(logit=logit(records["p_yes"])).pivot_table(index="pair_id", columns=["arm", "side"],
+                                                                         values="logit")
+        gap = {arm: wide[(arm, "alpha")] - wide[(arm, "alpha_prime")] for arm in ("think", "nothink")}
+        if side_sd == 0.0:
+            np.testing.assert_allclose(gap["nothink"], 0.5, atol=1e-9)
+            np.testing.assert_allclose(gap["think"], 2.5, atol=1e-9)
+            total = wide.T.groupby(level="arm").sum().T
+            np.testing.assert_allclose(total["think"], total["nothink"], atol=1e-9)   # trace_sd 0: one L
+        else:
+            assert 1.0 < gap["nothink"].std() < 1.9 and 1.5 < gap["think"].mean() < 3.5
+    assert (records["trace_tokens"][records["arm"] == "think"] == bench.TRACE).all()
+
+
+def test_coverage_and_rejections_are_counted_by_hand():
+    assert bench.covers(0.1, 0.3, 0.3) and bench.covers(0.1, 0.3, 0.1) and not bench.covers(0.1, 0.3, 0.31)
+    assert not bench.covers(math.inf, math.inf, 1.0) and not bench.covers(math.nan, 0.3, 0.2)
+    assert bench.covers(0.5, math.inf, 1.0)
+    truth = counterfactual_truth(Plant())
+    rows = pd.DataFrame({"thinking_gap": 0.0, "pairs": 50, "mcnemar_log10_p": [-3.0, -1.31, -1.30, 0.0],
+                         **{f"{n}_ci_low": truth[n] - 0.01 for n in bench.INTERVALS},
+                         **{f"{n}_ci_high": truth[n] + 0.01 for n in bench.INTERVALS}})
+    rows.loc[3, "p_gap_think_ci_low"] = truth["p_gap_think"] + 0.001   # one study misses
+    table = bench.summary(rows).iloc[0]
+    assert table["rejected_share"] == 0.5   # log10(0.05) = -1.301: -3.0 and -1.31 reject, -1.30 does not
+    assert table["p_gap_think_share"] == 0.75 and table["delta_d_cf_share"] == 1.0
+    assert table["predicted"] == pytest.approx(mcnemar_power(50, truth["p_b"], truth["p_c"]))
+    assert table["gap_excludes"] == 0.0 and table["gap_predicted"] == pytest.approx(0.05)   # [-0.01, 0.01]; no gap
+    assert bench.pooled_coverage(rows)["p_gap_think"]["share"] == 0.75
+
+
+def test_a_few_dozen_real_studies_reject_and_cover_as_planned():
+    """20 studies of 40 pairs at a thinking gap of 2.5 (the benchmark's table holds the null and the other gaps)."""
+    studies, pairs = 20, 40
+    rows = bench.run_plant(2.5, studies, pairs, 200, seed=7)
+    assert len(rows) == studies and (rows["n_pairs"] == pairs).all()
+    table = bench.summary(rows).iloc[0]
+    predicted = mcnemar_power(pairs, table["p_b"], table["p_c"])
+    assert predicted == pytest.approx(0.822, abs=0.001)   # power.py at the planted cells
+    low, high = stats.binom.ppf([0.0005, 0.9995], studies, predicted)   # 99.9% of what 20 studies can show
+    assert low <= table["rejected_share"] * studies <= high
+    for name in bench.INTERVALS[:4]:   # a 95% interval holds its truth in at least 14 of 20 studies 999 times in 1000
+        assert table[f"{name}_share"] * studies >= stats.binom.ppf(0.001, studies, 0.95), name
+
+
+def test_the_table_shows_prediction_measurement_and_coverage():
+    rows = pd.DataFrame({"thinking_gap": [0.0, 0.0], "pairs": 50, "mcnemar_log10_p": [-2.0, 0.0],
+                         **{f"{n}_ci_{end}": [0.0, 0.0] for n in bench.INTERVALS for end in ("low", "high")}})
+    table = bench.summary(rows)   # [0, 0] holds the deltas' truth at the null (0) and no other
+    lines = bench.markdown(table, bench.pooled_coverage(rows)).splitlines()
+    assert lines[0].startswith("| thinking gap (logit) | p_b | p_c | pairs | studies | predicted (%)")
+    assert lines[2].startswith("| 0 | 0.1338 | 0.1338 | 50 | 2 | 2.6 | 50.0 [1.3, 98.7] | +47.4 |")
+    assert lines[-1].startswith("| all | 0.0 [0.0, 84.2] | 0.0 [0.0, 84.2] | 100.0 [15.8, 100.0] |")
+
+
+def test_the_influence_truth_is_a_half_without_a_shift_and_agrees_with_a_simulation():
+    assert influence_rate(0.0, 0.0) == pytest.approx(0.5, abs=1e-9)   # Delta symmetric about 0
+    z_cf, z_nat = np.random.default_rng(1).standard_normal((2, 400_000))
+    delta = 2 * np.exp(z_cf / 4) - 2 * np.exp(z_nat / 4) + 0.5
+    assert influence_rate(0.5, 0.05) == pytest.approx((delta > 0.05).mean(), abs=0.003)
+    assert influence_rate(50.0, 0.05) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_wilsons_exact_coverage_by_hand_at_two_contrasts():
+    """n = 2, rate 0.5: Wilson at k = 0 is [0, 0.658], at 1 [0.095, 0.905], at 2 [0.342, 1]: all hold 0.5.
+    Rate 0.2: k = 2's interval [0.342, 1] misses it, so the coverage is 1 - 0.2^2."""
+    assert wilson_coverage(2, 0.5) == pytest.approx(1.0)
+    assert wilson_coverage(2, 0.2) == pytest.approx(1 - 0.04)
+
+
+def test_a_few_dozen_real_influence_studies_land_on_the_planted_rate(data_root):
+    studies, items = 16, 25
+    rows = influence_bench.run_shift(1.0, studies, items, 3, str(data_root))
+    table = influence_bench.summary(rows)
+    assert (table["contrasts"] == items).all() and (table["studies"] == studies).all()
+    for r in table.itertuples():   # every contrast finds a donor; k ~ Binomial(25, truth) in each study
+        se = math.sqrt(r.truth * (1 - r.truth) / (studies * items))
+        assert abs(r.mean_rate - r.truth) < 4 * se, r.rate
+        assert r.coverage * studies >= stats.binom.ppf(0.001, studies, r.exact), r.rate
+        assert r.width == pytest.approx(r.width_predicted, abs=0.03), r.rate   # the width varies by ~0.05 per study
+    assert table.loc[0, "truth"] == pytest.approx(influence_rate(1.0, 0.0))
+    assert table.loc[0, "width_predicted"] == pytest.approx(expected_wilson_width(items, table.loc[0, "truth"]))
+
+
+@pytest.mark.slow
+def test_the_script_prints_both_tables():
+    tiny = ["--studies", "2", "--pairs", "20", "--gaps", "0", "2", "--n-boot", "100", "--influence-studies", "2",
+            "--items", "10", "--shifts", "1"]
+    done = subprocess.run([sys.executable, "benchmarks/calibration.py", *tiny], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("counterfactual on backend=mock: 2 studies x 20 pairs per planted thinking gap")
+    assert [line.split(" | ")[0] for line in lines[3:5]] == ["| 0", "| 2"]
+    start = lines.index("influence on backend=mock (unmasked): 2 studies x 10 questions per planted shift, seed 0; "
+                        "Wilson intervals at 0.95")
+    assert lines[start + 1].startswith("| planted shift (nats/token) | rate | planted rate |")
+    assert [line.split(" | ")[1] for line in lines[start + 3:start + 7]] == [
+        "influence A->B", "influence B->A", "substantive A->B", "substantive B->A"]
