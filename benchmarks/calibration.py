@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks.calibration_influence import quietly  # noqa: E402
 from benchmarks.calibration_truth import Plant, counterfactual_truth, gap_difference_sd  # noqa: E402
 from fairaudit.analysis.power import mcnemar_power, paired_gap_power  # noqa: E402
 from fairaudit.analysis.stats import clopper_pearson  # noqa: E402
@@ -91,6 +92,7 @@ def adult_pairs(count: int, seed: int, root: str | None = None) -> pd.DataFrame:
     return pairs[pairs["pair_id"].isin(set(text.iloc[:count]))].reset_index(drop=True)
 
 
+@quietly
 def counterfactual_records(plant: Plant, pairs: pd.DataFrame, seed: int, folder: Path) -> pd.DataFrame:
     """The counterfactual probe's records (think against nothink, text columns dropped) of `pairs` on the mock."""
     from fairaudit.probes import AuditContext, ModelSpec
@@ -98,9 +100,7 @@ def counterfactual_records(plant: Plant, pairs: pd.DataFrame, seed: int, folder:
     from fairaudit.prompts.yesno import Arm, Thinking
     from fairaudit.store.client import CachingClient
     from fairaudit.store.results import Store
-    from fairaudit.terminal import progress
 
-    progress.console.quiet = True   # a bar per block would bury the table
     backend = mock_backend(plant, seed)
     client = CachingClient(backend, Store(folder / f"calibration-{seed}.sqlite"))
     spec = ModelSpec("tiny_qwen3", Thinking(style="native"), {"enable_thinking": True})

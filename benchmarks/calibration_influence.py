@@ -12,6 +12,7 @@ prediction).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -75,12 +76,26 @@ def study_metrics(probe, client, tokenizer, spec, items: pd.DataFrame) -> dict[s
     return probe.measure(AuditContext(client, tokenizer, spec, data, Arm("think", True, 8)))[2]["metrics"]
 
 
+def quietly(function):
+    """`function` with fairaudit's progress bars off while it runs (a bar per block would bury the table), the console
+    as it was after (a test calling it in-process keeps its error lines)."""
+    @functools.wraps(function)
+    def quiet(*args, **kwargs):
+        from fairaudit.terminal import progress
+
+        before, progress.console.quiet = progress.console.quiet, True
+        try:
+            return function(*args, **kwargs)
+        finally:
+            progress.console.quiet = before
+    return quiet
+
+
+@quietly
 def run_shift(shift: float, studies: int, items: int, seed: int, root: str | None = None) -> pd.DataFrame:
     """One row per study of one planted shift: each rate with its Wilson interval and n."""
     from fairaudit.probes.influence import InfluenceProbe
-    from fairaudit.terminal import progress
 
-    progress.console.quiet = True
     questions = mcq_items(root)
     per_mock = len(questions) // items
     probe = InfluenceProbe(conditions=["unmasked"], max_block_tokens=BLOCK_TOKENS, control=False,
