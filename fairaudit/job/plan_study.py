@@ -207,17 +207,17 @@ def show(plans: list[JobPlan], frame: pd.DataFrame, tests: pd.DataFrame, acceler
 
 
 def work_table(plans: list[JobPlan], frame: pd.DataFrame) -> pd.DataFrame:
-    """The jobs' work as shown, a total row under it (prompts that jobs share counted once), time here when a pilot
-    measured it."""
+    """The jobs' work as shown, a total row under it (prompts that jobs share counted once; time here n/a unless a
+    pilot timed every job)."""
     columns = ["job", "units", "prompts", "prompt_tokens", "calls", "stored_share", "new_calls", "read_tokens",
-               "generated_tokens", "depth_reads"] + (["seconds_here"] if frame["seconds_here"].notna().any() else [])
+               "generated_tokens", "depth_reads", "seconds_here"]
     shown = frame[columns].copy()
     firsts = ~pd.Series([census_key(plan.job) for plan in plans]).duplicated().to_numpy()
-    total = {column: shown[column].sum() for column in columns[1:] if column != "stored_share"}
+    total = {column: shown[column].sum(skipna=column != "seconds_here") for column in columns[1:]
+             if column != "stored_share"}
     total |= {"prompts": shown["prompts"][firsts].sum(), "prompt_tokens": shown["prompt_tokens"][firsts].sum()}
     shown = pd.concat([shown, pd.DataFrame([{"job": "total", **total}])], ignore_index=True)
-    if "seconds_here" in shown:
-        shown["seconds_here"] = shown["seconds_here"].map(format_duration)
+    shown["seconds_here"] = shown["seconds_here"].map(format_duration)
     return shown.rename(columns={"seconds_here": "time here"})
 
 
@@ -240,8 +240,8 @@ def notes_of(plans: list[JobPlan]) -> list[str]:
     notes += sorted({f"{plan.job.settings['model']['name']}, arm {plan.job.arm.name}: traces of "
                      f"{plan.trace_tokens:.0f} tokens ({plan.trace_source})" for plan in thinking})
     if any(plan.pilot is None for plan in plans):
-        notes.append("generated tokens: each generation's whole budget (max_new_tokens), an upper bound; "
-                     "plan.pilot=0.05 measures how much of it the model writes")
+        notes.append("generated tokens: each generation's whole budget (max_new_tokens), an upper bound; time here: "
+                     "n/a until plan.pilot=0.05 runs a share of each job on the model and times it")
     return notes
 
 
