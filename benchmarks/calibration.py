@@ -238,7 +238,7 @@ def main() -> None:
     from benchmarks import calibration_influence as influence
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--probes", nargs="*", default=["counterfactual", "influence"])
+    parser.add_argument("--probes", nargs="*", default=["counterfactual", "influence", "cdpg"])
     parser.add_argument("--studies", type=int, default=500, help="counterfactual studies per planted effect")
     parser.add_argument("--pairs", type=int, default=50, help="pairs per counterfactual study")
     parser.add_argument("--n-boot", type=int, default=2000, help="the counterfactual probe's bootstrap resamples")

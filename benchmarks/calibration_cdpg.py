@@ -221,7 +221,7 @@ def summary(rows: pd.DataFrame, draws: int = 2_000_000) -> pd.DataFrame:
             out.append({"thinking_gap": gap, "cell": cell, "truth": truth[f"slope_{cell}"], "sd": sd[f"sd_{cell}"],
                         "p_cell": truth[f"p_{cell}"], "pairs": int(group["pairs"].iloc[0]), "studies": len(group),
                         "reported": count, "mean_n": float(n.mean()),
-                        "mean_slope": float(np.nanmean(group[f"slope_{cell}"])),
+                        "mean_slope": float(group[f"slope_{cell}"].mean()),   # over the studies with the cell
                         **{f"coverage_{k}": v for k, v in (share(holds, count) if count else {}).items()},
                         "excludes_0": float(((low > 0) | (high < 0))[reported].mean()) if count else math.nan,
                         "predicted": float(np.mean(power)) if count else math.nan})
@@ -240,8 +240,9 @@ def pooled_coverage(table: pd.DataFrame) -> dict[str, dict[str, float]]:
 
     out = {}
     for cell, group in table.groupby("cell", sort=True):
-        hits = int(round((group["coverage_share"] * group["reported"]).sum()))
-        out[cell] = share(hits, int(group["reported"].sum()))
+        count = int(group["reported"].sum())
+        hits = int(round((group["coverage_share"].fillna(0.0) * group["reported"]).sum()))
+        out[cell] = share(hits, count) if count else {"share": math.nan, "low": math.nan, "high": math.nan}
     return out
 
 
