@@ -230,8 +230,8 @@ def test_cdpg_coverage_and_power_are_counted_by_hand():
 
 
 def test_a_few_dozen_real_cdpg_studies_land_on_the_planted_slope():
-    """16 studies of 60 pairs at a thinking gap of 1 (the benchmark's table holds the null and the other gaps)."""
-    rows = cdpg_bench.run_gap(1.0, 16, 60, 200, seed=7)
+    """12 studies of 60 pairs at a thinking gap of 1 (the benchmark's table holds the null and the other gaps)."""
+    rows = cdpg_bench.run_gap(1.0, 12, 60, 200, seed=7)
     truth = cdpg_bench.mock_cdpg_truth(Plant(thinking_gap=1.0))
     table = cdpg_bench.summary(rows, draws=200_000).set_index("cell")
     assert ((rows[[f"n_{c}" for c in "abcd"]].sum(axis=1)) == 60).all()
