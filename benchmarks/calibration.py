@@ -2,8 +2,9 @@
 backend=mock, against the truth the mock plants (benchmarks/calibration_truth.py, exact) and what
 fairaudit/analysis/power.py predicts (not a timed test; docs/calibration.md shows its tables).
 
-    python benchmarks/calibration.py [--probes counterfactual influence] [--studies 500] [--pairs 50]
-        [--n-boot 2000] [--influence-studies 300] [--items 25] [--seed 0] [--workers 1]
+    python benchmarks/calibration.py [--probes counterfactual influence cdpg] [--studies 500] [--pairs 50]
+        [--n-boot 2000] [--influence-studies 300] [--items 25] [--cdpg-studies 150] [--cdpg-pairs 80] [--seed 0]
+        [--workers 1]
 
 Counterfactual (think against nothink): per planted thinking gap (0, the null, and three effects) one mock
 (`side_sd` 1, `effect` 0.5, `base_sd` 2, `trace_sd` 0, traces of a fixed 40 tokens, its own seed) answers
@@ -18,7 +19,8 @@ the share of studies whose interval of each metric holds its planted value (nomi
 Clopper-Pearson interval. Studies are independent: no two pairs share a text, and the mock draws every pair's
 logits from its text and the mock's seed.
 
-Influence: benchmarks/calibration_influence.py (Wilson coverage and width at a planted NLL shift).
+Influence: benchmarks/calibration_influence.py (Wilson coverage and width at a planted NLL shift). CDPG:
+benchmarks/calibration_cdpg.py (each cell's slope interval at a gap planted to grow along the trace).
 """
 
 from __future__ import annotations
@@ -211,6 +213,7 @@ def markdown(table: pd.DataFrame, pooled: dict[str, dict[str, float]]) -> str:
 
 def jobs(args) -> list[tuple]:
     """(function, arguments) of each planted effect's studies, the slowest first."""
+    from benchmarks import calibration_cdpg as cdpg
     from benchmarks import calibration_influence as influence
 
     out = []
@@ -219,6 +222,9 @@ def jobs(args) -> list[tuple]:
     if "influence" in args.probes:
         out += [(influence.run_shift, (shift, args.influence_studies, args.items, args.seed))
                 for shift in args.shifts]
+    if "cdpg" in args.probes:
+        out += [(cdpg.run_gap, (gap, args.cdpg_studies, args.cdpg_pairs, args.n_boot, args.seed))
+                for gap in args.cdpg_gaps]
     return out
 
 
@@ -228,10 +234,11 @@ def call(job: tuple) -> pd.DataFrame:
 
 
 def main() -> None:
+    from benchmarks import calibration_cdpg as cdpg
     from benchmarks import calibration_influence as influence
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--probes", nargs="*", default=["counterfactual", "influence"])
+    parser.add_argument("--probes", nargs="*", default=["counterfactual", "influence", "cdpg"])
     parser.add_argument("--studies", type=int, default=500, help="counterfactual studies per planted effect")
     parser.add_argument("--pairs", type=int, default=50, help="pairs per counterfactual study")
     parser.add_argument("--n-boot", type=int, default=2000, help="the counterfactual probe's bootstrap resamples")
@@ -239,6 +246,10 @@ def main() -> None:
     parser.add_argument("--influence-studies", type=int, default=300, help="influence studies per planted shift")
     parser.add_argument("--items", type=int, default=25, help="questions (contrasts per direction) per study")
     parser.add_argument("--shifts", type=float, nargs="*", default=influence.SHIFTS, help="planted NLL shifts")
+    parser.add_argument("--cdpg-studies", type=int, default=150, help="cdpg studies per planted thinking gap")
+    parser.add_argument("--cdpg-pairs", type=int, default=80, help="pairs per cdpg study")
+    parser.add_argument("--cdpg-gaps", type=float, nargs="*", default=cdpg.THINKING_GAPS,
+                        help="thinking gaps planted to grow along the trace (logit, over the whole trace)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--rows", type=Path, help="write every study's row here (CSV, one per probe: <name>-<probe>)")
@@ -255,7 +266,7 @@ def main() -> None:
         print(f"counterfactual on backend=mock: {args.studies} studies x {args.pairs} pairs per planted thinking "
               f"gap, {args.n_boot} bootstrap resamples, seed {args.seed}; McNemar at {ALPHA}, intervals at {NOMINAL}")
         print(markdown(summary(rows), pooled_coverage(rows)))
-    inf = [part for (function, _), part in zip(todo, parts) if function is not run_plant]
+    inf = [part for (function, _), part in zip(todo, parts) if function is influence.run_shift]
     if inf:
         print(f"\ninfluence on backend=mock (unmasked): {args.influence_studies} studies x {args.items} questions per "
               f"planted shift, seed {args.seed}; Wilson intervals at {NOMINAL}")
@@ -263,6 +274,14 @@ def main() -> None:
         if args.rows:
             rows.to_csv(args.rows.with_name(f"{args.rows.stem}-influence.csv"), index=False)
         print(influence.markdown(influence.summary(rows)))
+    depth = [part for (function, _), part in zip(todo, parts) if function is cdpg.run_gap]
+    if depth:
+        print(f"\ncdpg on backend=mock (K={cdpg.K}): {args.cdpg_studies} studies x {args.cdpg_pairs} pairs per planted "
+              f"thinking gap, {args.n_boot} bootstrap resamples, seed {args.seed}; intervals at {NOMINAL}")
+        rows = pd.concat(depth, ignore_index=True)
+        if args.rows:
+            rows.to_csv(args.rows.with_name(f"{args.rows.stem}-cdpg.csv"), index=False)
+        print(cdpg.markdown(cdpg.summary(rows)))
     print(f"{time.perf_counter() - start:.0f} s")
 
 

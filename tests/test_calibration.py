@@ -15,10 +15,11 @@ from scipy import stats
 from scipy.special import expit, logit
 
 from conftest import REPO
-from fairaudit.analysis.power import expected_wilson_width, mcnemar_power
+from fairaudit.analysis.power import expected_wilson_width, mcnemar_power, paired_gap_power
 
 sys.path.insert(0, str(REPO))
 from benchmarks import calibration as bench  # noqa: E402
+from benchmarks import calibration_cdpg as cdpg_bench  # noqa: E402
 from benchmarks import calibration_influence as influence_bench  # noqa: E402
 from benchmarks.calibration_truth import (  # noqa: E402
     Plant,
@@ -158,9 +159,9 @@ def test_a_few_dozen_real_influence_studies_land_on_the_planted_rate(data_root):
 
 
 @pytest.mark.slow
-def test_the_script_prints_both_tables():
+def test_the_script_prints_every_probes_tables():
     tiny = ["--studies", "2", "--pairs", "20", "--gaps", "0", "2", "--n-boot", "100", "--influence-studies", "2",
-            "--items", "10", "--shifts", "1"]
+            "--items", "10", "--shifts", "1", "--cdpg-studies", "2", "--cdpg-pairs", "20", "--cdpg-gaps", "1"]
     done = subprocess.run([sys.executable, "benchmarks/calibration.py", *tiny], cwd=REPO, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -172,3 +173,74 @@ def test_the_script_prints_both_tables():
     assert lines[start + 1].startswith("| planted shift (nats/token) | rate | planted rate |")
     assert [line.split(" | ")[1] for line in lines[start + 3:start + 7]] == [
         "influence A->B", "influence B->A", "substantive A->B", "substantive B->A"]
+    start = lines.index("cdpg on backend=mock (K=10): 2 studies x 20 pairs per planted thinking gap, 100 bootstrap "
+                        "resamples, seed 0; intervals at 0.95")
+    assert lines[start + 1].startswith("| thinking gap (logit) | planted slope in c | SD of pair slopes |")
+    assert lines[start + 3].startswith("| 1 | 0.1865 |") and lines[-2].startswith("| all | ")
+
+
+def test_the_cdpg_truth_agrees_with_the_cells_and_a_simulation_and_averages_to_no_slope_at_no_gap():
+    """Its cells are the counterfactual truth's (the cut at K is the think arm's read); weighted by them, the cell
+    slopes average to sum_k w_k E|CDPG_k|, which is 0 when the gap does not grow (every cut alike), though cells c and
+    d, chosen by a flip at the last cut, are not."""
+    plant = Plant(thinking_gap=1.0)
+    truth, flips = cdpg_bench.cdpg_truth(plant, 40, 2), cells(plant)
+    for cell in "abcd":
+        assert truth[f"p_{cell}"] == pytest.approx(flips[cell], abs=1e-12), cell
+    gaps, w = cdpg_bench.cut_gaps(plant, 40, 2), cdpg_bench.slope_weights()
+    assert gaps[0] == pytest.approx(0.5 + 2 / 38) and gaps[-1] == pytest.approx(1.5)   # 4 tokens cut, 2 of them band
+    assert w.sum() == pytest.approx(0, abs=1e-12) and w @ (np.arange(1, 11) / 10) == pytest.approx(1.0)
+    mixture = sum(truth[f"p_{c}"] * truth[f"slope_{c}"] for c in "abcd")
+    assert mixture == pytest.approx(sum(w_k * p_gap(2.0, d, 1.0) for w_k, d in zip(w, gaps)), abs=1e-9)
+    null = cdpg_bench.cdpg_truth(Plant(), 40, 2)
+    assert sum(null[f"p_{c}"] * null[f"slope_{c}"] for c in "abcd") == pytest.approx(0, abs=1e-12)
+    assert null["slope_c"] == pytest.approx(0.0908, abs=1e-4)   # the flip at K chooses a wide last gap
+    simulated = cdpg_bench.simulated_slopes(plant, 40, 2, draws=400_000, seed=4)
+    for cell in "abcd":   # >= 40,000 pairs a cell, slope SD <= 0.21: an SE of at most 0.001
+        assert truth[f"slope_{cell}"] == pytest.approx(simulated[f"slope_{cell}"], abs=0.004), cell
+
+
+def test_the_mock_plants_the_cut_gaps_the_cdpg_truth_assumes(tmp_path, data_root):
+    """Without side_sd every pair's logit gap after cut k is exactly d_k, and the cut at K reads the think arm."""
+    plant = Plant(thinking_gap=1.0, side_sd=0.0)
+    pairs = bench.adult_pairs(12, 6, str(data_root))
+    records, depth = cdpg_bench.cdpg_records(plant, pairs, 6, tmp_path)
+    gaps = depth.assign(logit=logit(depth["p_yes_k"])).pivot_table(index=["pair_id", "k"], columns="side",
+                                                                    values="logit")
+    found = (gaps["alpha"] - gaps["alpha_prime"]).unstack("k").to_numpy()
+    expected = cdpg_bench.cut_gaps(plant, bench.TRACE, bench.TRACE - bench.band_tokens())
+    np.testing.assert_allclose(found, np.tile(expected, (12, 1)), atol=1e-9)
+    assert sorted(depth["cut"].unique()) == list(range(4, 41, 4)) and len(records) == 48
+
+
+def test_cdpg_coverage_and_power_are_counted_by_hand():
+    truth = cdpg_bench.mock_cdpg_truth(Plant())
+    rows = pd.DataFrame({"thinking_gap": 0.0, "pairs": 30, "study": range(4),
+                         **{f"{key}_{c}": np.nan for key in ("n", "slope", "low", "high") for c in "abcd"}})
+    rows["n_c"], rows["slope_c"] = [10, 12, 1, 8], truth["slope_c"]
+    rows["low_c"] = [truth["slope_c"] - 0.05, 0.01, truth["slope_c"], -0.2]   # the third: one pair, not counted
+    rows["high_c"] = [truth["slope_c"] + 0.05, 0.05, truth["slope_c"], 0.3]   # truth 0.0908: the second misses
+    table = cdpg_bench.summary(rows, draws=20_000).set_index("cell")
+    c = table.loc["c"]
+    assert (c["reported"], c["coverage_share"], c["excludes_0"]) == (3, pytest.approx(2 / 3), pytest.approx(2 / 3))
+    assert c["mean_n"] == pytest.approx(31 / 4) and c["truth"] == truth["slope_c"]
+    assert c["predicted"] == pytest.approx(np.mean([paired_gap_power(n, truth["slope_c"], c["sd"])
+                                                    for n in (10, 12, 8)]))
+    assert table.loc["a", "reported"] == 0 and "| 0 | 0.0908 |" in cdpg_bench.markdown(table.reset_index())
+
+
+def test_a_few_dozen_real_cdpg_studies_land_on_the_planted_slope():
+    """12 studies of 60 pairs at a thinking gap of 1 (the benchmark's table holds the null and the other gaps)."""
+    rows = cdpg_bench.run_gap(1.0, 12, 60, 200, seed=7)
+    truth = cdpg_bench.mock_cdpg_truth(Plant(thinking_gap=1.0))
+    table = cdpg_bench.summary(rows, draws=200_000).set_index("cell")
+    assert ((rows[[f"n_{c}" for c in "abcd"]].sum(axis=1)) == 60).all()
+    for cell in "ac":   # a cell's slope over every study's pairs: within 4 SE of its planted value
+        n = rows[f"n_{cell}"]
+        pooled = (n * rows[f"slope_{cell}"]).sum() / n.sum()
+        assert abs(pooled - truth[f"slope_{cell}"]) < 4 * table.loc[cell, "sd"] / math.sqrt(n.sum()), cell
+        count = table.loc[cell, "reported"]
+        assert table.loc[cell, "coverage_share"] * count >= stats.binom.ppf(0.001, count, 0.95), cell
+    c = table.loc["c"]
+    low, high = stats.binom.ppf([0.0005, 0.9995], c["reported"], c["predicted"])
+    assert low <= c["excludes_0"] * c["reported"] <= high
