@@ -44,12 +44,12 @@ def run_calls(tmp_path, *overrides: str) -> int:
 
 
 def test_a_plan_counts_the_calls_a_run_makes_and_then_finds_them_stored(tmp_path, capsys):
-    probe = "cdpg"  # generations, answer reads and reads along traces
-    before = planned(tmp_path, capsys, *TINY, f"probe={probe}", csv="before.csv")
-    assert len(before) == 1 and before["stored_share"][0] == 0.0 and before["units"][0] == 6
-    made = run_calls(tmp_path, *TINY, f"probe={probe}")
+    job = ["model=tiny_qwen3", "probe=cdpg", "dataset.n=5", "probe.K=2", "probe.k_list=[2]", "probe.n_boot=100"]
+    before = planned(tmp_path, capsys, *job, csv="before.csv")  # generations, answer reads, reads along traces
+    assert len(before) == 1 and before["stored_share"][0] == 0.0 and before["units"][0] == 5
+    made = run_calls(tmp_path, *job)
     assert before["new_calls"][0] == made > 0 and before["depth_reads"][0] > 0
-    after = planned(tmp_path, capsys, *TINY, f"probe={probe}", csv="after.csv")
+    after = planned(tmp_path, capsys, *job, csv="after.csv")
     assert after["stored_share"][0] == 1.0 and after["new_calls"][0] == 0 and after["generated_tokens"][0] == 0
     assert after["calls"][0] == before["calls"][0]  # the same calls asked, now all served
 
