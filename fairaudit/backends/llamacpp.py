@@ -182,8 +182,9 @@ class LlamaCppBackend(Backend):
 
     @property
     def numerics(self) -> str:
-        """The GGUF's weight format (e.g. `Q4_K_M`): llama.cpp computes in it, whatever model.dtype says."""
-        return self.file_type
+        """The GGUF's weight format (e.g. `Q4_K_M`): llama.cpp computes in it, whatever model.dtype says; `fast` after
+        it under numerics=fast."""
+        return self.file_type if self.settings["numerics"] == "exact" else f"{self.file_type} fast"
 
     @property
     def engine(self):
