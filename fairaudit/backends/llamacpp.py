@@ -157,7 +157,7 @@ class LlamaCppBackend(Backend):
         check_fields("backend", settings, rules)
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 8, *, n_ctx: int = 4096,
-                 n_batch: int = 512, n_seq_max: int = 64, n_threads: int | None = None, n_gpu_layers: int = 0,
+                 n_batch: int = 512, n_seq_max: int = 256, n_threads: int | None = None, n_gpu_layers: int = 0,
                  kv_streams: bool = False, numerics: str = "exact"):
         from transformers import AutoTokenizer
 
