@@ -18,7 +18,9 @@ attention sums a query's cells in cache order, and a token that landed in a free
 its own context moved a logit by up to 0.46. So cells are never freed one sequence at a time:
 a sequence evicted for its id is retired to the graveyard sequence (its cells stay, masked from
 every other sequence), new tokens always land after every cell in use, and the whole cache is
-emptied when a call's tokens would not fit. Imported only when a llamacpp backend loads its model.
+emptied when a call's tokens would not fit. These hold under backend.numerics=exact; numerics=fast computes in
+n_batch-token passes with the extra CPU buffer types, and its reads may differ from cold reads in the last digits.
+Imported only when a llamacpp backend loads its model.
 """
 
 from __future__ import annotations
