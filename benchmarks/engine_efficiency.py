@@ -7,12 +7,13 @@ threads and token counts, measured in the same run.
 Audit side: the think arm of `--pairs` Adult pairs as the audit renders it, through the backend's own calls
 (untimed load first): generation (greedy), a choice read after each trace, depth reads at K cuts along it.
 llamacpp's figures are its own timers (`metrics()`: tokens llama_decode computed per second of it, per stage); hf's
-are wall time per stage (prompt prefill: a read after each bare prompt; generation: less that prefill).
+are wall time per stage (prompt prefill: a read after each bare prompt; generation: its prompts' prefill included,
+since the two are timed minutes apart on a shared machine and their difference is no steady figure).
 Plain side, on the same file and threads: llama.cpp's high-level API (`llama_cpp.Llama`, its defaults: 512-token
 passes, extra CPU buffer types) feeding each prompt alone (prefill), generating each audit sequence's token count
 greedily (decode, one sequence at a time: all the plain API offers), and feeding each read's new tokens after its
-context (reads: the context untimed); for hf a torch forward per prompt, `generate` per prompt less that forward,
-and a forward per read sequence. Efficiency = audit tokens/s / plain tokens/s, per stage.
+context (reads: the context untimed); for hf a torch forward per prompt, `generate` per prompt (its prefill
+included) and a forward per read sequence. Efficiency = audit tokens/s / plain tokens/s, per stage.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def run_audit(work: dict) -> dict:
     depth_reads = [(x.prompt_ids + x.trace_ids[:cut], x.suffix_ids) for x in depth for cut in x.cuts]
     generated = [len(c.token_ids) for c in completions]
     walls = {"prompt prefill": (sum(len(r.prompt_ids) for r in requests), prefill_s),
-             "generation": (sum(generated), generate_s - prefill_s),
+             "generation": (sum(generated), generate_s),
              "choice reads": (sum(len(c) + len(s) for c, s in choice_reads), choice_s),
              "depth reads": (packed_depth_tokens(depth), depth_s)}
     return {"rates": stage_rates(backend, walls), "prompts": [r.prompt_ids for r in requests],
@@ -153,18 +154,14 @@ def plain_hf(model_dir: str, work: dict) -> dict:
             _, s = seconds(lambda: [model(torch.tensor([list(x)]), logits_to_keep=1) for x in sequences])
         return sum(map(len, sequences)) / s
 
-    def decode_rate() -> float:
-        total = 0.0
+    def generate_rate() -> float:
         with torch.inference_mode():
-            for prompt, n in zip(work["prompts"], work["generated"]):
-                ids = torch.tensor([list(prompt)])
-                _, forward_s = seconds(lambda: model(ids, logits_to_keep=1))
-                _, generate_s = seconds(lambda: model.generate(ids, max_new_tokens=n, min_new_tokens=n,
-                                                               do_sample=False))
-                total += generate_s - forward_s
-        return sum(work["generated"]) / total
+            _, s = seconds(lambda: [model.generate(torch.tensor([list(prompt)]), max_new_tokens=n, min_new_tokens=n,
+                                                   do_sample=False) for prompt, n in zip(work["prompts"],
+                                                                                         work["generated"])])
+        return sum(work["generated"]) / s
 
-    return {"prompt prefill": forward_rate(work["prompts"]), "generation": decode_rate(),
+    return {"prompt prefill": forward_rate(work["prompts"]), "generation": generate_rate(),
             "choice reads": forward_rate([c + s for c, s in work["choice"]]),
             "depth reads": forward_rate([c + s for c, s in work["depth"]])}
 

@@ -46,6 +46,7 @@ _QUIET = lc.llama_log_callback(lambda level, text, data: None)  # held for the p
 # tokens per compute pass under numerics=exact: above 32 rows the CPU matmul takes another path, whose logits differ
 UBATCH = 32
 PROBE_TIMEOUT_S = 300  # a probe decode that has not finished by then counts as failed
+WAVE_GAIN = 32  # shared tokens beyond the best computed source that are worth ending a wave for (one pass's worth)
 
 
 class KVFull(Exception):
@@ -138,21 +139,21 @@ class Engine:
     # --- sequences -----------------------------------------------------------------------
 
     def _source(self, tokens: Sequence[int], exclude: set[int] = frozenset(),
-                avoid: set[int] = frozenset()) -> tuple[int | None, int]:
+                pending: set[int] = frozenset()) -> tuple[int | None, int]:
         """The resident (not in `exclude`) sharing the longest prefix with `tokens`, and that prefix's length (at
-        most len - 1: the last token is always fed, for its logits); (None, 0) when none shares a token. Of residents
-        sharing as much, one outside `avoid` (sequences not yet computed) is taken."""
-        wanted, best, best_key = np.asarray(tokens), (None, 0), (0, False)
+        most len - 1: the last token is always fed, for its logits); (None, 0) when none shares a token. A resident in
+        `pending` (gathered into the wave being built, not yet computed) is taken only when it shares more than
+        WAVE_GAIN tokens beyond any other: taking it ends the wave, a llama_decode of its own."""
+        wanted, best = np.asarray(tokens), {False: (None, 0), True: (None, 0)}
         for seq, held in self.residents.items():
             if seq in exclude:
                 continue
             n = min(len(held), len(tokens) - 1)
             differ = np.flatnonzero(np.asarray(held[:n]) != wanted[:n])
             common = int(differ[0]) if len(differ) else n
-            key = (common, seq not in avoid)
-            if common and key > best_key:
-                best, best_key = (seq, common), key
-        return best
+            if common > best[seq in pending][1]:
+                best[seq in pending] = (seq, common)
+        return best[True] if best[True][1] > best[False][1] + WAVE_GAIN else best[False]
 
     def _claim(self, count: int, sources: set[int]) -> list[int]:
         """`count` free sequence ids, evicting the least recent residents that are not `sources`."""
@@ -183,10 +184,11 @@ class Engine:
 
     def _feed_in_waves(self, ids: Sequence[int], sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Sequences in order, their new tokens gathered into waves decoded together (n_batch tokens per
-        llama_decode); a sequence whose prefix lies in a sequence of the wave (not yet computed) starts the next."""
+        llama_decode); a sequence that copies its prefix from a sequence of the wave (not yet computed) starts the
+        next (`_source`)."""
         rows, wave, items = [], set(), []
         for seq, tokens in zip(ids, sequences):
-            src, common = self._source(tokens, avoid=wave)
+            src, common = self._source(tokens, pending=wave)
             if src in wave:
                 rows += self._decode_all(items)
                 wave, items = set(), []
