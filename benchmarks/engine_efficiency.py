@@ -7,13 +7,15 @@ threads and token counts, measured in the same run.
 Audit side: the think arm of `--pairs` Adult pairs as the audit renders it, through the backend's own calls
 (untimed load first): generation (greedy), a choice read after each trace, depth reads at K cuts along it.
 llamacpp's figures are its own timers (`metrics()`: tokens llama_decode computed per second of it, per stage); hf's
-are wall time per stage (prompt prefill: a read after each bare prompt; generation: its prompts' prefill included,
-since the two are timed minutes apart on a shared machine and their difference is no steady figure).
+are timed around its calls (prompt prefill: a read after each bare prompt; generation: its prompts' prefill
+included, as hf's generate cannot be timed without it).
 Plain side, on the same file and threads: llama.cpp's high-level API (`llama_cpp.Llama`, its defaults: 512-token
 passes, extra CPU buffer types) feeding each prompt alone (prefill), generating each audit sequence's token count
 greedily (decode, one sequence at a time: all the plain API offers), and feeding each read's new tokens after its
 context (reads: the context untimed); for hf a torch forward per prompt, `generate` per prompt (its prefill
 included) and a forward per read sequence. Efficiency = audit tokens/s / plain tokens/s, per stage.
+Every second is a CPU second of this process (the engine's timers too), so the two sides, minutes apart on a
+shared machine, are not compared across its load swings; with one thread (the default) CPU time is the compute's.
 """
 
 from __future__ import annotations
@@ -58,9 +60,11 @@ def audit_work(cfg, K: int) -> dict:
 
 
 def seconds(work) -> tuple[object, float]:
-    start = time.perf_counter()
+    """`work()` and the CPU seconds this process spent on it (on one thread, the compute's own time: steadier than
+    wall time on a shared machine)."""
+    start = time.process_time()
     out = work()
-    return out, time.perf_counter() - start
+    return out, time.process_time() - start
 
 
 def run_audit(work: dict) -> dict:
@@ -199,6 +203,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch's threads and llama.cpp's n_threads")
     args, overrides = parser.parse_known_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    if "llamacpp" in args.backends:
+        from fairaudit.backends import llamacpp_engine
+
+        llamacpp_engine.clock = time.process_time  # the engine's stage timers in CPU seconds too
     import torch
 
     torch.set_num_threads(args.threads)

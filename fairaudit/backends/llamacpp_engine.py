@@ -46,6 +46,7 @@ _QUIET = lc.llama_log_callback(lambda level, text, data: None)  # held for the p
 # tokens per compute pass under numerics=exact: above 32 rows the CPU matmul takes another path, whose logits differ
 UBATCH = 32
 PROBE_TIMEOUT_S = 300  # a probe decode that has not finished by then counts as failed
+clock = time.perf_counter  # the counters' clock: wall time (benchmarks/engine_efficiency.py sets CPU time)
 WAVE_GAIN = 32  # shared tokens beyond the best computed source that are worth ending a wave for (one pass's worth)
 
 
@@ -173,13 +174,13 @@ class Engine:
         """
         if any(len(s) == 0 for s in sequences):
             raise ValueError("llama.cpp cannot read after an empty sequence")
-        start = time.perf_counter()
+        start = clock()
         if self.used + steps + sum(len(s) - self._source(s)[1] for s in sequences) > self.n_ctx:
             self.clear()
         sources = {src for src, _ in map(self._source, sequences) if src is not None}
         ids = self._claim(len(sequences), sources)
         rows = self._feed_in_waves(ids, sequences)
-        self.counts["prefill_s"] += time.perf_counter() - start
+        self.counts["prefill_s"] += clock() - start
         return ids, rows
 
     def _feed_in_waves(self, ids: Sequence[int], sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
@@ -205,13 +206,13 @@ class Engine:
 
     def step(self, seqs: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]:
         """Feed one token to each sequence at its next position; the logits after it, in order."""
-        start = time.perf_counter()
+        start = clock()
         rows = self._decode_all([(t, len(self.residents[s]), (s,), True) for s, t in zip(seqs, tokens)])
         for seq, token in zip(seqs, tokens):
             self.residents[seq].append(token)
             self.residents.move_to_end(seq)
         self.counts["decode_tokens"] += len(seqs)
-        self.counts["decode_s"] += time.perf_counter() - start
+        self.counts["decode_s"] += clock() - start
         return rows
 
     @property
@@ -274,7 +275,7 @@ class StreamEngine(Engine):
         if longest > self.per_stream:
             raise AuditError(f"a sequence of {longest} tokens exceeds the {self.per_stream} cells of a KV stream "
                              f"(backend.n_ctx={self.n_ctx} / backend.n_seq_max={self.n_seq_max}); raise backend.n_ctx")
-        start, ids, rows, taken = time.perf_counter(), [], [], set()
+        start, ids, rows, taken = clock(), [], [], set()
         for tokens in sequences:
             seq, common = self._stealable(tokens, taken)
             if seq is None:
@@ -290,7 +291,7 @@ class StreamEngine(Engine):
             self.counts["asked"] += len(tokens)
             self.counts["reused"] += common
             self.counts["prefill_tokens"] += len(items)
-        self.counts["prefill_s"] += time.perf_counter() - start
+        self.counts["prefill_s"] += clock() - start
         return ids, rows
 
     @property
