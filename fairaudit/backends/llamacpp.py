@@ -212,9 +212,9 @@ class LlamaCppBackend(Backend):
         cells = n_ctx // n_seq_max if streams else n_ctx
         too_long = [n for n in lengths if n > cells]
         if too_long:
-            where = (f"a KV stream's {cells} cells (backend.n_ctx / backend.n_seq_max)" if streams
-                     else f"backend.n_ctx={cells}")
-            raise AuditError(f"a sequence of {max(too_long)} tokens exceeds {where}; raise backend.n_ctx")
+            where = (f"a KV stream's {cells} cells (backend.n_ctx / backend.n_seq_max); raise backend.n_ctx or lower "
+                     "backend.n_seq_max" if streams else f"backend.n_ctx={cells}; raise backend.n_ctx")
+            raise AuditError(f"a sequence of {max(too_long)} tokens exceeds {where}")
         total = math.inf if streams else cells
         groups: list[list[int]] = []
         for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
