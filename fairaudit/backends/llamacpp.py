@@ -36,7 +36,8 @@ from fairaudit.errors import AuditError
 from fairaudit.models.files import ModelFiles
 from fairaudit.models.locate import GGUF_NAME, model_fingerprint
 
-BACKEND_VERSION = "llamacpp-2"  # the arithmetic: flash attention on float16 K, V; 32-token passes; no extra buffers
+BACKEND_VERSION = "llamacpp-2"  # the arithmetic: flash attention on float16 K, V; then the numerics (fingerprint)
+NUMERICS = ("exact", "fast")  # exact: 32-token passes on the plain kernels; fast: n_batch-token passes, extra buffers
 PIN = "0.3.36"  # the llama-cpp-python release whose low-level API names this backend uses
 INSTALL_HINT = (f"pip install -e '.[llamacpp]' (builds llama-cpp-python=={PIN} from source: needs cmake and a C++ "
                 "compiler; `make test-llamacpp` builds it once into .wheels/; docs/backends.md 'llama.cpp')")
@@ -82,8 +83,26 @@ def load_engine(settings: dict):
 
         console.print(f"Loading {settings['gguf']} into llama.cpp", style="dim", highlight=False, soft_wrap=True)
         engine = StreamEngine if settings["kv_streams"] else Engine
-        _ENGINE[key] = engine(**{k: v for k, v in settings.items() if k != "kv_streams"})
+        _ENGINE[key] = engine(**engine_arguments(settings))
     return _ENGINE[key]
+
+
+def engine_arguments(settings: dict) -> dict:
+    """The engine's arguments for the backend's settings. numerics=exact: UBATCH-token passes on the plain kernels
+    (a read equals the sequence fed alone into an empty cache); fast: n_batch-token passes, with llama.cpp's extra
+    CPU buffer types (repacked kernels) where a probe decode shows they run on this CPU (one line where they do not)."""
+    from fairaudit.backends.llamacpp_engine import extra_bufts_run
+
+    arguments = {k: v for k, v in settings.items() if k not in ("kv_streams", "numerics")}
+    if settings["numerics"] == "exact":
+        return arguments
+    runs, why = extra_bufts_run(settings["gguf"])
+    if not runs:
+        from fairaudit.terminal.output import console
+
+        console.print(f"numerics=fast without llama.cpp's repacked CPU kernels: {why} on this CPU", style="yellow",
+                      highlight=False, soft_wrap=True)
+    return {**arguments, "n_ubatch": settings["n_batch"], "extra_bufts": runs}
 
 
 def free_engine() -> None:
@@ -100,8 +119,8 @@ class LlamaCppBackend(Backend):
     model call. `model_dir` is a GGUF folder (`resolve_model`, `backends.gguf`). `batch_size` (model.batch_size)
     is the number of sequences decoded together. Settings: n_ctx (KV cells shared by the sequences held), n_batch
     (tokens per llama_decode), n_seq_max (sequences held in the KV cache, for reuse by later calls), n_threads
-    (null: OMP_NUM_THREADS, else every core), n_gpu_layers, flash_attn (off, as in llama-cpp-python's `Llama`; the
-    fingerprint names it, since it changes the arithmetic).
+    (null: OMP_NUM_THREADS, else every core), n_gpu_layers, kv_streams, numerics (exact or fast, `engine_arguments`;
+    the fingerprint names it, so results of the two never mix).
     """
 
     name = "llamacpp"
@@ -129,21 +148,21 @@ class LlamaCppBackend(Backend):
         """Settings in range: one line, before anything loads."""
         from omegaconf import DictConfig, OmegaConf
 
-        from fairaudit.errors.rules import boolean, check_fields, integer, optional
+        from fairaudit.errors.rules import boolean, check_fields, integer, one_of, optional
 
         if isinstance(settings, DictConfig):  # n_ctx is ${model.max_context}
             settings = OmegaConf.to_container(settings, resolve=True)
         rules = {"n_ctx": integer(16), "n_batch": integer(1), "n_seq_max": integer(3, 256), "n_gpu_layers": integer(-1),
-                 "n_threads": optional(integer(1)), "kv_streams": boolean}
+                 "n_threads": optional(integer(1)), "kv_streams": boolean, "numerics": one_of(*NUMERICS)}
         check_fields("backend", settings, rules)
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 8, *, n_ctx: int = 4096,
-                 n_batch: int = 512, n_seq_max: int = 64, n_threads: int | None = None, n_gpu_layers: int = 0,
-                 kv_streams: bool = False):
+                 n_batch: int = 512, n_seq_max: int = 256, n_threads: int | None = None, n_gpu_layers: int = 0,
+                 kv_streams: bool = False, numerics: str = "exact"):
         from transformers import AutoTokenizer
 
         settings = {"n_ctx": n_ctx, "n_batch": n_batch, "n_seq_max": n_seq_max, "n_threads": n_threads,
-                    "n_gpu_layers": n_gpu_layers, "kv_streams": kv_streams}
+                    "n_gpu_layers": n_gpu_layers, "kv_streams": kv_streams, "numerics": numerics}
         self.check(settings, {"dtype": dtype})
         self.require_engine()
         gguf = Path(model_dir) / GGUF_NAME
@@ -153,17 +172,19 @@ class LlamaCppBackend(Backend):
         self.model_dir, self.batch_size = str(model_dir), batch_size
         self.settings = {**settings, "gguf": str(gguf), "n_threads": n_threads or default_threads()}
         device = "cpu" if n_gpu_layers == 0 else f"gpu{n_gpu_layers}"
-        self.fingerprint = (f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}"
+        self.fingerprint = (f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}-{numerics}"
                             f"/llama-cpp-python-{llamacpp_version()}/gguf-{gguf_digest(gguf)[:16]}/{device}")
         self.file_type = gguf_file_type(gguf)  # the weights as they ship: llama.cpp computes in their format
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.stop_ids = stop_token_ids(self.model_dir, self.tokenizer)
         self._counts_before: dict | None = None  # the engine's counters when this backend first used it
+        self.stages: dict[str, list] = {}  # "prompt", "choice", "depth" -> [tokens computed, seconds] (`_staged`)
 
     @property
     def numerics(self) -> str:
-        """The GGUF's weight format (e.g. `Q4_K_M`): llama.cpp computes in it, whatever model.dtype says."""
-        return self.file_type
+        """The GGUF's weight format (e.g. `Q4_K_M`): llama.cpp computes in it, whatever model.dtype says; `fast` after
+        it under numerics=fast."""
+        return self.file_type if self.settings["numerics"] == "exact" else f"{self.file_type} fast"
 
     @property
     def engine(self):
@@ -171,6 +192,16 @@ class LlamaCppBackend(Backend):
         if self._counts_before is None:
             self._counts_before = dict(engine.counts)
         return engine
+
+    def _staged(self, stage: str, work):
+        """`work()`, the prefill tokens it computed and their seconds (the engine's counters) added to `stage`'s."""
+        counts = self.engine.counts
+        tokens, seconds = counts["prefill_tokens"], counts["prefill_s"]
+        out = work()
+        done = self.stages.setdefault(stage, [0, 0.0])
+        done[0] += counts["prefill_tokens"] - tokens
+        done[1] += counts["prefill_s"] - seconds
+        return out
 
     def _groups(self, lengths: Sequence[int]) -> list[list[int]]:
         """Indices in descending length (a shorter read then extends a longer one still held), grouped so that a
@@ -181,9 +212,9 @@ class LlamaCppBackend(Backend):
         cells = n_ctx // n_seq_max if streams else n_ctx
         too_long = [n for n in lengths if n > cells]
         if too_long:
-            where = (f"a KV stream's {cells} cells (backend.n_ctx / backend.n_seq_max)" if streams
-                     else f"backend.n_ctx={cells}")
-            raise AuditError(f"a sequence of {max(too_long)} tokens exceeds {where}; raise backend.n_ctx")
+            where = (f"a KV stream's {cells} cells (backend.n_ctx / backend.n_seq_max); raise backend.n_ctx or lower "
+                     "backend.n_seq_max" if streams else f"backend.n_ctx={cells}; raise backend.n_ctx")
+            raise AuditError(f"a sequence of {max(too_long)} tokens exceeds {where}")
         total = math.inf if streams else cells
         groups: list[list[int]] = []
         for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
@@ -217,7 +248,8 @@ class LlamaCppBackend(Backend):
                                   torch.tensor([request.top_p]))
             return int(torch.multinomial(probs[0], 1, generator=generators[i]))
 
-        seqs, rows = self.engine.feed([r.prompt_ids for r in requests], steps=sum(r.max_new_tokens for r in requests))
+        seqs, rows = self._staged("prompt", lambda: self.engine.feed([r.prompt_ids for r in requests],
+                                                                     steps=sum(r.max_new_tokens for r in requests)))
         new: list[list[int]] = [[] for _ in requests]
         open_rows = list(range(len(requests)))
         while open_rows:
@@ -232,6 +264,10 @@ class LlamaCppBackend(Backend):
 
     def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]]) -> np.ndarray:
         """Softmax over the pooled choices at the position after each prefix (see the protocol)."""
+        return self._staged("choice", lambda: self._read(prefixes, choices))
+
+    def _read(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]]) -> np.ndarray:
+        """`choice_probs`, its sequences fed in groups (`_groups`)."""
         token_ids = choice_token_ids(choices)
         scores = np.zeros((len(prefixes), len(token_ids)))
         for group in self._groups([len(p) for p in prefixes]):
@@ -243,14 +279,17 @@ class LlamaCppBackend(Backend):
                            choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Every cut's re-fed sequence, read from the KV cache: prompt + trace fed once, each cut's suffix on its
         prefix."""
-        return split_by_request(self.choice_probs(depth_sequences(requests), choices), requests)
+        probs = self._staged("depth", lambda: self._read(depth_sequences(requests), choices))
+        return split_by_request(probs, requests)
 
     def close(self) -> None:
         """The engine shut down (`free_engine`): every backend of this process shares it."""
         free_engine()
 
     def metrics(self) -> dict[str, float]:
-        """Share of prompt tokens served from the KV cache (shared or held), and prefill / decode tokens per second."""
+        """Share of prompt tokens served from the KV cache (shared or held), prefill / decode tokens per second, and
+        the prefill tokens per second of each stage: generation's prompts, choice reads, depth reads (computed tokens
+        over llama_decode's seconds)."""
         engine = _ENGINE.get(engine_key(self.settings))
         if self._counts_before is None or engine is None:  # no model call made (or the engine was freed since)
             return {}
@@ -258,4 +297,6 @@ class LlamaCppBackend(Backend):
         rate = lambda tokens, seconds: counts[tokens] / counts[seconds] if counts[seconds] else float("nan")  # noqa: E731
         return {"prefix_cache_hit_rate": counts["reused"] / counts["asked"] if counts["asked"] else float("nan"),
                 "prefill_tokens_per_s": rate("prefill_tokens", "prefill_s"),
-                "decode_tokens_per_s": rate("decode_tokens", "decode_s")}
+                "decode_tokens_per_s": rate("decode_tokens", "decode_s"),
+                **{f"{stage}_prefill_tokens_per_s": tokens / seconds
+                   for stage, (tokens, seconds) in self.stages.items() if seconds}}

@@ -18,14 +18,21 @@ attention sums a query's cells in cache order, and a token that landed in a free
 its own context moved a logit by up to 0.46. So cells are never freed one sequence at a time:
 a sequence evicted for its id is retired to the graveyard sequence (its cells stay, masked from
 every other sequence), new tokens always land after every cell in use, and the whole cache is
-emptied when a call's tokens would not fit. Imported only when a llamacpp backend loads its model.
+emptied when a call's tokens would not fit. These hold under backend.numerics=exact; numerics=fast computes in
+n_batch-token passes with the extra CPU buffer types, and its reads may differ from cold reads in the last digits.
+Imported only when a llamacpp backend loads its model.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import os
+import subprocess
+import sys
 import time
 from collections import OrderedDict
+from pathlib import Path
 from typing import Sequence
 
 import llama_cpp as lc
@@ -36,8 +43,11 @@ from fairaudit.errors import AuditError
 _QUIET = lc.llama_log_callback(lambda level, text, data: None)  # held for the process: llama.cpp calls it later
 
 
-# tokens per compute pass: above 32 rows the CPU matmul takes another path, whose logits differ (see the module)
+# tokens per compute pass under numerics=exact: above 32 rows the CPU matmul takes another path, whose logits differ
 UBATCH = 32
+PROBE_TIMEOUT_S = 300  # a probe decode that has not finished by then counts as failed
+clock = time.perf_counter  # the counters' clock: wall time (benchmarks/engine_efficiency.py sets CPU time)
+WAVE_GAIN = 32  # shared tokens beyond the best computed source that are worth ending a wave for (one pass's worth)
 
 
 class KVFull(Exception):
@@ -49,20 +59,21 @@ class Engine:
 
     unified = True  # one pool of cells shared by every sequence: prefixes are shared, not copied
 
-    def __init__(self, gguf: str, n_ctx: int, n_batch: int, n_seq_max: int, n_threads: int, n_gpu_layers: int):
+    def __init__(self, gguf: str, n_ctx: int, n_batch: int, n_seq_max: int, n_threads: int, n_gpu_layers: int,
+                 n_ubatch: int = UBATCH, extra_bufts: bool = False):
+        """`n_ubatch`: tokens per compute pass (UBATCH keeps reads exact); `extra_bufts`: llama.cpp's extra CPU buffer
+        types (AMX tiles, repacked weight layouts), which crashed llama_decode on an AMX CPU in a VM (a segmentation
+        fault for every quantised file: `extra_bufts_run` probes for it)."""
         lc.llama_log_set(_QUIET, ctypes.c_void_p(0))
         lc.llama_backend_init()
         model_params = lc.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
-        # no extra CPU buffer types (AMX tiles, repacked layouts): on an AMX CPU in a VM (Sapphire Rapids, 2 cores here)
-        # the AMX path crashed llama_decode for every quantised file (a segmentation fault), and the plain kernels give
-        # one arithmetic whatever the CPU's extensions
-        model_params.use_extra_bufts = False
+        model_params.use_extra_bufts = extra_bufts
         self.model = lc.llama_model_load_from_file(gguf.encode(), model_params)
         if not self.model:
             raise AuditError(f"llama.cpp could not load {gguf!r} (not a GGUF file of an architecture it knows?)")
         params = lc.llama_context_default_params()
-        params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, n_batch, UBATCH, n_seq_max
+        params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, n_batch, n_ubatch, n_seq_max
         params.n_threads = params.n_threads_batch = n_threads
         params.kv_unified = self.unified
         params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED  # reads independent of the other sequences held
@@ -128,19 +139,22 @@ class Engine:
 
     # --- sequences -----------------------------------------------------------------------
 
-    def _source(self, tokens: Sequence[int], exclude: set[int] = frozenset()) -> tuple[int | None, int]:
+    def _source(self, tokens: Sequence[int], exclude: set[int] = frozenset(),
+                pending: set[int] = frozenset()) -> tuple[int | None, int]:
         """The resident (not in `exclude`) sharing the longest prefix with `tokens`, and that prefix's length (at
-        most len - 1: the last token is always fed, for its logits); (None, 0) when none shares a token."""
-        wanted, best = np.asarray(tokens), (None, 0)
+        most len - 1: the last token is always fed, for its logits); (None, 0) when none shares a token. A resident in
+        `pending` (gathered into the wave being built, not yet computed) is taken only when it shares more than
+        WAVE_GAIN tokens beyond any other: taking it ends the wave, a llama_decode of its own."""
+        wanted, best = np.asarray(tokens), {False: (None, 0), True: (None, 0)}
         for seq, held in self.residents.items():
             if seq in exclude:
                 continue
             n = min(len(held), len(tokens) - 1)
             differ = np.flatnonzero(np.asarray(held[:n]) != wanted[:n])
             common = int(differ[0]) if len(differ) else n
-            if common > best[1]:
-                best = (seq, common)
-        return best
+            if common > best[seq in pending][1]:
+                best[seq in pending] = (seq, common)
+        return best[True] if best[True][1] > best[False][1] + WAVE_GAIN else best[False]
 
     def _claim(self, count: int, sources: set[int]) -> list[int]:
         """`count` free sequence ids, evicting the least recent residents that are not `sources`."""
@@ -153,41 +167,52 @@ class Engine:
         """Hold each sequence under a sequence id of its own; returns the ids and the logits after each one's last
         token.
 
-        Sequences go in order, one llama_decode per sequence (per n_batch tokens): each copies the longest prefix
-        a resident holds (an earlier sequence of the same call included) and computes the rest. At most
+        Each sequence copies the longest prefix a resident holds (an earlier sequence of the same call included) and
+        computes the rest; the new tokens of many sequences go in one llama_decode (`_feed_in_waves`). At most
         (n_seq_max - 1) // 2 sequences: each may need a resident source beside it. `steps`: the tokens `step` will add
         to them; when these and the sequences' new tokens would not fit in the cells left, the cache is emptied first.
         """
         if any(len(s) == 0 for s in sequences):
             raise ValueError("llama.cpp cannot read after an empty sequence")
-        start = time.perf_counter()
+        start = clock()
         if self.used + steps + sum(len(s) - self._source(s)[1] for s in sequences) > self.n_ctx:
             self.clear()
         sources = {src for src, _ in map(self._source, sequences) if src is not None}
-        ids, rows = self._claim(len(sequences), sources), []
+        ids = self._claim(len(sequences), sources)
+        rows = self._feed_in_waves(ids, sequences)
+        self.counts["prefill_s"] += clock() - start
+        return ids, rows
+
+    def _feed_in_waves(self, ids: Sequence[int], sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Sequences in order, their new tokens gathered into waves decoded together (n_batch tokens per
+        llama_decode); a sequence that copies its prefix from a sequence of the wave (not yet computed) starts the
+        next (`_source`)."""
+        rows, wave, items = [], set(), []
         for seq, tokens in zip(ids, sequences):
-            src, common = self._source(tokens)
+            src, common = self._source(tokens, pending=wave)
+            if src in wave:
+                rows += self._decode_all(items)
+                wave, items = set(), []
             if src is not None:
                 lc.llama_memory_seq_cp(self.memory, src, seq, 0, common)
                 self.residents.move_to_end(src)
-            items = [(t, p, (seq,), p == len(tokens) - 1) for p, t in enumerate(tokens) if p >= common]
-            rows += self._decode_all(items)
+            items += [(t, p, (seq,), p == len(tokens) - 1) for p, t in enumerate(tokens) if p >= common]
+            wave.add(seq)
             self.residents[seq] = list(tokens)
             self.counts["asked"] += len(tokens)
             self.counts["reused"] += common
-            self.counts["prefill_tokens"] += len(items)
-        self.counts["prefill_s"] += time.perf_counter() - start
-        return ids, rows
+            self.counts["prefill_tokens"] += len(tokens) - common
+        return rows + self._decode_all(items)
 
     def step(self, seqs: Sequence[int], tokens: Sequence[int]) -> list[np.ndarray]:
         """Feed one token to each sequence at its next position; the logits after it, in order."""
-        start = time.perf_counter()
+        start = clock()
         rows = self._decode_all([(t, len(self.residents[s]), (s,), True) for s, t in zip(seqs, tokens)])
         for seq, token in zip(seqs, tokens):
             self.residents[seq].append(token)
             self.residents.move_to_end(seq)
         self.counts["decode_tokens"] += len(seqs)
-        self.counts["decode_s"] += time.perf_counter() - start
+        self.counts["decode_s"] += clock() - start
         return rows
 
     @property
@@ -250,7 +275,7 @@ class StreamEngine(Engine):
         if longest > self.per_stream:
             raise AuditError(f"a sequence of {longest} tokens exceeds the {self.per_stream} cells of a KV stream "
                              f"(backend.n_ctx={self.n_ctx} / backend.n_seq_max={self.n_seq_max}); raise backend.n_ctx")
-        start, ids, rows, taken = time.perf_counter(), [], [], set()
+        start, ids, rows, taken = clock(), [], [], set()
         for tokens in sequences:
             seq, common = self._stealable(tokens, taken)
             if seq is None:
@@ -266,10 +291,38 @@ class StreamEngine(Engine):
             self.counts["asked"] += len(tokens)
             self.counts["reused"] += common
             self.counts["prefill_tokens"] += len(items)
-        self.counts["prefill_s"] += time.perf_counter() - start
+        self.counts["prefill_s"] += clock() - start
         return ids, rows
 
     @property
     def held(self) -> int:
         """Cells in use: every resident's tokens."""
         return sum(map(len, self.residents.values()))
+
+
+@functools.cache
+def extra_bufts_run(gguf: str) -> tuple[bool, str]:
+    """Whether llama.cpp's extra CPU buffer types decode this file on this CPU, and if not, why: a probe decode in a
+    subprocess, since the failure seen (an AMX CPU in a VM) was a segmentation fault that would end this process."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    try:
+        done = subprocess.run([sys.executable, "-m", __name__, gguf], env=env, capture_output=True,
+                              timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return False, f"a probe decode with them ran past {PROBE_TIMEOUT_S} s"
+    if done.returncode == 0:
+        return True, ""
+    cause = f"signal {-done.returncode}" if done.returncode < 0 else f"exit code {done.returncode}"
+    return False, f"a probe decode with them ended in {cause}"
+
+
+def probe_decode(gguf: str) -> None:
+    """Load the file with the extra CPU buffer types and decode 16 tokens: `extra_bufts_run`'s subprocess."""
+    engine = Engine(gguf, n_ctx=64, n_batch=32, n_seq_max=2, n_threads=1, n_gpu_layers=0, extra_bufts=True)
+    engine.feed([list(range(1, 17))])
+    engine.close()
+
+
+if __name__ == "__main__":
+    probe_decode(sys.argv[1])

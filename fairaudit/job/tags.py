@@ -14,7 +14,7 @@ from fairaudit.tracking.runs import config_key
 # grid axis -> override keys that set it
 AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",),
              "seed": ("dataset.seed",), "checkpoint": ("model.checkpoint", "model.checkpoint.label"),
-             "engine": ("backend", "model.dtype", "experiment/engines/engine")}
+             "engine": ("backend", "model.dtype", "backend.numerics", "experiment/engines/engine")}
 
 
 def engine_label(backend: Backend) -> str:

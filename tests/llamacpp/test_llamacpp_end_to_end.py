@@ -12,6 +12,8 @@ from conftest import run_app
 pytestmark = [pytest.mark.slow, pytest.mark.llamacpp]
 LOADING = "into llama.cpp"  # the backend's line when it loads a model
 BACKEND_METRICS = {"prefix_cache_hit_rate", "prefill_tokens_per_s", "decode_tokens_per_s"}
+# each stage's prefill rate, logged for the stages a probe runs (generation's prompts, choice reads, depth reads)
+STAGE_METRICS = {f"{stage}_prefill_tokens_per_s" for stage in ("prompt", "choice", "depth")}
 ENV = {"OMP_NUM_THREADS": "1"}
 
 
@@ -41,8 +43,11 @@ def test_the_default_audit_and_its_repeat_from_the_store(tmp_path):
     assert LOADING not in again.stderr  # every call served from the store: no model loaded
     runs = job_runs(f"sqlite:///{tmp_path}/mlflow.db")
     assert [run.data.metrics["model_calls"] for run in runs][1] == 0 and runs[0].data.metrics["model_calls"] > 0
-    assert BACKEND_METRICS <= set(runs[0].data.metrics) and not BACKEND_METRICS & set(runs[1].data.metrics)
-    assert {k: v for k, v in runs[0].data.metrics.items() if k not in BACKEND_METRICS | {"model_calls"}} == \
+    ran = STAGE_METRICS - {"depth_prefill_tokens_per_s"}  # counterfactual: generations and choice reads
+    assert BACKEND_METRICS | ran <= set(runs[0].data.metrics)
+    assert not (BACKEND_METRICS | STAGE_METRICS) & set(runs[1].data.metrics)
+    assert {k: v for k, v in runs[0].data.metrics.items()
+            if k not in BACKEND_METRICS | STAGE_METRICS | {"model_calls"}} == \
         {k: v for k, v in runs[1].data.metrics.items() if k != "model_calls"}
 
 
@@ -56,7 +61,7 @@ def test_probes_finish_with_the_metric_names_they_have_under_hf(tmp_path, overri
     theirs = metric_names(tmp_path, "hf", "model=tiny_qwen3", *overrides)
     assert len(ours) == len(theirs) == (3 if "-m" in overrides else 1)
     for names, hf_names in zip(ours, theirs):
-        assert names - BACKEND_METRICS == hf_names and BACKEND_METRICS <= names
+        assert names - BACKEND_METRICS - STAGE_METRICS == hf_names and BACKEND_METRICS <= names
 
 
 def test_the_influence_probe_is_one_line_before_anything_loads(tmp_path):
