@@ -258,30 +258,24 @@ def main() -> None:
     todo = jobs(args)
     with ProcessPoolExecutor(args.workers) as pool:
         parts = list(pool.map(call, todo))
-    cf = [part for (function, _), part in zip(todo, parts) if function is run_plant]
-    if cf:
-        rows = pd.concat(cf, ignore_index=True)
-        if args.rows:
-            rows.to_csv(args.rows.with_name(f"{args.rows.stem}-counterfactual.csv"), index=False)
-        print(f"counterfactual on backend=mock: {args.studies} studies x {args.pairs} pairs per planted thinking "
-              f"gap, {args.n_boot} bootstrap resamples, seed {args.seed}; McNemar at {ALPHA}, intervals at {NOMINAL}")
-        print(markdown(summary(rows), pooled_coverage(rows)))
-    inf = [part for (function, _), part in zip(todo, parts) if function is influence.run_shift]
-    if inf:
-        print(f"\ninfluence on backend=mock (unmasked): {args.influence_studies} studies x {args.items} questions per "
-              f"planted shift, seed {args.seed}; Wilson intervals at {NOMINAL}")
-        rows = pd.concat(inf, ignore_index=True)
-        if args.rows:
-            rows.to_csv(args.rows.with_name(f"{args.rows.stem}-influence.csv"), index=False)
-        print(influence.markdown(influence.summary(rows)))
-    depth = [part for (function, _), part in zip(todo, parts) if function is cdpg.run_gap]
-    if depth:
-        print(f"\ncdpg on backend=mock (K={cdpg.K}): {args.cdpg_studies} studies x {args.cdpg_pairs} pairs per planted "
-              f"thinking gap, {args.n_boot} bootstrap resamples, seed {args.seed}; intervals at {NOMINAL}")
-        rows = pd.concat(depth, ignore_index=True)
-        if args.rows:
-            rows.to_csv(args.rows.with_name(f"{args.rows.stem}-cdpg.csv"), index=False)
-        print(cdpg.markdown(cdpg.summary(rows)))
+    printed = (
+        (run_plant, "counterfactual", lambda rows: markdown(summary(rows), pooled_coverage(rows)),
+         f"counterfactual on backend=mock: {args.studies} studies x {args.pairs} pairs per planted thinking gap, "
+         f"{args.n_boot} bootstrap resamples, seed {args.seed}; McNemar at {ALPHA}, intervals at {NOMINAL}"),
+        (influence.run_shift, "influence", lambda rows: influence.markdown(influence.summary(rows)),
+         f"\ninfluence on backend=mock (unmasked): {args.influence_studies} studies x {args.items} questions per "
+         f"planted shift, seed {args.seed}; Wilson intervals at {NOMINAL}"),
+        (cdpg.run_gap, "cdpg", lambda rows: cdpg.markdown(cdpg.summary(rows)),
+         f"\ncdpg on backend=mock (K={cdpg.K}): {args.cdpg_studies} studies x {args.cdpg_pairs} pairs per planted "
+         f"thinking gap, {args.n_boot} bootstrap resamples, seed {args.seed}; intervals at {NOMINAL}"))
+    for runner, name, table, heading in printed:
+        found = [part for (function, _), part in zip(todo, parts) if function is runner]
+        if found:
+            rows = pd.concat(found, ignore_index=True)
+            if args.rows:
+                rows.to_csv(args.rows.with_name(f"{args.rows.stem}-{name}.csv"), index=False)
+            print(heading)
+            print(table(rows))
     print(f"{time.perf_counter() - start:.0f} s")
 
 

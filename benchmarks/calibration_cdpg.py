@@ -33,7 +33,7 @@ import pandas as pd
 from scipy.special import expit
 from scipy.stats import norm
 
-from benchmarks.calibration_truth import DEGREE, Plant, flip_probability, normal_nodes
+from benchmarks.calibration_truth import DEGREE, Plant, abs_gap_given, flip_probability, normal_nodes
 from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.analysis.contingency import CELLS
 
@@ -53,19 +53,6 @@ def slope_weights(segments: int = K) -> np.ndarray:
     """w_k with slope = sum_k w_k y_k, the OLS slope of y on x_k = k/K, k = 1..K."""
     x = np.arange(1, segments + 1) / segments
     return (x - x.mean()) / np.sum((x - x.mean()) ** 2)
-
-
-def abs_gap_given(logit: np.ndarray, gap: float, side_sd: float, degree: int = DEGREE) -> np.ndarray:
-    """E|expit(L + gap/2 + e1) - expit(L - gap/2 + e2)| at each L of `logit` (calibration_truth.p_gap, given L)."""
-    spread = np.sqrt(2.0) * side_sd
-    v, wv = normal_nodes(spread, degree)
-    ends = sorted({-12.0 * spread, min(max(-gap, -12.0 * spread), 12.0 * spread), 12.0 * spread})
-    x, wx = np.polynomial.legendre.leggauss(4 * degree)
-    u = np.concatenate([(b - a) / 2 * x + (a + b) / 2 for a, b in zip(ends, ends[1:])])
-    wu = np.concatenate([(b - a) / 2 * wx for a, b in zip(ends, ends[1:])]) * norm.pdf(u, scale=spread)
-    centre = np.asarray(logit)[:, None, None] + v[None, :, None] / 2
-    diff = np.abs(expit(centre + (gap + u[None, None, :]) / 2) - expit(centre - (gap + u[None, None, :]) / 2))
-    return np.sum(wv[None, :, None] * wu[None, None, :] * diff, axis=(1, 2)) / wu.sum()
 
 
 def expit_part(mean: np.ndarray, sd: float, above: bool, degree: int = 4 * DEGREE) -> np.ndarray:

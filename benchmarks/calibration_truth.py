@@ -65,22 +65,28 @@ def cells(plant: Plant, degree: int = DEGREE) -> dict[str, float]:
     return {"a": 1.0 - sum(out.values()), **out}
 
 
-def p_gap(logit_sd: float, gap: float, side_sd: float, degree: int = DEGREE) -> float:
-    """E|P(Yes | alpha) - P(Yes | alpha')| for L ~ N(0, logit_sd^2) and sides `gap` apart, each with its own e.
+def abs_gap_given(logit: np.ndarray, gap: float, side_sd: float, degree: int = DEGREE) -> np.ndarray:
+    """E|expit(L + gap/2 + e1) - expit(L - gap/2 + e2)| at each L of `logit`, each side with its own e.
 
     In u = e1 - e2 and v = e1 + e2 (independent, each N(0, 2 side_sd^2)) the two logits are L + gap/2 + (u + v)/2
-    and L - gap/2 + (v - u)/2, equal at u = -gap whatever L and v: Gauss-Hermite over L and v, Gauss-Legendre over u
+    and L - gap/2 + (v - u)/2, equal at u = -gap whatever L and v: Gauss-Hermite over v, Gauss-Legendre over u
     on each side of that kink (to 12 SD), so each piece is smooth and the rule converges fast."""
-    logit, w = normal_nodes(logit_sd, degree)
     spread = np.sqrt(2.0) * side_sd
     v, wv = normal_nodes(spread, degree)
     ends = sorted({-12.0 * spread, min(max(-gap, -12.0 * spread), 12.0 * spread), 12.0 * spread})
     x, wx = np.polynomial.legendre.leggauss(4 * degree)
     u = np.concatenate([(b - a) / 2 * x + (a + b) / 2 for a, b in zip(ends, ends[1:])])
     wu = np.concatenate([(b - a) / 2 * wx for a, b in zip(ends, ends[1:])]) * norm.pdf(u, scale=spread)
-    centre = logit[:, None, None] + v[None, :, None] / 2
+    centre = np.asarray(logit)[:, None, None] + v[None, :, None] / 2
     diff = np.abs(expit(centre + (gap + u[None, None, :]) / 2) - expit(centre - (gap + u[None, None, :]) / 2))
-    return float(np.sum(w[:, None, None] * wv[None, :, None] * wu[None, None, :] * diff) / wu.sum())
+    return np.sum(wv[None, :, None] * wu[None, None, :] * diff, axis=(1, 2)) / wu.sum()
+
+
+def p_gap(logit_sd: float, gap: float, side_sd: float, degree: int = DEGREE) -> float:
+    """E|P(Yes | alpha) - P(Yes | alpha')| for L ~ N(0, logit_sd^2) and sides `gap` apart (`abs_gap_given`,
+    Gauss-Hermite over L)."""
+    logit, w = normal_nodes(logit_sd, degree)
+    return float(np.sum(w * abs_gap_given(logit, gap, side_sd, degree)))
 
 
 def counterfactual_truth(plant: Plant, degree: int = DEGREE) -> dict[str, float]:
