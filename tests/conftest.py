@@ -139,6 +139,16 @@ def building_tracking_db(folder: Path) -> bool:
     return bool(list(folder.glob(".mlflow.db.building-*")) or list(folder.glob("cache/mlflow-schemas/.*.building-*")))
 
 
+def benchmark(name: str):
+    """benchmarks/<name>.py imported as a module (the benchmarks are scripts, not a package), for its tiny run."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_app(tmp_path: Path, *overrides: str, module: str = "fairaudit", timeout: int = 600,
             env: dict[str, str] | None = None, in_tmp: bool = False) -> subprocess.CompletedProcess:
     """`python -m fairaudit` in a subprocess with its store, MLflow db and Hydra output under tmp_path.

@@ -3,21 +3,16 @@ same-work mode (a second backend reads the first one's traces), and the table's 
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from conftest import REPO
+from conftest import benchmark
 
 pytestmark = pytest.mark.usefixtures("data_root")
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_backends", REPO / "benchmarks" / "backends.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark("backends")
 
 
 @pytest.fixture(scope="module")

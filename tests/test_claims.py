@@ -4,7 +4,6 @@ the cluster suite (tests/test_cluster.py runs `race` and `two_audits_at_once` on
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -20,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 from mlflow.tracking import MlflowClient
 
-from conftest import DATA_ROOT, REPO
+from conftest import DATA_ROOT, REPO, benchmark
 from fairaudit.backends import GenerationRequest
 from fairaudit.store.claims import CLAIMS
 from fairaudit.store.client import CachingClient, generation_key
@@ -211,9 +210,7 @@ def test_two_identical_audits_started_together_compute_each_call_once(tmp_path):
 
 def test_the_claims_benchmark_at_a_tiny_size():
     """benchmarks/claims.py, so it cannot rot unseen: a pair of processes computes the calls once between them."""
-    spec = importlib.util.spec_from_file_location("bench_claims", REPO / "benchmarks" / "claims.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benchmark("claims")
     row = bench.measure(calls=24, delay=0.005, chunk=4)
     assert row["alone_calls"] == 24 and sum(row["calls"]) == 24 and len(row["calls"]) == 2
     assert row["overhead"] >= 1 and row["speedup"] == pytest.approx(row["alone_s"] / row["pair_s"])

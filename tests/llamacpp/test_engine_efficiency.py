@@ -4,22 +4,18 @@ unseen: every stage of each column has an audit rate and a plain rate from the s
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 
 import pytest
 
-from conftest import REPO
+from conftest import benchmark
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("data_root")]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_efficiency", REPO / "benchmarks" / "engine_efficiency.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark("engine_efficiency")
 
 
 @pytest.fixture(scope="module")
