@@ -49,9 +49,8 @@ def check_plan(settings: dict) -> None:
 def open_store(url: str, pilot: bool) -> Store | None:
     """The result store, read to count what it holds; None when a sqlite file is not there (nothing stored) and no
     pilot is to write to it (a plan creates nothing)."""
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists() and not pilot:
-        return None
-    if "://" not in url and not Path(url).exists() and not pilot:
+    sqlite_file = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") or "://" not in url else None
+    if sqlite_file is not None and not Path(sqlite_file).exists() and not pilot:
         return None
     return Store(url)
 
