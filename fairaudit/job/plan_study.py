@@ -21,6 +21,7 @@ from fairaudit.job.plan import (
     Speeds,
     census_key,
     compose,
+    engine_key,
     job_work,
     json_key,
     model_at_hand,
@@ -91,7 +92,7 @@ class Planner:
         try:
             with progress("pilot", total=len(jobs)) as advance:
                 for num, (job, _) in enumerate(jobs):
-                    key = Speeds.engine(job)
+                    key = engine_key(job)
                     if key not in backends:
                         backends[key] = build_backend(job, model_folder(job))
                     found[num] = run_pilot(job, self.settings["pilot"], backends[key], self.store, self.speeds)
@@ -103,7 +104,7 @@ class Planner:
 
     def plan(self, job, label: str, pilot) -> JobPlan:
         """One job's plan: its model at hand, its prompts' census, its rehearsal, its time here."""
-        hand_key = json_key([job.backend_name, job.backend_settings, job.settings["model"]])
+        hand_key = engine_key(job)
         if hand_key not in self.hands:
             self.hands[hand_key] = model_at_hand(job)
         key = census_key(job)
