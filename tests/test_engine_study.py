@@ -8,8 +8,15 @@ import math
 
 import pandas as pd
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 
+from conftest import REPO
 from fairaudit.analysis import engines
+from fairaudit.job.config import Place, build_backend, model_folder, read_job
+from fairaudit.job.tags import engine_label, engine_params
 from fairaudit.probes.counterfactual import CounterfactualProbe
 from fairaudit.report import app
 from figure_checks import layout_problems
@@ -145,3 +152,77 @@ def test_one_engine_gives_no_engine_section(tmp_path):
     store.job(records_of(REFERENCE), parent, engine="hf float32", **{"fairaudit.headline": json.dumps(HEADLINE)})
     result = app.run(report_cfg(store, tmp_path / "out", f"select.parent={parent}", "log_to_mlflow=false"))
     assert not any(s.name.startswith("engine") for s in result.report.sections) and not result.report.parent_metrics
+
+
+def logged_params(backend: str, numerics: str, batch_size: int) -> dict[str, str]:
+    return {"engine.backend": backend, "engine.numerics": numerics, "engine.batch_size": str(batch_size)}
+
+
+def test_within_engine_sets_pair_the_engines_that_differ_in_one_setting_alone():
+    runs = pd.DataFrame([{"engine": e, **logged_params(*p)} for e, p in (
+        ("hf float32 batch 8", ("hf", "float32", 8)), ("hf float32 batch 1", ("hf", "float32", 1)),
+        ("hf bfloat16 batch 8", ("hf", "bfloat16", 8)), ("llamacpp Q4_1", ("llamacpp", "Q4_1", 8)),
+        ("llamacpp Q4_1 fast", ("llamacpp", "Q4_1 fast", 8)))])
+    assert engines.within_engine_sets(runs) == [
+        ("batch_size", "hf float32", ["hf float32 batch 8", "hf float32 batch 1"]),
+        ("numerics", "hf batch 8", ["hf float32 batch 8", "hf bfloat16 batch 8"]),
+        ("numerics", "llamacpp batch 8", ["llamacpp Q4_1", "llamacpp Q4_1 fast"])]
+    assert engines.within_engine_sets(runs.drop(columns="engine.batch_size")) == []  # runs logged before the params
+
+
+# Engine C reads p0's think P(Yes | alpha) 0.6, not 0.9: p0's think gap 0.4, not 0.7, its answers unchanged.
+THIRD = {**REFERENCE, ("p0", "t"): (("Yes", 0.6), ("No", 0.2))}
+
+
+@pytest.fixture(scope="module")
+def batch_study(tmp_path_factory):
+    """hf float32 at batch 8 and 1 (one answer apart) and llama.cpp, with their engine.* params, as runs log them."""
+    root = tmp_path_factory.mktemp("batches")
+    store = Store(root / "mlflow.db", root, "batches")
+    parent = store.sweep(study="engines")
+    for engine, table, params in (("hf float32 batch 8", REFERENCE, ("hf", "float32", 8)),
+                                  ("hf float32 batch 1", OTHER, ("hf", "float32", 1)),
+                                  ("llamacpp Q4_1", THIRD, ("llamacpp", "Q4_1", 8))):
+        records = records_of(table)
+        store.job(records, parent, metrics=CounterfactualProbe.point_metrics({"records": records}),
+                  params=logged_params(*params), engine=engine, model="smollm2",
+                  **{"fairaudit.headline": json.dumps(HEADLINE)})
+    result = app.run(report_cfg(store, root / "out", f"select.parent={parent}", "engines.n_boot=20"))
+    return store, parent, result, root / "out"
+
+
+def test_the_batch_size_spread_is_over_the_two_batch_sizes_alone(batch_study):
+    store, parent, result, out = batch_study
+    within = pd.read_csv(out / "engines_within.csv")
+    assert within[["axis", "shared"]].drop_duplicates().values.tolist() == [["batch_size", "hf float32"]]
+    gap = within[within["metric"] == "p_gap_think"].iloc[0]
+    # think gaps per pair: batch 8 (0.7, 0.05, 0.07, 0.04), batch 1 p1 reads 0.52: |0.52 - 0.35| = 0.17 -> spread 0.12/4
+    assert gap["spread"] == pytest.approx(0.03)
+    assert gap["answers_changed"] == "hf float32 batch 1: 1/16"
+    every = pd.read_csv(out / "engines.csv")
+    # over all three engines: 0.245 (batch 1) - 0.14 (llama.cpp: p0's gap 0.4, (0.4+.05+.07+.04)/4)
+    assert every[every["metric"] == "p_gap_think"]["spread"].iloc[0] == pytest.approx(0.105)
+    logged = store.client.get_run(parent).data.metrics
+    assert logged["engine_within/smollm2/adult/batch_size/hf_float32/p_gap_think"] == pytest.approx(0.03)
+
+
+def built_backend(data_root, *overrides: str):
+    """The backend a run of these overrides builds (no weights loaded), and its batch size."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = compose("config", overrides=["model=tiny_qwen3", f"data.root={data_root}", *overrides],
+                      return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    job = read_job(OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"]), Place({}, list(overrides), []))
+    return build_backend(job, model_folder(job)), job.model["batch_size"]
+
+
+def test_batch_keyed_stores_a_batch_dependent_engine_under_its_batch_size(data_root):
+    plain, size = built_backend(data_root, "model.batch_size=4")
+    keyed, _ = built_backend(data_root, "model.batch_size=4", "store.batch_keyed=true")
+    assert keyed.fingerprint == f"{plain.fingerprint}/batch4" and not plain.fingerprint.endswith("/batch4")
+    assert engine_label(keyed, size) == "hf float32 batch 4"
+    assert engine_params(keyed, size) == {"engine.backend": "hf", "engine.numerics": "float32",
+                                          "engine.batch_size": "4", "engine.batch_invariant": "false"}
+    mock, size = built_backend(data_root, "backend=mock", "store.batch_keyed=true")  # batch-invariant: no batch key
+    assert not mock.fingerprint.endswith(f"/batch{size}") and engine_label(mock, size) == "mock"

@@ -64,7 +64,7 @@ class Store:
         return self.client.create_run(self.experiment_id, tags={"fairaudit.kind": "sweep", **tags}).info.run_id
 
     def job(self, records: pd.DataFrame, parent: str | None = None, status: str = "FINISHED",
-            metrics: dict | None = None, **axes) -> str:
+            metrics: dict | None = None, params: dict | None = None, **axes) -> str:
         tags = {"model": "m", "dataset": "adult", "probe": "counterfactual", "arm": "think", "seed": "0",
                 "checkpoint": "base", **{k: str(v) for k, v in axes.items()}, "fairaudit.kind": "job"}
         if parent:
@@ -72,7 +72,8 @@ class Store:
         run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
         values = metrics if metrics is not None else contingency(records, "think", "nothink", n_boot=0)
         self.client.log_batch(run_id, metrics=[Metric(k, v, 0, 0) for k, v in finite_metrics(values).items()],
-                              params=[Param("probe.baseline_arm.name", "nothink")])
+                              params=[Param(k, str(v)) for k, v in
+                                      {"probe.baseline_arm.name": "nothink", **(params or {})}.items()])
         path = self.root / "records" / run_id / "records.parquet"
         path.parent.mkdir(parents=True)
         records.to_parquet(path)

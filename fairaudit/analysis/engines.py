@@ -68,6 +68,44 @@ def disagreements(values: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+ENGINE_PARAMS = ("engine.backend", "engine.numerics", "engine.batch_size")  # what a run's engine computed with
+WITHIN_AXES = {"batch_size": "engine.batch_size", "numerics": "engine.numerics"}  # within one backend, varied alone
+
+
+def _shared_label(shared: Mapping[str, str]) -> str:
+    """What the engines of a within-engine set share, e.g. `hf float32` or `hf batch 8`."""
+    words = [shared.get("engine.backend", ""), shared.get("engine.numerics", "")]
+    if "engine.batch_size" in shared:
+        words.append(f"batch {shared['engine.batch_size']}")
+    return " ".join(w for w in words if w)
+
+
+def within_engine_sets(runs: pd.DataFrame, engine: str = "engine") -> list[tuple[str, str, list[str]]]:
+    """(axis, shared, engines) for each within-engine axis (`WITHIN_AXES`): the engines (runs' `engine` values) that
+    share every other `engine.*` param and differ in this one alone, e.g. ("batch_size", "hf float32", ["hf float32
+    batch 8", "hf float32 batch 1"]). Runs without the params (logged before they were) take part in none."""
+    if not set(ENGINE_PARAMS) <= set(runs):
+        return []
+    known = runs.dropna(subset=list(ENGINE_PARAMS))
+    sets = []
+    for axis, param in WITHIN_AXES.items():
+        others = [p for p in ENGINE_PARAMS if p != param]
+        for key, part in known.groupby(others, sort=False):
+            if part[param].nunique() >= 2:
+                sets.append((axis, _shared_label(dict(zip(others, key))), list(part[engine])))
+    return sets
+
+
+def within_engine_spreads(values: pd.DataFrame, sets: Sequence[tuple[str, str, list[str]]]) -> pd.DataFrame:
+    """Per within-engine set and metric: `disagreements` over that set's engines alone (how far batching or the
+    kernels alone move the metric). values: `engine_values` of every engine."""
+    frames = [disagreements(values[values["engine"].isin(members)]).assign(axis=axis, shared=shared,
+                                                                           engines=", ".join(members))
+              for axis, shared, members in sets]
+    columns = ["axis", "shared", "engines", "metric", "spread", "sign_differs", "significance_differs", "differs"]
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
 def common_units(records: Mapping[str, Records], unit: str = "pair_id") -> np.ndarray:
     """The units (pairs) every engine's `records` frame holds, sorted."""
     sets = [set(frames["records"][unit]) for frames in records.values()]

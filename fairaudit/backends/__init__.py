@@ -280,6 +280,12 @@ class Backend(metaclass=Contract):
         float32`, `llamacpp Q4_K_M`): the model dtype it computes in by default, "" when it has none."""
         return str(getattr(self, "dtype", ""))
 
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether a call's result is the same whichever calls share its batch and however many (the run's
+        `engine.batch_invariant` param): then the batch size is not part of how it computes. Default: False."""
+        return False
+
     def close(self) -> None:
         """Release what the backend holds beyond its Python objects (an engine, its worker processes, its memory);
         the object is not used after it. Default: nothing to release."""

@@ -187,6 +187,11 @@ class LlamaCppBackend(Backend):
         return self.file_type if self.settings["numerics"] == "exact" else f"{self.file_type} fast"
 
     @property
+    def batch_invariant(self) -> bool:
+        """Under numerics=exact a read equals the sequence fed alone into an empty cache, whatever shares its pass."""
+        return self.settings["numerics"] == "exact"
+
+    @property
     def engine(self):
         engine = load_engine(self.settings)
         if self._counts_before is None:

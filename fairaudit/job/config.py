@@ -77,6 +77,7 @@ class Job:
     model: dict = field(init=False)        # model.* (dtype, batch_size, ...)
     dry_run: bool = field(init=False)
     store_url: str = field(init=False)
+    batch_keyed: bool = field(init=False)  # store.batch_keyed
     tracking: tuple[str, str] = field(init=False)  # (tracking.uri, tracking.experiment)
 
     def __post_init__(self):
@@ -84,6 +85,7 @@ class Job:
         self.backend_name = self.place.choices.get("backend", self.backend_class.name)
         self.model, self.dry_run = self.settings["model"], bool(self.settings.get("dry_run"))
         self.store_url = self.settings["store"]["url"]
+        self.batch_keyed = bool(self.settings["store"].get("batch_keyed", False))
         self.tracking = (self.settings["tracking"]["uri"], self.settings["tracking"]["experiment"])
 
 
@@ -269,6 +271,10 @@ def model_problem(job: Job) -> str | None:
 
 def build_backend(job: Job, model_dir: Path) -> Backend:
     """The job's backend on its model's folder (`model_folder`); the constructor reads only what names the model:
-    weights load on the first model call."""
-    return job.backend_class(model_dir=str(model_dir), dtype=job.model["dtype"], batch_size=job.model["batch_size"],
-                             **job.backend_settings)
+    weights load on the first model call. Under store.batch_keyed a backend that is not batch-invariant stores its
+    results under its batch size too (`/batch<N>` after its fingerprint), so each batch size computes its own."""
+    backend = job.backend_class(model_dir=str(model_dir), dtype=job.model["dtype"],
+                                batch_size=job.model["batch_size"], **job.backend_settings)
+    if job.batch_keyed and not backend.batch_invariant:
+        backend.fingerprint = f"{backend.fingerprint}/batch{job.model['batch_size']}"
+    return backend

@@ -18,7 +18,7 @@ from fairaudit.errors.locks import is_locked, locked_error
 from fairaudit.errors.secrets import redact_hydra_files
 from fairaudit.job.config import Job, build_backend, model_folder, read_job
 from fairaudit.job.dry_run import preview
-from fairaudit.job.tags import engine_label, job_run_name, job_tags
+from fairaudit.job.tags import engine_label, engine_params, job_run_name, job_tags
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
@@ -45,11 +45,13 @@ def audit(job: Job) -> ProbeResult:
     client = CachingClient(backend, store, chunk_size=job.model["batch_size"])
     uri, experiment = job.tracking
     tracker = Tracker(uri, experiment)
-    tags = {**job_tags(job.settings, job.place), t.ENGINE_TAG: engine_label(backend)}
+    batch_size = job.model["batch_size"]
+    tags = {**job_tags(job.settings, job.place), t.ENGINE_TAG: engine_label(backend, batch_size)}
     run_name = job_run_name(tags, job.place.varied)
     axes = {axis: tags[axis] for axis in t.AXIS_TAGS}  # short params, so Compare can plot against the grid's axes
     parent = parent_run_id(job.place.sweep_dir) if job.place.sweep_dir else None
-    run_id = tracker.start(run_name, tags, {**axes, **flatten(job.settings)}, parent)
+    params = {**axes, **engine_params(backend, batch_size), **flatten(job.settings)}
+    run_id = tracker.start(run_name, tags, params, parent)
     ended = False
     try:
         result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))

@@ -14,12 +14,21 @@ from fairaudit.tracking.runs import config_key
 # grid axis -> override keys that set it
 AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",),
              "seed": ("dataset.seed",), "checkpoint": ("model.checkpoint", "model.checkpoint.label"),
-             "engine": ("backend", "model.dtype", "backend.numerics", "experiment/engines/engine")}
+             "engine": ("backend", "model.dtype", "backend.numerics", "model.batch_size", "backend.batch_invariant",
+                        "experiment/engines/engine")}
 
 
-def engine_label(backend: Backend) -> str:
-    """The `engine` tag, the axis of +experiment=engines: the backend and how it computes (`hf float32`)."""
-    return f"{backend.name} {backend.numerics}".strip()
+def engine_label(backend: Backend, batch_size: int) -> str:
+    """The `engine` tag, the axis of +experiment=engines: the backend, how it computes, and its batch size where its
+    results depend on their batch (`hf float32 batch 8`, `llamacpp Q4_1`)."""
+    batch = "" if backend.batch_invariant else f" batch {batch_size}"
+    return f"{backend.name} {backend.numerics}".strip() + batch
+
+
+def engine_params(backend: Backend, batch_size: int) -> dict[str, str]:
+    """What the engine computed with, as the run's `engine.*` params (the report's within-engine axes)."""
+    return {"engine.backend": backend.name, "engine.numerics": backend.numerics, "engine.batch_size": str(batch_size),
+            "engine.batch_invariant": str(backend.batch_invariant).lower()}
 
 
 def slurm_job_id() -> str:

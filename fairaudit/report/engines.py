@@ -73,10 +73,26 @@ def analyse_group(cell: dict, group: pd.DataFrame, load_records: RecordsLoader, 
     frames = {engine: r["records"] for engine, r in records.items()}
     readable = all(set(engines.RECORD_KEYS) | {"answer", "p_yes"} <= set(f) for f in frames.values())
     flips = engines.flip_table(frames, reference, list(settings.bins)) if readable else pd.DataFrame()
+    sets = engines.within_engine_sets(group, AXIS)
+    within = engines.within_engine_spreads(values, sets)
+    if readable:
+        within = within.merge(within_changes(frames, sets), on=["axis", "shared"], how="left")
     with_ci = [m for m in metrics if values.loc[values["metric"] == m, "ci_low"].notna().any()]
     shown = (with_ci + [m for m in metrics if m not in with_ci])[:FIGURE_METRICS]
-    return {"values": values, "verdict": verdict, "flips": flips, "reference": reference, "bootstrapped": bool(point),
+    return {"values": values, "verdict": verdict, "flips": flips, "within": within, "reference": reference,
+            "bootstrapped": bool(point),
             "figure": engine_figure(values, flips, shown, reference)}
+
+
+def within_changes(frames: dict[str, pd.DataFrame], sets) -> pd.DataFrame:
+    """Per within-engine set: the answers each of its engines changes against the set's first, `changed/n` joined."""
+    rows = []
+    for axis, shared, members in sets:
+        table = engines.flip_table({engine: frames[engine] for engine in members}, members[0])
+        every = table[table["confidence"] == "all"]
+        rows.append({"axis": axis, "shared": shared, "answers_changed": "; ".join(
+            f"{e}: {c}/{n}" for e, c, n in zip(every["engine"], every["answers_changed"], every["n_records"]))})
+    return pd.DataFrame(rows, columns=["axis", "shared", "answers_changed"])
 
 
 def _interval(value: float, low: float, high: float) -> str:
@@ -113,6 +129,36 @@ def spread_metrics(label: str, verdict: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def within_metrics(label: str, within: pd.DataFrame) -> dict[str, float]:
+    """`engine_within/<cell>/<axis>/<shared>/<metric>`: the spread over engines that differ in that axis alone."""
+    return {f"engine_within/{label}/{row['axis']}/{row['shared'].replace(' ', '_')}/{row['metric']}": row["spread"]
+            for row in within.to_dict("records")}
+
+
+def add_within_engine(report: Report, results: list[tuple[dict, dict]]) -> None:
+    """The section of spreads over engines that differ in one within-engine axis alone (batch size, numerics)."""
+    tables = [r["within"].assign(**cell) for cell, r in results if not r["within"].empty]
+    if not tables:
+        return
+    table = pd.concat(tables, ignore_index=True)
+    shown = table.assign(spread=[num(v) for v in table["spread"]],
+                         differs=[", ".join(w for w, f in (("sign", s), ("significance", g)) if f)
+                                  for s, g in zip(table["sign_differs"], table["significance_differs"])])
+    shown = shown.drop(columns=["sign_differs", "significance_differs"]).fillna("").astype(str)
+    report.sections.append(Section("engines_within", "Engine sensitivity: within one engine", table, shown,
+                                   WITHIN_NOTE, main=True))
+    for cell, r in results:
+        found = within_metrics(group_label(cell), r["within"])
+        report.metrics.update(found)
+        report.parent_metrics.update(found)
+
+
+WITHIN_NOTE = ("Engines that share their backend and every other engine setting and differ in one alone: "
+               "`batch_size` (model.batch_size; a batch-invariant engine computes alike at any) or `numerics` (dtype, "
+               "quantisation, kernels). Spread: max − min of each headline metric over them; `differs` as above; "
+               "answers changed against the first of them, over all records.")
+
+
 def add_engine_sensitivity(report: Report, runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> None:
     """The engine sections, figures and metrics of every group two or more engines ran (see the module)."""
     results = [(cell, analyse_group(cell, group, load_records, cfg.engines)) for cell, group in engine_groups(runs)]
@@ -136,6 +182,7 @@ def add_engine_sensitivity(report: Report, runs: pd.DataFrame, load_records: Rec
         table = pd.concat(flips, ignore_index=True)
         report.sections.append(Section("engine_flips", "Engine sensitivity: records that change against the reference",
                                        table, flip_display(table), FLIP_NOTE))
+    add_within_engine(report, results)
     for i, (cell, r) in enumerate(results):
         report.figures[f"engines_{i}"] = r["figure"]
         found = spread_metrics(group_label(cell), r["verdict"])

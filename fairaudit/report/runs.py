@@ -16,7 +16,7 @@ from fairaudit.tracking.runs import finite_metrics, parent_run_id
 from fairaudit.tracking.scratch import scratch
 
 BASELINE_PARAM = "probe.baseline_arm.name"
-SETTING_PARAMS = ("probe.",)  # params kept as columns: a probe's settings, for tables that keep settings apart
+SETTING_PARAMS = ("probe.", "engine.")  # params kept as columns: a probe's settings and what its engine computed with
 
 
 @dataclass
@@ -109,8 +109,8 @@ def search_all(client, exp_ids: list[str], filter_str: str) -> list:
 
 
 def runs_frame(runs: Iterable) -> pd.DataFrame:
-    """One row per run: ids, status, the grid axes from tags, the baseline arm and the probe.* settings from
-    params (as strings, named by their dotted keys), every metric."""
+    """One row per run: ids, status, the grid axes from tags, the baseline arm and the probe.* and engine.* settings
+    from params (as strings, named by their dotted keys), every metric."""
     rows = []
     for run in runs:
         tags = run.data.tags

@@ -1,5 +1,6 @@
 """`python -m fairaudit +experiment=engines` as a user runs it (no -m), narrowed to SmolLM2 and two pairs, then
-`fairaudit report`: three engines' runs under one sweep, the engine tables, and the spreads on the parent run."""
+`fairaudit report`: five engines' runs under one sweep (a batch-size and a numerics axis within hf and llama.cpp),
+the engine tables, the spreads within one engine, and the spreads on the parent run."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ def test_the_engine_study_runs_as_one_sweep_and_reports_every_engine(tmp_path):
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("engines")
     jobs = client.search_runs([experiment.experiment_id], "tags.`fairaudit.kind` = 'job'")
-    assert sorted(run.data.tags["engine"] for run in jobs) == ["hf bfloat16", "hf float32", "llamacpp Q4_1"]
+    engines = ["hf bfloat16 batch 1", "hf bfloat16 batch 8", "hf float32 batch 8", "llamacpp Q4_1",
+               "llamacpp Q4_1 fast batch 8"]
+    assert sorted(run.data.tags["engine"] for run in jobs) == engines
+    invariant = {run.data.tags["engine"]: run.data.params["engine.batch_invariant"] for run in jobs}
+    assert invariant["hf float32 batch 8"] == "false" and invariant["llamacpp Q4_1"] == "true"
     assert {run.data.tags["backend"] for run in jobs} == {"hf", "llamacpp"}
     report = subprocess.run([sys.executable, "-m", "fairaudit", "report", f"tracking.uri={uri}",
                              f"output_dir={tmp_path}/report", "engines.n_boot=100"], cwd=tmp_path, capture_output=True,
@@ -34,8 +39,14 @@ def test_the_engine_study_runs_as_one_sweep_and_reports_every_engine(tmp_path):
     assert "Engine sensitivity: headline metrics per engine" in report.stdout
     table = pd.read_csv(tmp_path / "report" / "engines.csv")
     gap = table[table["metric"] == "p_gap_think"]
-    assert set(gap["engine"]) == {"hf bfloat16", "hf float32", "llamacpp Q4_1"}
+    assert set(gap["engine"]) == set(engines)
     assert gap["spread"].iloc[0] == pytest.approx(gap["value"].max() - gap["value"].min())
     parent = client.search_runs([experiment.experiment_id], "tags.`fairaudit.kind` = 'sweep'")[0]
     assert parent.data.metrics["engine_spread/smollm2/adult/p_gap_think"] == pytest.approx(gap["spread"].iloc[0])
     assert (tmp_path / "report" / "figures" / "engines_0.png").stat().st_size > 0
+    within = pd.read_csv(tmp_path / "report" / "engines_within.csv")
+    assert within[["axis", "shared"]].drop_duplicates().values.tolist() == [
+        ["batch_size", "hf bfloat16"], ["numerics", "hf batch 8"], ["numerics", "llamacpp batch 8"]]
+    batch = within[(within["axis"] == "batch_size") & (within["metric"] == "p_gap_think")]
+    pair = gap.set_index("engine")["value"][["hf bfloat16 batch 8", "hf bfloat16 batch 1"]]
+    assert batch["spread"].iloc[0] == pytest.approx(pair.max() - pair.min())
