@@ -4,6 +4,7 @@ embedded model, and bad input is one line before anything loads."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -12,6 +13,7 @@ import pytest
 from conftest import DATA_ROOT, run_app
 from fairaudit.analysis import power
 from fairaudit.analysis.cost import accelerator_seconds, format_duration
+from fairaudit.job.plan import machine
 from fairaudit.store.results import Store
 
 TINY = ["model=tiny_qwen3", "dataset.n=6"]
@@ -104,6 +106,21 @@ def test_a_pilot_runs_a_share_of_the_units_on_the_model_and_the_plan_uses_what_i
     assert frame["new_calls"][0] == frame["calls"][0] / 2
     assert frame["seconds_here"][0] > 0 and math.isfinite(frame["seconds_here"][0])
     assert frame["trace_tokens"][0] <= 24  # the tiny model's think budget; measured, not assumed
+
+
+def test_a_plan_without_a_pilot_is_timed_at_the_rates_an_earlier_pilot_saved(tmp_path, capsys):
+    speeds = tmp_path / "speeds.json"
+    piloted = planned(tmp_path, capsys, *TINY, "plan.pilot=0.5", f"plan.speeds={speeds}", csv="pilot.csv")
+    (saved,) = json.loads(speeds.read_text())[machine()].values()  # one model under one backend
+    assert set(saved["work"]) == {"generate", "choice_probs"} and all(v > 0 for v in saved["seconds"].values())
+    code, out, _ = plan(tmp_path, capsys, *TINY, f"plan.speeds={speeds}", csv="later.csv")
+    later = pd.read_csv(tmp_path / "later.csv")
+    assert code == 0 and "at the rates a pilot of" in " ".join(out.split())
+    # the same new work (the pilot's half is stored either way) at the same saved rates: the same time
+    assert later["new_calls"][0] == piloted["new_calls"][0]
+    assert later["seconds_here"][0] == pytest.approx(piloted["seconds_here"][0]) and later["seconds_here"][0] > 0
+    elsewhere = planned(tmp_path, capsys, *TINY, f"plan.speeds={tmp_path / 'none.json'}", csv="elsewhere.csv")
+    assert math.isnan(elsewhere["seconds_here"][0])  # no pilot saved there: n/a, never a guess
 
 
 @pytest.mark.parametrize("override, says", [

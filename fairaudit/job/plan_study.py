@@ -24,11 +24,13 @@ from fairaudit.job.plan import (
     engine_key,
     job_work,
     json_key,
+    load_speeds,
     model_at_hand,
     prompt_census,
     read_grid,
     rehearse,
     run_pilot,
+    save_speeds,
 )
 from fairaudit.store.results import Store
 from fairaudit.terminal.output import console, print_error
@@ -37,7 +39,7 @@ from fairaudit.terminal.results import print_result, summary_frame_table
 
 CALL_KINDS = ("generate", "choice_probs", "depth_choice_probs", "target_nll")  # the store's kinds of model call
 RULES = {"sample": integer(2), "exact_prompts": optional(integer(1)), "pilot": optional(number(0, 1, lo_open=True)),
-         "csv": optional(text()),
+         "csv": optional(text()), "speeds": optional(text()),
          "alpha": number(0, 0.5, lo_open=True), "correction": one_of(*power.CORRECTIONS),
          "family": list_of(text(), nonempty=False), "power": number(0, 0.999, lo_open=True)}
 
@@ -70,7 +72,8 @@ class Planner:
     prompt set's census, the calls met so far, the store, and this machine's timed speeds."""
 
     def __init__(self, settings: dict, store: Store | None):
-        self.settings, self.store, self.speeds = settings, store, Speeds()
+        self.settings, self.store = settings, store
+        self.speeds = Speeds(load_speeds(settings["speeds"]))
         self.met: dict = {}
         self.encoded: dict = {}
         self.hands: dict = {}
@@ -115,7 +118,8 @@ class Planner:
         tally, scale, units = rehearse(job, hand, self.settings["sample"], trace, self.store, self.met, self.encoded)
         work = job_work(tally, scale, self.stored_rows(hand.fingerprint), self.speeds.fill(job))
         plan = JobPlan(job, label, hand, units, *self.censuses[key], work, trace, source, pilot)
-        plan.seconds_here = self.speeds.seconds_for(job, work) if pilot else math.nan
+        plan.seconds_here = self.speeds.seconds_for(job, work)
+        plan.time_source = self.speeds.rates(job)[2]
         return plan
 
 
@@ -126,6 +130,7 @@ def plan_jobs(jobs: list[Job], labels: list[str], settings: dict) -> list[JobPla
     planner = Planner(settings, store)
     try:
         pilots = planner.pilots(read_in) if settings["pilot"] else {}
+        save_speeds(settings["speeds"], planner.speeds)
         with progress("plan", total=len(read_in)) as advance:
             plans = []
             for num, (job, label) in enumerate(read_in):
@@ -208,7 +213,7 @@ def show(plans: list[JobPlan], frame: pd.DataFrame, tests: pd.DataFrame, acceler
 
 def work_table(plans: list[JobPlan], frame: pd.DataFrame) -> pd.DataFrame:
     """The jobs' work as shown, a total row under it (prompts that jobs share counted once; time here n/a unless a
-    pilot timed every job)."""
+    pilot, this plan's or a saved one, timed every job's model)."""
     columns = ["job", "units", "prompts", "prompt_tokens", "calls", "stored_share", "new_calls", "read_tokens",
                "generated_tokens", "depth_reads", "seconds_here"]
     shown = frame[columns].copy()
@@ -240,8 +245,12 @@ def notes_of(plans: list[JobPlan]) -> list[str]:
     notes += sorted({f"{plan.job.settings['model']['name']}, arm {plan.job.arm.name}: traces of "
                      f"{plan.trace_tokens:.0f} tokens ({plan.trace_source})" for plan in thinking})
     if any(plan.pilot is None for plan in plans):
-        notes.append("generated tokens: each generation's whole budget (max_new_tokens), an upper bound; time here: "
-                     "n/a until plan.pilot=0.05 runs a share of each job on the model and times it")
+        notes.append("generated tokens: each generation's whole budget (max_new_tokens), an upper bound")
+    notes += sorted({f"{plan.job.settings['model']['name']} on {plan.job.backend_name}: time here at the rates "
+                     f"{plan.time_source} timed" for plan in plans if plan.time_source and plan.pilot is None})
+    if any(plan.time_source is None for plan in plans):
+        notes.append("time here: n/a for a model no pilot has timed on this machine (plan.pilot=0.05 runs a share of "
+                     "each job on the model, times it, and saves its rates to plan.speeds for later plans)")
     return notes
 
 
