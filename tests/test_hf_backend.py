@@ -100,3 +100,15 @@ def test_a_model_loads_once_and_only_one_is_held():
     assert first.model is HFBackend(tiny_qwen3_dir(), batch_size=2).model  # reused across jobs
     other = HFBackend(embedded_model_dir(), batch_size=1).model
     assert list(hf._LOADED.values()) == [other]
+
+
+def test_padding_share_counts_the_positions_a_batch_computes_for_no_token():
+    backend = HFBackend(tiny_qwen3_dir(), batch_size=2)
+    yes_no = [[backend.tokenizer.encode(" Yes")[0]], [backend.tokenizer.encode(" No")[0]]]
+    backend.choice_probs([[1, 2, 3], [1, 2, 3, 4, 5], [7]], yes_no)  # batches by length: (5, 3), (1)
+    assert backend.metrics() == pytest.approx({"padding_share_choice_reads": 1 - 9 / 11})  # 2 x 5 + 1 x 1 computed
+    reqs = [GenerationRequest((1, 2, 3), max_new_tokens=4), GenerationRequest((1, 2, 3, 4, 5), max_new_tokens=2)]
+    done = backend.generate(reqs)
+    assert backend.metrics()["padding_share_prompt_prefill"] == pytest.approx(1 - 8 / 10)
+    wrote = [len(c.token_ids) + (c.finish_reason == "stop") for c in done]  # the rows decode until the longest stops
+    assert backend.metrics()["padding_share_generation"] == pytest.approx(1 - sum(wrote) / (2 * max(wrote)))

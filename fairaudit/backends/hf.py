@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
@@ -96,6 +97,11 @@ def device_problem(device) -> str | None:
     return f"backend.device={device!r} must be one of auto, cpu, cuda, cuda:N, mps"
 
 
+def written(completion: Completion) -> int:
+    """Tokens a generation wrote, its stop id included."""
+    return len(completion.token_ids) + (completion.finish_reason == "stop")
+
+
 class HFBackend(Backend):
     """A transformers causal LM, in process; every call is batched by `batch_size`.
 
@@ -133,6 +139,7 @@ class HFBackend(Backend):
         self.pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                        else self.tokenizer.eos_token_id)
         self.stop_ids = stop_token_ids(self.model_dir, self.tokenizer)
+        self.computed, self.useful = Counter(), Counter()  # token positions computed / holding a real token, by stage
 
     @property
     def model(self) -> torch.nn.Module:
@@ -159,18 +166,27 @@ class HFBackend(Backend):
                     out[i] = completion
         return out  # type: ignore[return-value]
 
+    def _tally(self, stage: str, rows: int, width: int, lengths: Sequence[int]) -> None:
+        """A batch of `rows` x `width` positions computed for `stage`, of which `lengths` (per row) were real tokens."""
+        self.computed[stage] += rows * width
+        self.useful[stage] += sum(lengths)
+
     def _greedy_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         ids, mask = left_pad([r.prompt_ids for r in requests], self.pad_id)
+        self._tally("prompt_prefill", *ids.shape, [len(r.prompt_ids) for r in requests])
         generated = self.model.generate(
             input_ids=ids.to(self.device), attention_mask=mask.to(self.device), do_sample=False, top_k=None,
             max_new_tokens=max(r.max_new_tokens for r in requests), pad_token_id=self.pad_id,
         )[:, ids.shape[1]:].tolist()
-        return [self._completion(row, r.max_new_tokens) for row, r in zip(generated, requests)]
+        completions = [self._completion(row, r.max_new_tokens) for row, r in zip(generated, requests)]
+        self._tally("generation", len(generated), len(generated[0]), [written(c) for c in completions])
+        return completions
 
     def _sample_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Nucleus sampling, batched. Each row draws from its own generator seeded by its request,
         so a continuation does not depend on what it was batched with."""
         ids, mask = (t.to(self.device) for t in left_pad([r.prompt_ids for r in requests], self.pad_id))
+        self._tally("prompt_prefill", *ids.shape, [len(r.prompt_ids) for r in requests])
         generators, temperature, top_p = self._sampling(requests)
         positions = positions_after_left_pad(mask)
         step = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
@@ -188,6 +204,7 @@ class HFBackend(Backend):
             step = self.model(input_ids=tokens, attention_mask=mask, position_ids=next_position, use_cache=True,
                               **next_cache(step))
             next_position = next_position + 1
+        self._tally("generation", len(new), max(map(len, new)), list(map(len, new)))
         return [self._completion(row, r.max_new_tokens) for row, r in zip(new, requests)]
 
     def _sampling(self, requests) -> tuple[list, torch.Tensor, torch.Tensor]:
@@ -272,8 +289,16 @@ class HFBackend(Backend):
         """Softmax over the pooled choices at the position after each prefix (see the protocol)."""
         out = np.zeros((len(prefixes), len(choices)))
         for batch in self._batches([len(p) for p in prefixes]):
+            lengths = [len(prefixes[i]) for i in batch]
+            self._tally("choice_reads", len(batch), max(lengths), lengths)
             out[batch] = last_token_choice_probs(self.model, [prefixes[i] for i in batch], choices, self.pad_id)
         return out
+
+    def metrics(self) -> dict[str, float]:
+        """Padding waste per stage: `padding_share_<stage>`, the share of the token positions computed that held no
+        token of a request (left padding to a batch's longest prompt; a finished row decoded on while others write)."""
+        return {f"padding_share_{stage}": 1.0 - self.useful[stage] / computed
+                for stage, computed in self.computed.items() if computed}
 
     @torch.inference_mode()
     def depth_choice_probs(self, requests: Sequence[DepthRequest],
