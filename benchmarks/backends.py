@@ -90,7 +90,8 @@ def compose_config(backend: str, overrides: list[str], pairs: int, max_tokens: i
     cpu = {"vllm": [] if torch.cuda.is_available() else CPU_VLLM,
            "llamacpp": streams if kv_streams else LLAMACPP}.get(backend, [])
     if threads and backend == "vllm" and not torch.cuda.is_available():
-        cpu = [*cpu, f"backend.cpu_threads_bind={'0' if threads == 1 else f'0-{threads - 1}'}"]
+        cores = "0" if threads == 1 else f"0-{threads - 1}"
+        cpu = [*cpu, f"backend.cpu_threads_bind='{cores}'"]  # quoted: the string "0", not Hydra's integer 0
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         return compose("config", overrides=[f"backend={backend}", f"dataset.n={pairs}",
                                             f"model.max_think_tokens={max_tokens}", *cpu, *overrides])
