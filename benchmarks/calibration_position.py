@@ -166,6 +166,35 @@ def position_truth(plant: PositionPlant, words: np.ndarray, opener: int, prompt_
             "partial_rho": partial_rho(cov), **{f"pbs_q{q + 1}": v for q, v in enumerate(quartiles)}}
 
 
+def simulated_questions(plant: PositionPlant, words: np.ndarray, opener: int, prompt_band: int, questions: int,
+                        seed: int) -> pd.DataFrame:
+    """`questions` questions of the module docstring's model drawn in numpy (not the mock): four permutations each,
+    their letter logits argmax'd, their band words' characters summed (the constant left out); the gold of
+    permutation s at position s. # length_chars, pbs, accuracy, share_a"""
+    rng = np.random.default_rng(seed)
+    m = np.maximum(rng.integers(plant.low, plant.high + 1, (questions, N_POSITIONS)) - opener, 0)
+    logits = rng.normal(0.0, plant.base_sd / np.sqrt(2.0), (questions, N_POSITIONS, N_POSITIONS))
+    logits[:, :, 0] += plant.pref + plant.per_1k_tokens * (m + prompt_band) / 1000.0
+    answers = logits.argmax(axis=2)
+    chars = rng.choice(len(words), size=m.sum(), p=words)
+    length = np.add.reduceat(chars, np.r_[0, np.cumsum(m.sum(axis=1))[:-1]])
+    shares = np.stack([(answers == slot).mean(axis=1) for slot in range(N_POSITIONS)], axis=1)
+    return pd.DataFrame({"length_chars": length, "pbs": pbs(shares),
+                         "accuracy": (answers == np.arange(N_POSITIONS)).mean(axis=1), "share_a": shares[:, 0]})
+
+
+def simulated_power(plant: PositionPlant, questions: int, studies: int, seed: int = 0, alpha: float = 0.05) -> float:
+    """A diagnostic, not the pipeline: the share of `studies` studies of `simulated_questions` whose partial
+    correlation test (`stats.partial_correlation`, the probe's) rejects at alpha; its error is the simulation's."""
+    from fairaudit.analysis.stats import partial_correlation
+
+    words, opener = mock_facts()
+    found = simulated_questions(plant, words, opener, 1, questions * studies, seed)
+    study = np.arange(len(found)) // questions
+    log10_p = [partial_correlation(g["length_chars"], g["pbs"], g["accuracy"])[2] for _, g in found.groupby(study)]
+    return float(np.mean(np.asarray(log10_p) <= np.log10(alpha)))
+
+
 ARM_TOKENS = HIGH + 8      # the reason arm's budget: every trace closes and answers (none cut)
 METRICS = ("n_questions_complete", "pbs", "accuracy", "answer_share_a", "partial_rho_length_pbs",
            "partial_rho_length_pbs_log10_p", "truncated_rate", *(f"pbs_q{q}" for q in range(1, QUARTILES + 1)))

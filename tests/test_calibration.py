@@ -16,7 +16,7 @@ from scipy import stats
 from scipy.special import expit, logit
 
 from conftest import REPO
-from fairaudit.analysis.position import length_bins, pbs
+from fairaudit.analysis.position import length_bins
 from fairaudit.analysis.power import correlation_power, expected_wilson_width, mcnemar_power, paired_gap_power
 from fairaudit.analysis.stats import partial_correlation
 
@@ -254,22 +254,6 @@ def test_a_few_dozen_real_cdpg_studies_land_on_the_planted_slope():
     assert low <= c["excludes_0"] * c["reported"] <= high
 
 
-def simulated_questions(plant, words: np.ndarray, questions: int, seed: int) -> pd.DataFrame:
-    """`questions` questions of calibration_position's model drawn in numpy (not the mock): four permutations each,
-    their letter logits argmax'd, their band words' characters summed; the gold of permutation s at position s."""
-    rng = np.random.default_rng(seed)
-    m = np.maximum(rng.integers(plant.low, plant.high + 1, (questions, 4)) - 2, 0)   # opener: 2 tokens
-    logits = rng.normal(0.0, plant.base_sd / math.sqrt(2), (questions, 4, 4))
-    logits[:, :, 0] += plant.pref + plant.per_1k_tokens * (m + 1) / 1000   # one band token in the prompt
-    answers = logits.argmax(axis=2)
-    chars = rng.choice(len(words), size=m.sum(), p=words)
-    ends = np.cumsum(m.sum(axis=1))
-    length = np.add.reduceat(chars, np.r_[0, ends[:-1]])
-    shares = np.stack([(answers == slot).mean(axis=1) for slot in range(4)], axis=1)
-    return pd.DataFrame({"length_chars": length, "pbs": pbs(shares), "accuracy": (answers == np.arange(4)).mean(1),
-                         "share_a": shares[:, 0]})
-
-
 def test_without_a_preference_the_position_truth_is_four_uniform_answers_by_hand():
     """Four answers uniform on four slots: all alike 4/256 (PBS sqrt .75), 3 + 1 48/256 (sqrt .375), 2 + 2 36/256
     (.5), 2 + 1 + 1 144/256 (sqrt .125), all different 24/256 (0); nothing depends on length."""
@@ -301,7 +285,7 @@ def test_the_position_truth_agrees_with_a_simulation_of_the_same_model():
     words, opener = position_bench.mock_facts()
     plant = position_bench.PositionPlant(per_1k_tokens=30.0)
     truth = position_bench.position_truth(plant, words, opener, 1)
-    found = simulated_questions(plant, words, 200_000, seed=2)   # 200k questions: SE 0.0022 on rho, 0.0006 on PBS
+    found = position_bench.simulated_questions(plant, words, opener, 1, 200_000, seed=2)   # SE 0.0022 on rho
     assert partial_correlation(found["length_chars"], found["pbs"], found["accuracy"])[0] == pytest.approx(
         truth["partial_rho"], abs=0.01)
     assert found["pbs"].mean() == pytest.approx(truth["pbs"], abs=0.003)
@@ -311,9 +295,9 @@ def test_the_position_truth_agrees_with_a_simulation_of_the_same_model():
 
 
 def test_the_mock_writes_the_traces_the_position_truth_assumes(data_root):
-    """Each completion: the open tag (the native model opens its own), "Okay," (the opener's tokens), m = n - opener band words, n in low..high, the close tag and a
-    letter, never cut; a question's prompts hold the template's one band token; its length is the words' characters
-    plus a constant."""
+    """Each completion: the open tag (the native model opens its own), "Okay," (the opener's tokens), m = n -
+    opener band words, n in low..high, the close tag and a letter, never cut; a question's prompts hold the template's
+    one band token; its length is the words' characters plus a constant."""
     from fairaudit.probes import AuditContext
     from fairaudit.probes.position import PositionProbe
 
