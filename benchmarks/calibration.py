@@ -2,9 +2,9 @@
 backend=mock, against the truth the mock plants (benchmarks/calibration_truth.py, exact) and what
 fairaudit/analysis/power.py predicts (not a timed test; docs/calibration.md shows its tables).
 
-    python benchmarks/calibration.py [--probes counterfactual influence cdpg] [--studies 500] [--pairs 50]
-        [--n-boot 2000] [--influence-studies 300] [--items 25] [--cdpg-studies 150] [--cdpg-pairs 80] [--seed 0]
-        [--workers 1]
+    python benchmarks/calibration.py [--probes counterfactual influence cdpg position] [--studies 500] [--pairs 50]
+        [--n-boot 2000] [--influence-studies 300] [--items 25] [--cdpg-studies 150] [--cdpg-pairs 80]
+        [--position-studies 300] [--questions 60] [--seed 0] [--workers 1]
 
 Counterfactual (think against nothink): per planted thinking gap (0, the null, and three effects) one mock
 (`side_sd` 1, `effect` 0.5, `base_sd` 2, `trace_sd` 0, traces of a fixed 40 tokens, its own seed) answers
@@ -20,7 +20,9 @@ Clopper-Pearson interval. Studies are independent: no two pairs share a text, an
 logits from its text and the mock's seed.
 
 Influence: benchmarks/calibration_influence.py (Wilson coverage and width at a planted NLL shift). CDPG:
-benchmarks/calibration_cdpg.py (each cell's slope interval at a gap planted to grow along the trace).
+benchmarks/calibration_cdpg.py (each cell's slope interval at a gap planted to grow along the trace). Position:
+benchmarks/calibration_position.py (the length test's power at a preference for position A planted to grow with
+the trace).
 """
 
 from __future__ import annotations
@@ -215,6 +217,7 @@ def jobs(args) -> list[tuple]:
     """(function, arguments) of each planted effect's studies, the slowest first."""
     from benchmarks import calibration_cdpg as cdpg
     from benchmarks import calibration_influence as influence
+    from benchmarks import calibration_position as position
 
     out = []
     if "counterfactual" in args.probes:
@@ -225,6 +228,9 @@ def jobs(args) -> list[tuple]:
     if "cdpg" in args.probes:
         out += [(cdpg.run_gap, (gap, args.cdpg_studies, args.cdpg_pairs, args.n_boot, args.seed))
                 for gap in args.cdpg_gaps]
+    if "position" in args.probes:
+        out += [(position.run_effect, (growth, args.position_studies, args.questions, args.seed))
+                for growth in args.growths]
     return out
 
 
@@ -236,9 +242,10 @@ def call(job: tuple) -> pd.DataFrame:
 def main() -> None:
     from benchmarks import calibration_cdpg as cdpg
     from benchmarks import calibration_influence as influence
+    from benchmarks import calibration_position as position
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--probes", nargs="*", default=["counterfactual", "influence", "cdpg"])
+    parser.add_argument("--probes", nargs="*", default=["counterfactual", "influence", "cdpg", "position"])
     parser.add_argument("--studies", type=int, default=500, help="counterfactual studies per planted effect")
     parser.add_argument("--pairs", type=int, default=50, help="pairs per counterfactual study")
     parser.add_argument("--n-boot", type=int, default=2000, help="the counterfactual probe's bootstrap resamples")
@@ -250,6 +257,10 @@ def main() -> None:
     parser.add_argument("--cdpg-pairs", type=int, default=80, help="pairs per cdpg study")
     parser.add_argument("--cdpg-gaps", type=float, nargs="*", default=cdpg.THINKING_GAPS,
                         help="thinking gaps planted to grow along the trace (logit, over the whole trace)")
+    parser.add_argument("--position-studies", type=int, default=300, help="position studies per planted growth")
+    parser.add_argument("--questions", type=int, default=60, help="questions (x 4 permutations) per position study")
+    parser.add_argument("--growths", type=float, nargs="*", default=position.EFFECTS,
+                        help="planted growths of the preference for position A (logit per 1,000 trace tokens)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--rows", type=Path, help="write every study's row here (CSV, one per probe: <name>-<probe>)")
@@ -267,7 +278,10 @@ def main() -> None:
          f"planted shift, seed {args.seed}; Wilson intervals at {NOMINAL}"),
         (cdpg.run_gap, "cdpg", lambda rows: cdpg.markdown(cdpg.summary(rows)),
          f"\ncdpg on backend=mock (K={cdpg.K}): {args.cdpg_studies} studies x {args.cdpg_pairs} pairs per planted "
-         f"thinking gap, {args.n_boot} bootstrap resamples, seed {args.seed}; intervals at {NOMINAL}"))
+         f"thinking gap, {args.n_boot} bootstrap resamples, seed {args.seed}; intervals at {NOMINAL}"),
+        (position.run_effect, "position", lambda rows: position.markdown(position.summary(rows)),
+         f"\nposition on backend=mock (reason arm): {args.position_studies} studies x {args.questions} questions per "
+         f"planted growth, seed {args.seed}; partial correlation's test at {position.ALPHA}"))
     for runner, name, table, heading in printed:
         found = [part for (function, _), part in zip(todo, parts) if function is runner]
         if found:

@@ -29,14 +29,20 @@ RATES = [(name, direction) for name in THRESHOLDS for direction in ("a_to_b", "b
 BLOCK_TOKENS = 16      # probe.max_block_tokens; the mock writes 12 (a fixed trace), so no block is cut
 
 
-def mcq_items(root: str | None = None) -> pd.DataFrame:
-    """MMLU's questions in their original option order, one per distinct question text (a repeated text would
-    repeat its transcripts). # question_id, permutation, question, options, ..."""
+def mcq_variants(root: str | None = None) -> pd.DataFrame:
+    """MMLU's questions in their four cyclic permutations, one question per distinct text (a repeated text would
+    repeat its mock draws). # question_id, permutation, gold_position, question, options, options_text"""
     from fairaudit.data.mcq import MCQDataset
 
     variants = MCQDataset("mmlu", None, 0, "mmlu/test.jsonl", root=root).variants()
     first = variants[variants["permutation"] == 0].drop_duplicates("question")
-    return first.reset_index(drop=True)
+    return variants[variants["question_id"].isin(set(first["question_id"]))].reset_index(drop=True)
+
+
+def mcq_items(root: str | None = None) -> pd.DataFrame:
+    """MMLU's distinct questions in their original option order (`mcq_variants`' permutation 0)."""
+    variants = mcq_variants(root)
+    return variants[variants["permutation"] == 0].reset_index(drop=True)
 
 
 class Uncached:
@@ -53,16 +59,15 @@ class Uncached:
         return self.backend.target_nll(requests)
 
 
-def mock_context(shift: float, seed: int):
-    """(backend=mock planting `shift`, its client, the tiny model's spec)."""
+def mock_context(seed: int, **settings):
+    """(backend=mock with these settings on the tiny model's tokenizer, its client, the tiny model's spec)."""
     from omegaconf import OmegaConf
 
     from fairaudit.backends.mock import MockBackend
     from fairaudit.job.config import model_spec
     from fairaudit.models.locate import tiny_qwen3_dir
 
-    backend = MockBackend(tiny_qwen3_dir(), seed=seed, trace_tokens={"distribution": "fixed", "median": 12},
-                          influence_nll=shift)
+    backend = MockBackend(tiny_qwen3_dir(), seed=seed, **settings)
     spec = model_spec(OmegaConf.load(Path(__file__).resolve().parents[1] / "conf/model/tiny_qwen3.yaml"))
     return backend, Uncached(backend), spec
 
@@ -103,7 +108,8 @@ def run_shift(shift: float, studies: int, items: int, seed: int, root: str | Non
     rows = []
     for first in range(0, studies, per_mock):   # a fresh mock (its own seed) when the questions run out
         mock_seed = seed * 1000 + round(shift * 100) + 100_000 * (first // per_mock)
-        backend, client, spec = mock_context(shift, mock_seed)
+        backend, client, spec = mock_context(mock_seed, trace_tokens={"distribution": "fixed", "median": 12},
+                                             influence_nll=shift)
         order = questions.sample(frac=1.0, random_state=mock_seed % 2**32).reset_index(drop=True)
         for study in range(first, min(first + per_mock, studies)):
             chosen = order.iloc[(study - first) * items:(study - first + 1) * items]

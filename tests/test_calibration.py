@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -15,12 +16,15 @@ from scipy import stats
 from scipy.special import expit, logit
 
 from conftest import REPO
-from fairaudit.analysis.power import expected_wilson_width, mcnemar_power, paired_gap_power
+from fairaudit.analysis.position import length_bins
+from fairaudit.analysis.power import correlation_power, expected_wilson_width, mcnemar_power, paired_gap_power
+from fairaudit.analysis.stats import partial_correlation
 
 sys.path.insert(0, str(REPO))
 from benchmarks import calibration as bench  # noqa: E402
 from benchmarks import calibration_cdpg as cdpg_bench  # noqa: E402
 from benchmarks import calibration_influence as influence_bench  # noqa: E402
+from benchmarks import calibration_position as position_bench  # noqa: E402
 from benchmarks.calibration_truth import (  # noqa: E402
     Plant,
     cells,
@@ -161,7 +165,8 @@ def test_a_few_dozen_real_influence_studies_land_on_the_planted_rate(data_root):
 @pytest.mark.slow
 def test_the_script_prints_every_probes_tables():
     tiny = ["--studies", "2", "--pairs", "20", "--gaps", "0", "2", "--n-boot", "100", "--influence-studies", "2",
-            "--items", "10", "--shifts", "1", "--cdpg-studies", "2", "--cdpg-pairs", "20", "--cdpg-gaps", "1"]
+            "--items", "10", "--shifts", "1", "--cdpg-studies", "2", "--cdpg-pairs", "20", "--cdpg-gaps", "1",
+            "--position-studies", "2", "--questions", "20", "--growths", "30"]
     done = subprocess.run([sys.executable, "benchmarks/calibration.py", *tiny], cwd=REPO, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -176,7 +181,10 @@ def test_the_script_prints_every_probes_tables():
     start = lines.index("cdpg on backend=mock (K=10): 2 studies x 20 pairs per planted thinking gap, 100 bootstrap "
                         "resamples, seed 0; intervals at 0.95")
     assert lines[start + 1].startswith("| thinking gap (logit) | planted slope in c | SD of pair slopes |")
-    assert lines[start + 3].startswith("| 1 | 0.1865 |") and lines[-2].startswith("| all | ")
+    assert lines[start + 3].startswith("| 1 | 0.1865 |")
+    start = lines.index("position on backend=mock (reason arm): 2 studies x 20 questions per planted growth, seed 0; "
+                        "partial correlation's test at 0.05")
+    assert lines[start + 3].startswith("| 30 | 0.3111 | 20 | 2 | 25.1 |") and lines[start + 7].startswith("| 30 | ")
 
 
 def test_the_cdpg_truth_agrees_with_the_cells_and_a_simulation_and_averages_to_no_slope_at_no_gap():
@@ -244,3 +252,100 @@ def test_a_few_dozen_real_cdpg_studies_land_on_the_planted_slope():
     c = table.loc["c"]
     low, high = stats.binom.ppf([0.0005, 0.9995], c["reported"], c["predicted"])
     assert low <= c["excludes_0"] * c["reported"] <= high
+
+
+def test_without_a_preference_the_position_truth_is_four_uniform_answers_by_hand():
+    """Four answers uniform on four slots: all alike 4/256 (PBS sqrt .75), 3 + 1 48/256 (sqrt .375), 2 + 2 36/256
+    (.5), 2 + 1 + 1 144/256 (sqrt .125), all different 24/256 (0); nothing depends on length."""
+    words, opener = position_bench.mock_facts()
+    truth = position_bench.position_truth(position_bench.PositionPlant(), words, opener, 1)
+    by_hand = (4 * math.sqrt(0.75) + 48 * math.sqrt(0.375) + 36 * 0.5 + 144 * math.sqrt(0.125)) / 256
+    assert truth["pbs"] == pytest.approx(by_hand, abs=1e-12) and truth["partial_rho"] == pytest.approx(0, abs=1e-12)
+    for name in ("pbs_q1", "pbs_q2", "pbs_q3", "pbs_q4"):
+        assert truth[name] == pytest.approx(by_hand, abs=1e-12), name
+    assert truth["answer_share_a"] == pytest.approx(0.25, abs=1e-12) and truth["accuracy"] == pytest.approx(0.25)
+    assert position_bench.first_wins(np.array([0.0, 50.0]), 2.0) == pytest.approx([0.25, 1.0], abs=1e-12)
+    assert position_bench.pbs_given_a(4) == pytest.approx(math.sqrt(0.75))
+    assert position_bench.pbs_given_a(3) == pytest.approx(math.sqrt(0.375))   # shares (3/4, 1/4, 0, 0)
+
+
+def test_at_a_fixed_length_the_preference_is_binomial_and_unrelated_to_length():
+    """Every trace alike: k A answers ~ Binomial(4, p) at the one bonus, the others uniform over B, C, D; the
+    length then varies by the words' characters alone, so rho is 0 whatever the preference."""
+    words, opener = position_bench.mock_facts()
+    plant = position_bench.PositionPlant(per_1k_tokens=30.0, pref=0.2, low=50, high=50)
+    truth = position_bench.position_truth(plant, words, opener, 1)
+    p = float(position_bench.first_wins(np.array(0.2 + 30.0 * (50 - opener + 1) / 1000), 2.0))
+    binomial = sum(stats.binom.pmf(k, 4, p) * position_bench.pbs_given_a(k) for k in range(5))
+    assert truth["answer_share_a"] == pytest.approx(p, abs=1e-12) and truth["pbs"] == pytest.approx(binomial, abs=1e-12)
+    assert truth["partial_rho"] == pytest.approx(0, abs=1e-12) and truth["pbs_q4"] == pytest.approx(binomial, abs=1e-9)
+
+
+def test_the_position_truth_agrees_with_a_simulation_of_the_same_model():
+    words, opener = position_bench.mock_facts()
+    plant = position_bench.PositionPlant(per_1k_tokens=30.0)
+    truth = position_bench.position_truth(plant, words, opener, 1)
+    found = position_bench.simulated_questions(plant, words, opener, 1, 200_000, seed=2)   # SE 0.0022 on rho
+    assert partial_correlation(found["length_chars"], found["pbs"], found["accuracy"])[0] == pytest.approx(
+        truth["partial_rho"], abs=0.01)
+    assert found["pbs"].mean() == pytest.approx(truth["pbs"], abs=0.003)
+    assert found["share_a"].mean() == pytest.approx(truth["answer_share_a"], abs=0.003)
+    quartiles = length_bins(found, 4)["pbs_mean"].to_numpy()   # SE 0.0012 each
+    np.testing.assert_allclose(quartiles, [truth[f"pbs_q{q}"] for q in range(1, 5)], atol=0.005)
+
+
+def test_the_mock_writes_the_traces_the_position_truth_assumes(data_root):
+    """Each completion: the open tag (the native model opens its own), "Okay," (the opener's tokens), m = n -
+    opener band words, n in low..high, the close tag and a letter, never cut; a question's prompts hold the template's
+    one band token; its length is the words' characters plus a constant."""
+    from fairaudit.probes import AuditContext
+    from fairaudit.probes.position import PositionProbe
+
+    plant = position_bench.PositionPlant(per_1k_tokens=30.0)
+    backend, client, spec = position_bench.position_mock(plant, 11)
+    probe = PositionProbe(truncation={"enabled": False})
+    ctx = AuditContext(client, backend.tokenizer, spec, SimpleNamespace(name="mmlu"), position_bench.reason_arm())
+    variants = influence_bench.mcq_variants(str(data_root))
+    kept, prompt_band = position_bench.template_questions(probe, ctx, variants[variants["question_id"] < 40])
+    assert prompt_band == 1 and 0 < kept["question_id"].nunique() < 40
+    assert (kept.groupby("question_id").size() == 4).all()
+    records, _ = probe.answer(ctx, kept)
+    band = {backend.tokenizer.decode([t]) for t in backend.band}
+    trace = records["text"].str.split("</think>").str[0].str.removeprefix("<think>").str.split()
+    assert trace.map(lambda words: words[0] == "Okay," and set(words[1:]) <= {w.strip() for w in band}).all()
+    m = trace.str.len() - 1
+    assert m.between(plant.low - 2, plant.high - 2).all() and m.nunique() > 30
+    extra = records["length_chars"] - trace.map(lambda words: sum(len(w) + 1 for w in words[1:]))
+    assert extra.nunique() == 1   # the tags, the opener and one letter
+    assert (records["answer_source"] == "cascade").all() and not records["truncated"].any()
+
+
+def test_position_power_and_points_are_counted_by_hand():
+    words, opener = position_bench.mock_facts()
+    truth = position_bench.position_truth(position_bench.PositionPlant(per_1k_tokens=20.0), words, opener, 1)
+    rows = pd.DataFrame({"per_1k_tokens": 20.0, "questions": 60, "prompt_band": 1, "n_questions_complete": 60,
+                         "partial_rho_length_pbs_log10_p": [-3.0, -1.31, -1.30, 0.0],
+                         "partial_rho_length_pbs": [0.1, 0.2, 0.3, 0.4], "pbs": [0.4, 0.5, 0.5, 0.6],
+                         **{name: 0.25 for name in ("answer_share_a", "accuracy", "pbs_q1", "pbs_q2", "pbs_q3",
+                                                    "pbs_q4")}})
+    table = position_bench.summary(rows).iloc[0]
+    assert table["rejected_share"] == 0.5   # log10(0.05) = -1.301: -3.0 and -1.31 reject
+    assert table["predicted"] == pytest.approx(correlation_power(60, truth["partial_rho"], 0.05, 1))
+    assert table["partial_rho_mean"] == pytest.approx(0.25) and table["partial_rho_truth"] == truth["partial_rho"]
+    assert table["pbs_se"] == pytest.approx(np.std([0.4, 0.5, 0.5, 0.6], ddof=1) / 2)
+    lines = position_bench.markdown(position_bench.summary(rows)).splitlines()
+    assert lines[2].startswith(f"| 20 | {truth['partial_rho']:.4f} | 60 | 4 | ")
+    with pytest.raises(ValueError, match="fewer than its 60 questions"):
+        position_bench.summary(rows.assign(n_questions_complete=59))
+
+
+def test_a_few_real_position_studies_reject_and_land_as_planned(data_root):
+    """8 studies of 60 questions at a growth of 40 (the benchmark's table holds the null and the other growths)."""
+    studies = 8
+    rows = position_bench.run_effect(40.0, studies, 60, 5, str(data_root))
+    table = position_bench.summary(rows).iloc[0]
+    assert len(rows) == studies and (rows["truncated_rate"] == 0).all()
+    low, high = stats.binom.ppf([0.0005, 0.9995], studies, table["predicted"])
+    assert low <= table["rejected_share"] * studies <= high
+    for name in ("pbs", "answer_share_a", "pbs_q1", "pbs_q4"):   # each study's value: its mean within 4 SE
+        assert abs(table[f"{name}_mean"] - table[f"{name}_truth"]) < 4 * table[f"{name}_se"], name

@@ -140,3 +140,20 @@ def test_influence_nll_shifts_what_a_swapped_block_can_reach_and_nothing_else():
         plain, shifted = nll(0.0, (4, 5), sees), nll(0.75, (4, 5), sees)
         assert shifted[0] == plain[0] and shifted[1] == plain[1] + (0.75 if sees else 0.0)
     assert MockBackend(tiny_qwen3_dir(), influence_nll=0.0).fingerprint == MockBackend(tiny_qwen3_dir()).fingerprint
+
+
+def test_position_pref_favours_the_first_answer_by_what_the_trace_read_and_nothing_else():
+    """answers[0]'s logit gains position_pref + position_pref_per_1k_tokens x band tokens read / 1000 over the same
+    mock without them; the other answers' logits stay as they were."""
+    letters = dict(answers=["A", "B", "C", "D"], trace_sd=0.0)
+    plain, preferring = (MockBackend(tiny_qwen3_dir(), **letters, **pref) for pref in (
+        {}, {"position_pref": 0.3, "position_pref_per_1k_tokens": 20.0}))
+    prompt = plain.tokenizer.encode("Which is it? A. one B. two C. three D. four", add_special_tokens=False)
+    choices = [plain.tokenizer.encode(letter, add_special_tokens=False) for letter in "ABCD"]
+    for read in (0, 5, 40):
+        ids = prompt + plain.opener_ids + plain.band[:read].tolist()
+        before, after = (np.log(b.choice_probs([ids], choices)[0]) for b in (plain, preferring))
+        shift = after - before - (after - before)[1]   # log-odds against B: the softmax's normaliser cancels
+        np.testing.assert_allclose(shift, [0.3 + 20.0 * read / 1000, 0.0, 0.0, 0.0], atol=1e-12)
+    assert MockBackend(tiny_qwen3_dir(), position_pref=0.0, position_pref_per_1k_tokens=0.0).fingerprint == \
+        MockBackend(tiny_qwen3_dir()).fingerprint != preferring.fingerprint   # unset, a mock keeps its fingerprint

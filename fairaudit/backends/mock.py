@@ -12,7 +12,8 @@ and its re-fed prefix agree exactly:
   side's share of the counterfactual effect: +-(effect + effect_per_1k_tokens * trace tokens / 1000) / 2, and
   with `side_sd` a draw of that spread fixed by the pair, the side and the trace (a fresh one per side and per
   trace read, so the sides of a pair and the arms of a side flip by chance; 0, the default: the sides differ by
-  the effect alone).
+  the effect alone); and on every side a preference for `answers[0]` (with answers [A, B, C, D]: for position A)
+  that grows with the trace, position_pref + position_pref_per_1k_tokens * trace tokens / 1000 (0, the default).
 - depth reads: choice_probs of each cut prefix; target_nll and graph generation: seeded by what the
   target (or the new tokens) may see under the visibility graph. With `influence_nll`, target_nll adds that
   many nats/token when a target block (a content target, after its opening tag) is no longer what graph
@@ -82,7 +83,8 @@ def settings_rules() -> dict:
     return {"seed": integer(0), "trace_tokens.distribution": one_of(*DISTRIBUTIONS), "trace_tokens.median": number(1),
             "trace_tokens.sigma": number(0), "trace_tokens.low": integer(0), "trace_tokens.high": integer(1),
             "effect": number(), "effect_per_1k_tokens": number(), "base_sd": number(0), "trace_sd": number(0),
-            "side_sd": number(0), "influence_nll": number(),
+            "side_sd": number(0), "influence_nll": number(), "position_pref": number(),
+            "position_pref_per_1k_tokens": number(),
             "answers": list_of(text()), "protected": list_of(text(null=True), nonempty=False),
             "neutral": list_of(text(), nonempty=False), "thinking.style": one_of(*THINKING_STYLES),
             "chunk_size": optional(integer(1))}
@@ -116,6 +118,7 @@ class MockBackend(Backend):
     def __init__(self, model_dir: str | Path, dtype: str = "float32", batch_size: int = 8, *, seed: int = 0,
                  trace_tokens: Mapping | None = None, effect: float = 0.5, effect_per_1k_tokens: float = 0.5,
                  base_sd: float = 2.0, trace_sd: float = 1.0, side_sd: float = 0.0, influence_nll: float = 0.0,
+                 position_pref: float = 0.0, position_pref_per_1k_tokens: float = 0.0,
                  answers: Sequence[str] = ("Yes", "No"), protected: Sequence[str | None] = (),
                  neutral: Sequence[str] = (), thinking: Mapping | None = None,
                  answer_prefix: str = "", chunk_size: int | None = None):
@@ -125,7 +128,8 @@ class MockBackend(Backend):
         settings = dict(seed=seed, trace_tokens=lengths, effect=effect, effect_per_1k_tokens=effect_per_1k_tokens,
                         base_sd=base_sd, trace_sd=trace_sd, answers=list(answers), protected=list(protected),
                         neutral=list(neutral), thinking=thinking, answer_prefix=answer_prefix, chunk_size=chunk_size)
-        for name, value in (("side_sd", side_sd), ("influence_nll", influence_nll)):
+        for name, value in (("side_sd", side_sd), ("influence_nll", influence_nll), ("position_pref", position_pref),
+                            ("position_pref_per_1k_tokens", position_pref_per_1k_tokens)):
             if value:  # only when set, so a mock without them keeps its fingerprint (and its results in a store)
                 settings[name] = value
         self.check(settings, {})
@@ -211,6 +215,7 @@ class MockBackend(Backend):
         pair, n, trace, side = self._features(ids)
         shift = (s["trace_sd"] * _normal(_digest(pair, trace)) if n else 0.0)
         shift += side * (s["effect"] + s["effect_per_1k_tokens"] * n / 1000.0)
+        shift += s.get("position_pref", 0.0) + s.get("position_pref_per_1k_tokens", 0.0) * n / 1000.0
         if side and s.get("side_sd"):  # seeds 1 and 3: alpha' and alpha, never the trace's own draw
             shift += s["side_sd"] * _normal(_digest(pair, trace, int(2 * side) + 2))
         words = [self._word(t) for t in token_ids]
