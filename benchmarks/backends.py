@@ -130,7 +130,7 @@ def run_to_budget(backend) -> None:
     """Long traces: no stop id ends a generation, so every trace runs to its max_new_tokens."""
     backend.stop_ids = set()
     if backend.name == "vllm":
-        import vllm
+        import vllm.entrypoints.llm  # loaded before the patch: its annotations compose the real SamplingParams
 
         vllm.SamplingParams = functools.partial(vllm.SamplingParams, ignore_eos=True)
 
