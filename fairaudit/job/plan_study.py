@@ -18,20 +18,18 @@ from fairaudit.errors.rules import check_fields, integer, list_of, number, one_o
 from fairaudit.job.config import Job, build_backend, model_folder
 from fairaudit.job.plan import (
     JobPlan,
-    Speeds,
     census_key,
     compose,
     engine_key,
     job_work,
     json_key,
-    load_speeds,
     model_at_hand,
     prompt_census,
     read_grid,
     rehearse,
     run_pilot,
-    save_speeds,
 )
+from fairaudit.job.speeds import Speeds, load_speeds, save_speeds
 from fairaudit.store.results import Store
 from fairaudit.terminal.output import console, print_error
 from fairaudit.terminal.progress import progress
@@ -98,7 +96,8 @@ class Planner:
                     key = engine_key(job)
                     if key not in backends:
                         backends[key] = build_backend(job, model_folder(job))
-                    found[num] = run_pilot(job, self.settings["pilot"], backends[key], self.store, self.speeds)
+                    found[num], timed = run_pilot(job, self.settings["pilot"], backends[key], self.store)
+                    self.speeds.add(job, timed)
                     advance(1)
         finally:
             for backend in backends.values():
