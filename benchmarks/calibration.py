@@ -223,7 +223,7 @@ def jobs(args) -> list[tuple]:
         out += [(influence.run_shift, (shift, args.influence_studies, args.items, args.seed))
                 for shift in args.shifts]
     if "cdpg" in args.probes:
-        out += [(cdpg.run_gap, (gap, args.cdpg_studies, args.cdpg_pairs, args.n_boot, args.seed))
+        out += [(cdpg.run_gap, (gap, args.cdpg_studies, args.cdpg_pairs, args.seed))
                 for gap in args.cdpg_gaps]
     return out
 
@@ -267,7 +267,7 @@ def main() -> None:
          f"planted shift, seed {args.seed}; Wilson intervals at {NOMINAL}"),
         (cdpg.run_gap, "cdpg", lambda rows: cdpg.markdown(cdpg.summary(rows)),
          f"\ncdpg on backend=mock (K={cdpg.K}): {args.cdpg_studies} studies x {args.cdpg_pairs} pairs per planted "
-         f"thinking gap, {args.n_boot} bootstrap resamples, seed {args.seed}; intervals at {NOMINAL}"))
+         f"thinking gap, seed {args.seed}; Student t intervals at {NOMINAL}"))
     for runner, name, table, heading in printed:
         found = [part for (function, _), part in zip(todo, parts) if function is runner]
         if found:

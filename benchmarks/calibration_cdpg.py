@@ -153,7 +153,7 @@ def cdpg_records(plant: Plant, pairs: pd.DataFrame, seed: int, folder: Path) -> 
     return pd.concat(records, ignore_index=True), pd.concat(depth, ignore_index=True)
 
 
-def study_rows(records: pd.DataFrame, depth: pd.DataFrame, order: np.ndarray, pairs: int, n_boot: int) -> pd.DataFrame:
+def study_rows(records: pd.DataFrame, depth: pd.DataFrame, order: np.ndarray, pairs: int) -> pd.DataFrame:
     """One row per study of `pairs` consecutive pairs of `order`: each cell's pairs, slope and 95% interval, by
     `analysis.cdpg` with the probe's defaults (seed 0, identity_atol 1e-4) at K."""
     from fairaudit.analysis.cdpg import cdpg
@@ -162,7 +162,7 @@ def study_rows(records: pd.DataFrame, depth: pd.DataFrame, order: np.ndarray, pa
     depth_of = dict(iter(depth.groupby(depth["pair_id"].map(study_of), sort=True)))
     rows = []
     for study, chunk in records.groupby(records["pair_id"].map(study_of), sort=True):
-        metrics = cdpg(depth_of[study], chunk, "think", "nothink", k_list=(K,), n_boot=n_boot, seed=0, K=K,
+        metrics = cdpg(depth_of[study], chunk, "think", "nothink", k_list=(K,), seed=0, K=K,
                        identity_atol=1e-4)["metrics"]
         rows.append({"study": study, **{f"{key}_{cell}": metrics[name.format(cell=cell)] for cell in CELLS
                                          for key, name in (("n", "cdpg_n_{cell}"), ("slope", "cdpg_slope_{cell}"),
@@ -171,7 +171,7 @@ def study_rows(records: pd.DataFrame, depth: pd.DataFrame, order: np.ndarray, pa
     return pd.DataFrame(rows)
 
 
-def run_gap(thinking_gap: float, studies: int, pairs: int, n_boot: int, seed: int) -> pd.DataFrame:
+def run_gap(thinking_gap: float, studies: int, pairs: int, seed: int) -> pd.DataFrame:
     """Every study of one planted thinking gap (its mock seeded by `seed` and the gap, apart from the
     counterfactual calibration's)."""
     from benchmarks.calibration import adult_pairs
@@ -182,7 +182,7 @@ def run_gap(thinking_gap: float, studies: int, pairs: int, n_boot: int, seed: in
     chosen = adult_pairs(studies * pairs, mock_seed)
     with tempfile.TemporaryDirectory() as folder:
         records, depth = quietly(cdpg_records)(plant, chosen, mock_seed, Path(folder))
-    out = study_rows(records, depth, chosen["pair_id"].unique(), pairs, n_boot)
+    out = study_rows(records, depth, chosen["pair_id"].unique(), pairs)
     return out.assign(thinking_gap=thinking_gap, pairs=pairs)
 
 

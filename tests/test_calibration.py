@@ -173,8 +173,8 @@ def test_the_script_prints_every_probes_tables():
     assert lines[start + 1].startswith("| planted shift (nats/token) | rate | planted rate |")
     assert [line.split(" | ")[1] for line in lines[start + 3:start + 7]] == [
         "influence A->B", "influence B->A", "substantive A->B", "substantive B->A"]
-    start = lines.index("cdpg on backend=mock (K=10): 2 studies x 20 pairs per planted thinking gap, 100 bootstrap "
-                        "resamples, seed 0; intervals at 0.95")
+    start = lines.index("cdpg on backend=mock (K=10): 2 studies x 20 pairs per planted thinking gap, seed 0; "
+                        "Student t intervals at 0.95")
     assert lines[start + 1].startswith("| thinking gap (logit) | planted slope in c | SD of pair slopes |")
     assert lines[start + 3].startswith("| 1 | 0.1865 |") and lines[-2].startswith("| all | ")
 
@@ -231,7 +231,7 @@ def test_cdpg_coverage_and_power_are_counted_by_hand():
 
 def test_a_few_dozen_real_cdpg_studies_land_on_the_planted_slope():
     """12 studies of 60 pairs at a thinking gap of 1 (the benchmark's table holds the null and the other gaps)."""
-    rows = cdpg_bench.run_gap(1.0, 12, 60, 200, seed=7)
+    rows = cdpg_bench.run_gap(1.0, 12, 60, seed=7)
     truth = cdpg_bench.mock_cdpg_truth(Plant(thinking_gap=1.0))
     table = cdpg_bench.summary(rows, draws=200_000).set_index("cell")
     assert ((rows[[f"n_{c}" for c in "abcd"]].sum(axis=1)) == 60).all()

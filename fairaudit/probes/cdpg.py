@@ -80,8 +80,8 @@ class CDPGProbe(PairedProbe):
 
         def analyse(rows: pd.DataFrame) -> dict:  # cdpg on the depth records of these records' pairs
             return cdpg(depth[depth["pair_id"].isin(rows["pair_id"])], rows, treatment=t, baseline=b,
-                        k_list=self.k_list, n_boot=self.n_boot, seed=self.seed, K=self.K,
-                        identity_atol=self.identity_atol, k_sensitivity_subsample=self.k_sensitivity_subsample)
+                        k_list=self.k_list, seed=self.seed, K=self.K, identity_atol=self.identity_atol,
+                        k_sensitivity_subsample=self.k_sensitivity_subsample)
 
         slim = analysed(records)
         result = analyse(slim)
@@ -114,7 +114,7 @@ class CDPGProbe(PairedProbe):
         empty = [cell for cell in CELLS if not m[f"cdpg_n_{cell}"]]
         found = (f"CDPG on {pairs_phrase(records, m['cdpg_n_pairs'])}: |P(Yes | {alpha}) - P(Yes | {alpha_prime})| "
                  f"re-read after each of K={self.K} equal segments of the {t} trace; the slope of its mean against "
-                 f"depth (0 to 1, 95% bootstrap), by cell: {'; '.join(slopes) or 'no pair counts'}"
+                 f"depth (0 to 1, 95% t interval), by cell: {'; '.join(slopes) or 'no pair counts'}"
                  + (f"; cell{'s' if len(empty) > 1 else ''} {', '.join(empty)} empty" if empty and slopes else "")
                  + ".")
         depth = [WARNING + line for line in depth_warnings(result.records["depth_records"], self.K)]
