@@ -94,15 +94,16 @@ class CDPGProbe(PairedProbe):
 
     def planned_tests(self, arm: Arm, effect: Mapping[str, float],
                       pilot: ProbeResult | None = None) -> list[PlannedTest]:
-        """The slope of |CDPG| over depth in cell c (the cell the paper's amplification is in), over its pairs: a
-        pilot's share of them (over at least stats.FEW pairs), else cell c's share at plan.effect.discordant and
+        """The slope of |CDPG| over depth in cell c (the cell the paper's amplification is in): the t-test of the mean
+        pair slope over the cell's pairs, which the probe's t interval is, each pair in the cell with chance a
+        pilot's share (over at least stats.FEW pairs), else cell c's share at plan.effect.discordant and
         c_b_ratio."""
         metrics = pilot.metrics if pilot else {}
         in_c, pairs = measured(metrics, "cdpg_n_c"), measured(metrics, "cdpg_n_pairs")
         piloted = in_c and pairs and pairs >= FEW
         share = in_c / pairs if piloted else cells_at_ratio(effect["discordant"], effect["c_b_ratio"])[1]
         return [paired_mean_test("CDPG slope in cell c", "cdpg_slope_c", float(effect["cdpg_slope"]), "cdpg_slope_sd",
-                                 effect, metrics, share)]
+                                 effect, metrics, share, student_t=True)]
 
     def verdict(self, result: ProbeResult) -> list[str]:
         """How |CDPG| grows along the trace per cell (slope with its interval), the P(Yes) gap, warnings."""
