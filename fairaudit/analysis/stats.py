@@ -61,7 +61,8 @@ def sign_test_log10_p(successes: int, n: int, alternative: str = "greater") -> f
 
 def interval_size(name: str, n: int) -> dict[str, float]:
     """`<name>_ci_n`, the units an interval of metric `name` rests on, and `<name>_ci_few`, 1.0 below FEW of them
-    (where a bootstrap interval covers far less than its level: benchmarks/interval_coverage.py)."""
+    (where a bootstrap interval, or a t interval of skewed values, covers far less than its level:
+    benchmarks/interval_coverage.py)."""
     return {f"{name}_ci_n": n, f"{name}_ci_few": float(n < FEW)}
 
 
