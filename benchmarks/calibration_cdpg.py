@@ -186,24 +186,25 @@ def run_gap(thinking_gap: float, studies: int, pairs: int, seed: int) -> pd.Data
     return out.assign(thinking_gap=thinking_gap, pairs=pairs)
 
 
-def percentile_power(pairs: int, mean: float, sd: float, alpha: float = 0.05) -> float:
-    """A diagnostic, not the plan's prediction: how often a percentile bootstrap interval of a mean excludes 0, taking
-    that interval as mean +- z(1 - alpha/2) x the plug-in SE (SD x sqrt((n - 1) / n) / sqrt(n)), i.e. the t statistic
-    beyond z x sqrt((n - 1) / n) under the noncentral t law: a narrower interval than the t-test's at few pairs."""
-    from scipy import stats as st
+def planned_power(truth: dict, sd: float, pairs: int, alpha: float = 0.05) -> float:
+    """What `fairaudit plan` predicts for cell c's slope over `pairs` pairs (`CDPGProbe.planned_tests`, the line it
+    prints): the t-test at the planted slope and SD of its pair slopes, over cell c's Binomial count at its planted
+    share (plan.effect.discordant and c_b_ratio set to the planted cells)."""
+    from fairaudit.probes.cdpg import CDPGProbe
 
-    if pairs < 2 or sd <= 0.0:
-        return 0.0
-    critical = st.norm.ppf(1.0 - alpha / 2.0) * math.sqrt((pairs - 1) / pairs)
-    shift = mean / sd * math.sqrt(pairs)
-    return float(st.nct.sf(critical, pairs - 1, shift) + st.nct.cdf(-critical, pairs - 1, shift))
+    effect = {"cdpg_slope": truth["slope_c"], "cdpg_slope_sd": sd, "discordant": truth["p_b"] + truth["p_c"],
+              "c_b_ratio": truth["p_c"] / truth["p_b"]}
+    probe = CDPGProbe({"name": "nothink", "think": False, "max_new_tokens": 16}, K=K, k_list=(K,))
+    (test,) = probe.planned_tests(None, effect)
+    return test.power(pairs, alpha)
 
 
 def summary(rows: pd.DataFrame, draws: int = 2_000_000) -> pd.DataFrame:
-    """Per planted gap and cell: the planted slope, the studies reporting an interval (2 pairs or more) and the share
-    of them whose interval holds the planted slope (with its Clopper-Pearson interval), excludes it (the test's size
-    against the truth) and excludes 0, and the t-test's power (`power.paired_gap_power`) at each study's pairs in
-    the cell, the planted mean and the simulated SD of the pair slopes, averaged over studies."""
+    """Per planted gap and cell: the planted slope, the studies reporting an interval (2 pairs or more), the share of
+    them whose interval holds the planted slope and the share whose interval excludes 0 (each with its
+    Clopper-Pearson interval); the t-test's power (`power.paired_gap_power`) at each study's pairs in the cell, the
+    planted mean and the simulated SD of the pair slopes, averaged over studies (`predicted`); and in cell c what the
+    plan predicts before any study is drawn (`planned`)."""
     from benchmarks.calibration import share
     from fairaudit.analysis.power import paired_gap_power
 
@@ -216,6 +217,7 @@ def summary(rows: pd.DataFrame, draws: int = 2_000_000) -> pd.DataFrame:
             n, low, high = (group[f"{key}_{cell}"].to_numpy(float) for key in ("n", "low", "high"))
             reported = n >= 2
             holds = int(((low <= truth[f"slope_{cell}"]) & (truth[f"slope_{cell}"] <= high))[reported].sum())
+            excludes_0 = int(((low > 0) | (high < 0))[reported].sum())
             count = int(reported.sum())
             power = [paired_gap_power(int(m), truth[f"slope_{cell}"], sd[f"sd_{cell}"]) for m in n[reported]]
             out.append({"thinking_gap": gap, "cell": cell, "truth": truth[f"slope_{cell}"], "sd": sd[f"sd_{cell}"],
@@ -223,10 +225,10 @@ def summary(rows: pd.DataFrame, draws: int = 2_000_000) -> pd.DataFrame:
                         "reported": count, "mean_n": float(n.mean()),
                         "mean_slope": float(group[f"slope_{cell}"].mean()),   # over the studies with the cell
                         **{f"coverage_{k}": v for k, v in (share(holds, count) if count else {}).items()},
-                        "excludes_0": float(((low > 0) | (high < 0))[reported].mean()) if count else math.nan,
+                        **{f"excludes_0_{k}": v for k, v in (share(excludes_0, count) if count else {}).items()},
                         "predicted": float(np.mean(power)) if count else math.nan,
-                        "percentile": float(np.mean([percentile_power(int(m), truth[f"slope_{cell}"], sd[f"sd_{cell}"])
-                                                     for m in n[reported]])) if count else math.nan})
+                        "planned": planned_power(truth, sd["sd_c"], int(group["pairs"].iloc[0])) if cell == "c"
+                        else math.nan})
     return pd.DataFrame(out)
 
 
@@ -249,16 +251,18 @@ def pooled_coverage(table: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 
 def markdown(table: pd.DataFrame) -> str:
-    """Cell c's power (interval excludes 0) measured against the t-test's, then every cell's coverage (%)."""
+    """Cell c's power (interval excludes 0) measured against the plan's and the t-test's at each study's n, then every
+    cell's coverage (%)."""
     pct = lambda value: f"{100 * value:.1f}"   # noqa: E731
     lines = ["| thinking gap (logit) | planted slope in c | SD of pair slopes | mean pairs in c | studies | "
-             "interval excludes 0 (%) | paired t predicts (%) | measured - predicted (points) | "
-             "interval misses the truth (%) | percentile-bootstrap diagnostic (%) |",
+             "interval excludes 0 (%) [95% CI] | the plan predicts (%) | measured - planned (points) | "
+             "t-test at each study's n_c (%) | interval misses the truth (%) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table[table["cell"] == "c"].itertuples():
         lines.append(f"| {r.thinking_gap:g} | {r.truth:.4f} | {r.sd:.4f} | {r.mean_n:.1f} | {r.reported} | "
-                     f"{pct(r.excludes_0)} | {pct(r.predicted)} | {100 * (r.excludes_0 - r.predicted):+.1f} | "
-                     f"{pct(1 - r.coverage_share)} | {pct(r.percentile)} |")
+                     f"{pct(r.excludes_0_share)} [{pct(r.excludes_0_low)}, {pct(r.excludes_0_high)}] | "
+                     f"{pct(r.planned)} | {100 * (r.excludes_0_share - r.planned):+.1f} | {pct(r.predicted)} | "
+                     f"{pct(1 - r.coverage_share)} |")
     head = " | ".join(f"cell {cell}: truth, mean pairs, coverage" for cell in CELLS)
     lines += ["", f"| thinking gap (logit) | {head} |", "|---" * (len(CELLS) + 1) + "|"]
     for gap, group in table.groupby("thinking_gap", sort=True):

@@ -15,7 +15,7 @@ from scipy import stats
 from scipy.special import expit, logit
 
 from conftest import REPO
-from fairaudit.analysis.power import expected_wilson_width, mcnemar_power, paired_gap_power
+from fairaudit.analysis.power import cell_gap_power, expected_wilson_width, mcnemar_power, paired_gap_power
 
 sys.path.insert(0, str(REPO))
 from benchmarks import calibration as bench  # noqa: E402
@@ -222,10 +222,12 @@ def test_cdpg_coverage_and_power_are_counted_by_hand():
     rows["high_c"] = [truth["slope_c"] + 0.05, 0.05, truth["slope_c"], 0.3]   # truth 0.0908: the second misses
     table = cdpg_bench.summary(rows, draws=20_000).set_index("cell")
     c = table.loc["c"]
-    assert (c["reported"], c["coverage_share"], c["excludes_0"]) == (3, pytest.approx(2 / 3), pytest.approx(2 / 3))
+    assert (c["reported"], c["coverage_share"], c["excludes_0_share"]) == (3, pytest.approx(2 / 3),
+                                                                           pytest.approx(2 / 3))
     assert c["mean_n"] == pytest.approx(31 / 4) and c["truth"] == truth["slope_c"]
     assert c["predicted"] == pytest.approx(np.mean([paired_gap_power(n, truth["slope_c"], c["sd"])
                                                     for n in (10, 12, 8)]))
+    assert c["planned"] == pytest.approx(cell_gap_power(30, truth["p_c"], truth["slope_c"], c["sd"]))
     assert table.loc["a", "reported"] == 0 and "| 0 | 0.0908 |" in cdpg_bench.markdown(table.reset_index())
 
 
@@ -243,4 +245,4 @@ def test_a_few_dozen_real_cdpg_studies_land_on_the_planted_slope():
         assert table.loc[cell, "coverage_share"] * count >= stats.binom.ppf(0.001, count, 0.95), cell
     c = table.loc["c"]
     low, high = stats.binom.ppf([0.0005, 0.9995], c["reported"], c["predicted"])
-    assert low <= c["excludes_0"] * c["reported"] <= high
+    assert low <= c["excludes_0_share"] * c["reported"] <= high
