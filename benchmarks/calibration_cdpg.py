@@ -17,7 +17,9 @@ P0 and P1 the cell's nothink and think flip probabilities given L, g_k(L) = E|CD
 cell's side of the flip at K; Gauss-Hermite over L, and over e by the factorisation of each flip region (e1 and e2
 independent). At thinking_gap 0 d is constant, yet cells c and d are chosen by a flip at the last cut: their |CDPG_K|
 is not a typical cut's, so their planted slope is not 0 (the probe's slope is of the cell's pairs as chosen).
-`simulated_slopes` draws the same model in numpy (not the mock) for the per-pair slope SD the power needs.
+`simulated_slopes` draws the same model in numpy (not the mock) for the per-pair slope SD the power needs, and
+`drawn_studies` draws 20,000 studies of it (the mock runs hundreds), where the interval's rejections and coverage
+have a standard error of 0.3 point.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from scipy.stats import norm
 from benchmarks.calibration_truth import DEGREE, Plant, abs_gap_given, flip_probability, normal_nodes
 from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.analysis.contingency import CELLS
+from fairaudit.analysis.stats import t_interval
 
 K = 10
 THINKING_GAPS = (0.0, 0.25, 0.5, 1.0)   # added to the sides' logit gap over the whole trace (logit)
@@ -96,29 +99,57 @@ def cdpg_truth(plant: Plant, trace: int, opener: int, segments: int = K, degree:
     return out
 
 
+def drawn_pairs(plant: Plant, trace: int, opener: int, n: int, rng: np.random.Generator,
+                segments: int = K) -> pd.DataFrame:
+    """`n` pairs of the module docstring's model drawn in numpy (not through the mock): whether each flips without
+    and with thinking, and its slope.  # -> nothink, think, slope"""
+    gaps, w = cut_gaps(plant, trace, opener, segments), slope_weights(segments)
+    logit = rng.normal(0.0, plant.base_sd, (n, 1))
+    e = rng.normal(0.0, plant.side_sd, (2, n, segments + 1))   # column 0: nothink; 1..K: the cuts
+    d = np.concatenate([[plant.effect], gaps])
+    up, down = logit + d / 2 + e[0], logit - d / 2 + e[1]
+    flip = (up >= 0) != (down >= 0)
+    slope = np.abs(expit(up[:, 1:]) - expit(down[:, 1:])) @ w
+    return pd.DataFrame({"nothink": flip[:, 0], "think": flip[:, -1], "slope": slope})
+
+
+def in_cell(pairs: pd.DataFrame, cell: str) -> pd.Series:
+    nothink, think = FLIPS[cell]
+    return (pairs["nothink"] == nothink) & (pairs["think"] == think)
+
+
 def simulated_slopes(plant: Plant, trace: int, opener: int, draws: int = 2_000_000, seed: int = 0,
                      segments: int = K, block: int = 250_000) -> dict:
     """Per cell, from `draws` pairs of the module docstring's model simulated in numpy: its share (`p_<cell>`), the
     mean (`slope_<cell>`) and SD (`sd_<cell>`) of the pair slopes; each mean's error is about SD / sqrt(pairs)."""
     rng = np.random.default_rng(seed)
-    gaps, w = cut_gaps(plant, trace, opener, segments), slope_weights(segments)
-    parts = []
-    for start in range(0, draws, block):
-        n = min(block, draws - start)
-        logit = rng.normal(0.0, plant.base_sd, (n, 1))
-        e = rng.normal(0.0, plant.side_sd, (2, n, segments + 1))   # column 0: nothink; 1..K: the cuts
-        d = np.concatenate([[plant.effect], gaps])
-        up, down = logit + d / 2 + e[0], logit - d / 2 + e[1]
-        flip = (up >= 0) != (down >= 0)
-        slope = np.abs(expit(up[:, 1:]) - expit(down[:, 1:])) @ w
-        parts.append(pd.DataFrame({"nothink": flip[:, 0], "think": flip[:, -1], "slope": slope}))
-    sims = pd.concat(parts, ignore_index=True)
+    sims = pd.concat([drawn_pairs(plant, trace, opener, min(block, draws - start), rng, segments)
+                      for start in range(0, draws, block)], ignore_index=True)
     out = {}
-    for cell, (nothink, think) in FLIPS.items():
-        chosen = sims.loc[(sims["nothink"] == nothink) & (sims["think"] == think), "slope"]
+    for cell in CELLS:
+        chosen = sims.loc[in_cell(sims, cell), "slope"]
         out |= {f"p_{cell}": len(chosen) / draws, f"slope_{cell}": float(chosen.mean()),
                 f"sd_{cell}": float(chosen.std(ddof=1))}
     return out
+
+
+def drawn_studies(plant: Plant, truth: float, studies: int, pairs: int, seed: int = 1, block: int = 2500) -> dict:
+    """Cell c's interval (`stats.t_interval`, the probe's) over `studies` studies of `pairs` pairs drawn by
+    `drawn_pairs`: many more studies than the mock runs, at the same model. Of the studies with 2 pairs or more in
+    c: the share whose interval excludes 0 (`drawn_excludes_0`) and holds `truth` (`drawn_coverage`)."""
+    rng, excludes, holds, reported = np.random.default_rng(seed), 0, 0, 0
+    for start in range(0, studies, block):
+        count = min(block, studies - start)
+        drawn = drawn_pairs(plant, *_trace_and_opener(), count * pairs, rng)
+        chosen = drawn[in_cell(drawn, "c")]
+        for _, slopes in chosen.groupby(chosen.index // pairs)["slope"]:
+            if len(slopes) < 2:
+                continue
+            low, high = t_interval(slopes.to_numpy())[2:]
+            reported += 1
+            excludes += bool(low > 0 or high < 0)
+            holds += bool(low <= truth <= high)
+    return {"drawn_studies": reported, "drawn_excludes_0": excludes / reported, "drawn_coverage": holds / reported}
 
 
 def mock_cdpg_truth(plant: Plant) -> dict:
@@ -199,12 +230,13 @@ def planned_power(truth: dict, sd: float, pairs: int, alpha: float = 0.05) -> fl
     return test.power(pairs, alpha)
 
 
-def summary(rows: pd.DataFrame, draws: int = 2_000_000) -> pd.DataFrame:
+def summary(rows: pd.DataFrame, draws: int = 2_000_000, drawn: int = 20_000) -> pd.DataFrame:
     """Per planted gap and cell: the planted slope, the studies reporting an interval (2 pairs or more), the share of
     them whose interval holds the planted slope and the share whose interval excludes 0 (each with its
     Clopper-Pearson interval); the t-test's power (`power.paired_gap_power`) at each study's pairs in the cell, the
     planted mean and the simulated SD of the pair slopes, averaged over studies (`predicted`); and in cell c what the
-    plan predicts before any study is drawn (`planned`)."""
+    plan predicts before any study is drawn (`planned`) and `drawn` studies of as many pairs drawn in numpy
+    (`drawn_studies`)."""
     from benchmarks.calibration import share
     from fairaudit.analysis.power import paired_gap_power
 
@@ -227,9 +259,14 @@ def summary(rows: pd.DataFrame, draws: int = 2_000_000) -> pd.DataFrame:
                         **{f"coverage_{k}": v for k, v in (share(holds, count) if count else {}).items()},
                         **{f"excludes_0_{k}": v for k, v in (share(excludes_0, count) if count else {}).items()},
                         "predicted": float(np.mean(power)) if count else math.nan,
-                        "planned": planned_power(truth, sd["sd_c"], int(group["pairs"].iloc[0])) if cell == "c"
-                        else math.nan})
+                        **(_cell_c(plant, truth, sd["sd_c"], int(group["pairs"].iloc[0]), drawn) if cell == "c"
+                           else {})})
     return pd.DataFrame(out)
+
+
+def _cell_c(plant: Plant, truth: dict, sd: float, pairs: int, drawn: int) -> dict:
+    """What the plan predicts for cell c (`planned`) and what `drawn` numpy-drawn studies measure."""
+    return {"planned": planned_power(truth, sd, pairs), **drawn_studies(plant, truth["slope_c"], drawn, pairs)}
 
 
 def _trace_and_opener() -> tuple[int, int]:
@@ -251,18 +288,22 @@ def pooled_coverage(table: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 
 def markdown(table: pd.DataFrame) -> str:
-    """Cell c's power (interval excludes 0) measured against the plan's and the t-test's at each study's n, then every
-    cell's coverage (%)."""
+    """Cell c's power (interval excludes 0) measured against the plan's and the t-test's at each study's n, and in
+    numpy-drawn studies, then every cell's coverage (%)."""
     pct = lambda value: f"{100 * value:.1f}"   # noqa: E731
+    cell_c = table[table["cell"] == "c"]
     lines = ["| thinking gap (logit) | planted slope in c | SD of pair slopes | mean pairs in c | studies | "
              "interval excludes 0 (%) [95% CI] | the plan predicts (%) | measured - planned (points) | "
-             "t-test at each study's n_c (%) | interval misses the truth (%) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in table[table["cell"] == "c"].itertuples():
+             "t-test at each study's n_c (%) | interval misses the truth (%) | "
+             f"{int(cell_c['drawn_studies'].max()):,} numpy-drawn studies: excludes 0 (%), - planned (points), "
+             "misses the truth (%) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in cell_c.itertuples():
         lines.append(f"| {r.thinking_gap:g} | {r.truth:.4f} | {r.sd:.4f} | {r.mean_n:.1f} | {r.reported} | "
                      f"{pct(r.excludes_0_share)} [{pct(r.excludes_0_low)}, {pct(r.excludes_0_high)}] | "
                      f"{pct(r.planned)} | {100 * (r.excludes_0_share - r.planned):+.1f} | {pct(r.predicted)} | "
-                     f"{pct(1 - r.coverage_share)} |")
+                     f"{pct(1 - r.coverage_share)} | {pct(r.drawn_excludes_0)}, "
+                     f"{100 * (r.drawn_excludes_0 - r.planned):+.1f}, {pct(1 - r.drawn_coverage)} |")
     head = " | ".join(f"cell {cell}: truth, mean pairs, coverage" for cell in CELLS)
     lines += ["", f"| thinking gap (logit) | {head} |", "|---" * (len(CELLS) + 1) + "|"]
     for gap, group in table.groupby("thinking_gap", sort=True):

@@ -220,7 +220,7 @@ def test_cdpg_coverage_and_power_are_counted_by_hand():
     rows["n_c"], rows["slope_c"] = [10, 12, 1, 8], truth["slope_c"]
     rows["low_c"] = [truth["slope_c"] - 0.05, 0.01, truth["slope_c"], -0.2]   # the third: one pair, not counted
     rows["high_c"] = [truth["slope_c"] + 0.05, 0.05, truth["slope_c"], 0.3]   # truth 0.0908: the second misses
-    table = cdpg_bench.summary(rows, draws=20_000).set_index("cell")
+    table = cdpg_bench.summary(rows, draws=20_000, drawn=100).set_index("cell")
     c = table.loc["c"]
     assert (c["reported"], c["coverage_share"], c["excludes_0_share"]) == (3, pytest.approx(2 / 3),
                                                                            pytest.approx(2 / 3))
@@ -235,7 +235,7 @@ def test_a_few_dozen_real_cdpg_studies_land_on_the_planted_slope():
     """12 studies of 60 pairs at a thinking gap of 1 (the benchmark's table holds the null and the other gaps)."""
     rows = cdpg_bench.run_gap(1.0, 12, 60, seed=7)
     truth = cdpg_bench.mock_cdpg_truth(Plant(thinking_gap=1.0))
-    table = cdpg_bench.summary(rows, draws=200_000).set_index("cell")
+    table = cdpg_bench.summary(rows, draws=200_000, drawn=2000).set_index("cell")
     assert ((rows[[f"n_{c}" for c in "abcd"]].sum(axis=1)) == 60).all()
     for cell in "ac":   # a cell's slope over every study's pairs: within 4 SE of its planted value
         n = rows[f"n_{cell}"]
@@ -244,5 +244,7 @@ def test_a_few_dozen_real_cdpg_studies_land_on_the_planted_slope():
         count = table.loc[cell, "reported"]
         assert table.loc[cell, "coverage_share"] * count >= stats.binom.ppf(0.001, count, 0.95), cell
     c = table.loc["c"]
-    low, high = stats.binom.ppf([0.0005, 0.9995], c["reported"], c["predicted"])
-    assert low <= c["excludes_0_share"] * c["reported"] <= high
+    for measured, count in ((c["excludes_0_share"], c["reported"]), (c["drawn_excludes_0"], c["drawn_studies"])):
+        low, high = stats.binom.ppf([0.0005, 0.9995], count, c["planned"])   # the mock's and numpy's draws
+        assert low <= measured * count <= high
+    assert c["drawn_coverage"] * c["drawn_studies"] >= stats.binom.ppf(0.001, c["drawn_studies"], 0.95)
