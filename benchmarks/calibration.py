@@ -226,7 +226,7 @@ def jobs(args) -> list[tuple]:
         out += [(influence.run_shift, (shift, args.influence_studies, args.items, args.seed))
                 for shift in args.shifts]
     if "cdpg" in args.probes:
-        out += [(cdpg.run_gap, (gap, args.cdpg_studies, args.cdpg_pairs, args.n_boot, args.seed))
+        out += [(cdpg.run_gap, (gap, args.cdpg_studies, args.cdpg_pairs, args.seed))
                 for gap in args.cdpg_gaps]
     if "position" in args.probes:
         out += [(position.run_effect, (growth, args.position_studies, args.questions, args.seed))
@@ -278,7 +278,7 @@ def main() -> None:
          f"planted shift, seed {args.seed}; Wilson intervals at {NOMINAL}"),
         (cdpg.run_gap, "cdpg", lambda rows: cdpg.markdown(cdpg.summary(rows)),
          f"\ncdpg on backend=mock (K={cdpg.K}): {args.cdpg_studies} studies x {args.cdpg_pairs} pairs per planted "
-         f"thinking gap, {args.n_boot} bootstrap resamples, seed {args.seed}; intervals at {NOMINAL}"),
+         f"thinking gap, seed {args.seed}; Student t intervals at {NOMINAL}"),
         (position.run_effect, "position", lambda rows: position.markdown(position.summary(rows)),
          f"\nposition on backend=mock (reason arm): {args.position_studies} studies x {args.questions} questions per "
          f"planted growth, seed {args.seed}; partial correlation's test at {position.ALPHA}"))

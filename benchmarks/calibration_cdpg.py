@@ -17,7 +17,9 @@ P0 and P1 the cell's nothink and think flip probabilities given L, g_k(L) = E|CD
 cell's side of the flip at K; Gauss-Hermite over L, and over e by the factorisation of each flip region (e1 and e2
 independent). At thinking_gap 0 d is constant, yet cells c and d are chosen by a flip at the last cut: their |CDPG_K|
 is not a typical cut's, so their planted slope is not 0 (the probe's slope is of the cell's pairs as chosen).
-`simulated_slopes` draws the same model in numpy (not the mock) for the per-pair slope SD the power needs.
+`simulated_slopes` draws the same model in numpy (not the mock) for the per-pair slope SD the power needs, and
+`drawn_studies` draws 20,000 studies of it (the mock runs hundreds), where the interval's rejections and coverage
+have a standard error of 0.3 point.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from scipy.stats import norm
 from benchmarks.calibration_truth import DEGREE, Plant, abs_gap_given, flip_probability, normal_nodes
 from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.analysis.contingency import CELLS
+from fairaudit.analysis.stats import t_interval
 
 K = 10
 THINKING_GAPS = (0.0, 0.25, 0.5, 1.0)   # added to the sides' logit gap over the whole trace (logit)
@@ -96,29 +99,57 @@ def cdpg_truth(plant: Plant, trace: int, opener: int, segments: int = K, degree:
     return out
 
 
+def drawn_pairs(plant: Plant, trace: int, opener: int, n: int, rng: np.random.Generator,
+                segments: int = K) -> pd.DataFrame:
+    """`n` pairs of the module docstring's model drawn in numpy (not through the mock): whether each flips without
+    and with thinking, and its slope.  # -> nothink, think, slope"""
+    gaps, w = cut_gaps(plant, trace, opener, segments), slope_weights(segments)
+    logit = rng.normal(0.0, plant.base_sd, (n, 1))
+    e = rng.normal(0.0, plant.side_sd, (2, n, segments + 1))   # column 0: nothink; 1..K: the cuts
+    d = np.concatenate([[plant.effect], gaps])
+    up, down = logit + d / 2 + e[0], logit - d / 2 + e[1]
+    flip = (up >= 0) != (down >= 0)
+    slope = np.abs(expit(up[:, 1:]) - expit(down[:, 1:])) @ w
+    return pd.DataFrame({"nothink": flip[:, 0], "think": flip[:, -1], "slope": slope})
+
+
+def in_cell(pairs: pd.DataFrame, cell: str) -> pd.Series:
+    nothink, think = FLIPS[cell]
+    return (pairs["nothink"] == nothink) & (pairs["think"] == think)
+
+
 def simulated_slopes(plant: Plant, trace: int, opener: int, draws: int = 2_000_000, seed: int = 0,
                      segments: int = K, block: int = 250_000) -> dict:
     """Per cell, from `draws` pairs of the module docstring's model simulated in numpy: its share (`p_<cell>`), the
     mean (`slope_<cell>`) and SD (`sd_<cell>`) of the pair slopes; each mean's error is about SD / sqrt(pairs)."""
     rng = np.random.default_rng(seed)
-    gaps, w = cut_gaps(plant, trace, opener, segments), slope_weights(segments)
-    parts = []
-    for start in range(0, draws, block):
-        n = min(block, draws - start)
-        logit = rng.normal(0.0, plant.base_sd, (n, 1))
-        e = rng.normal(0.0, plant.side_sd, (2, n, segments + 1))   # column 0: nothink; 1..K: the cuts
-        d = np.concatenate([[plant.effect], gaps])
-        up, down = logit + d / 2 + e[0], logit - d / 2 + e[1]
-        flip = (up >= 0) != (down >= 0)
-        slope = np.abs(expit(up[:, 1:]) - expit(down[:, 1:])) @ w
-        parts.append(pd.DataFrame({"nothink": flip[:, 0], "think": flip[:, -1], "slope": slope}))
-    sims = pd.concat(parts, ignore_index=True)
+    sims = pd.concat([drawn_pairs(plant, trace, opener, min(block, draws - start), rng, segments)
+                      for start in range(0, draws, block)], ignore_index=True)
     out = {}
-    for cell, (nothink, think) in FLIPS.items():
-        chosen = sims.loc[(sims["nothink"] == nothink) & (sims["think"] == think), "slope"]
+    for cell in CELLS:
+        chosen = sims.loc[in_cell(sims, cell), "slope"]
         out |= {f"p_{cell}": len(chosen) / draws, f"slope_{cell}": float(chosen.mean()),
                 f"sd_{cell}": float(chosen.std(ddof=1))}
     return out
+
+
+def drawn_studies(plant: Plant, truth: float, studies: int, pairs: int, seed: int = 1, block: int = 2500) -> dict:
+    """Cell c's interval (`stats.t_interval`, the probe's) over `studies` studies of `pairs` pairs drawn by
+    `drawn_pairs`: many more studies than the mock runs, at the same model. Of the studies with 2 pairs or more in
+    c: the share whose interval excludes 0 (`drawn_excludes_0`) and holds `truth` (`drawn_coverage`)."""
+    rng, excludes, holds, reported = np.random.default_rng(seed), 0, 0, 0
+    for start in range(0, studies, block):
+        count = min(block, studies - start)
+        drawn = drawn_pairs(plant, *_trace_and_opener(), count * pairs, rng)
+        chosen = drawn[in_cell(drawn, "c")]
+        for _, slopes in chosen.groupby(chosen.index // pairs)["slope"]:
+            if len(slopes) < 2:
+                continue
+            low, high = t_interval(slopes.to_numpy())[2:]
+            reported += 1
+            excludes += bool(low > 0 or high < 0)
+            holds += bool(low <= truth <= high)
+    return {"drawn_studies": reported, "drawn_excludes_0": excludes / reported, "drawn_coverage": holds / reported}
 
 
 def mock_cdpg_truth(plant: Plant) -> dict:
@@ -153,7 +184,7 @@ def cdpg_records(plant: Plant, pairs: pd.DataFrame, seed: int, folder: Path) -> 
     return pd.concat(records, ignore_index=True), pd.concat(depth, ignore_index=True)
 
 
-def study_rows(records: pd.DataFrame, depth: pd.DataFrame, order: np.ndarray, pairs: int, n_boot: int) -> pd.DataFrame:
+def study_rows(records: pd.DataFrame, depth: pd.DataFrame, order: np.ndarray, pairs: int) -> pd.DataFrame:
     """One row per study of `pairs` consecutive pairs of `order`: each cell's pairs, slope and 95% interval, by
     `analysis.cdpg` with the probe's defaults (seed 0, identity_atol 1e-4) at K."""
     from fairaudit.analysis.cdpg import cdpg
@@ -162,7 +193,7 @@ def study_rows(records: pd.DataFrame, depth: pd.DataFrame, order: np.ndarray, pa
     depth_of = dict(iter(depth.groupby(depth["pair_id"].map(study_of), sort=True)))
     rows = []
     for study, chunk in records.groupby(records["pair_id"].map(study_of), sort=True):
-        metrics = cdpg(depth_of[study], chunk, "think", "nothink", k_list=(K,), n_boot=n_boot, seed=0, K=K,
+        metrics = cdpg(depth_of[study], chunk, "think", "nothink", k_list=(K,), seed=0, K=K,
                        identity_atol=1e-4)["metrics"]
         rows.append({"study": study, **{f"{key}_{cell}": metrics[name.format(cell=cell)] for cell in CELLS
                                          for key, name in (("n", "cdpg_n_{cell}"), ("slope", "cdpg_slope_{cell}"),
@@ -171,7 +202,7 @@ def study_rows(records: pd.DataFrame, depth: pd.DataFrame, order: np.ndarray, pa
     return pd.DataFrame(rows)
 
 
-def run_gap(thinking_gap: float, studies: int, pairs: int, n_boot: int, seed: int) -> pd.DataFrame:
+def run_gap(thinking_gap: float, studies: int, pairs: int, seed: int) -> pd.DataFrame:
     """Every study of one planted thinking gap (its mock seeded by `seed` and the gap, apart from the
     counterfactual calibration's)."""
     from benchmarks.calibration import adult_pairs
@@ -182,28 +213,30 @@ def run_gap(thinking_gap: float, studies: int, pairs: int, n_boot: int, seed: in
     chosen = adult_pairs(studies * pairs, mock_seed)
     with tempfile.TemporaryDirectory() as folder:
         records, depth = quietly(cdpg_records)(plant, chosen, mock_seed, Path(folder))
-    out = study_rows(records, depth, chosen["pair_id"].unique(), pairs, n_boot)
+    out = study_rows(records, depth, chosen["pair_id"].unique(), pairs)
     return out.assign(thinking_gap=thinking_gap, pairs=pairs)
 
 
-def percentile_power(pairs: int, mean: float, sd: float, alpha: float = 0.05) -> float:
-    """A diagnostic, not the plan's prediction: how often a percentile bootstrap interval of a mean excludes 0, taking
-    that interval as mean +- z(1 - alpha/2) x the plug-in SE (SD x sqrt((n - 1) / n) / sqrt(n)), i.e. the t statistic
-    beyond z x sqrt((n - 1) / n) under the noncentral t law: a narrower interval than the t-test's at few pairs."""
-    from scipy import stats as st
+def planned_power(truth: dict, sd: float, pairs: int, alpha: float = 0.05) -> float:
+    """What `fairaudit plan` predicts for cell c's slope over `pairs` pairs (`CDPGProbe.planned_tests`, the line it
+    prints): the t-test at the planted slope and SD of its pair slopes, over cell c's Binomial count at its planted
+    share (plan.effect.discordant and c_b_ratio set to the planted cells)."""
+    from fairaudit.probes.cdpg import CDPGProbe
 
-    if pairs < 2 or sd <= 0.0:
-        return 0.0
-    critical = st.norm.ppf(1.0 - alpha / 2.0) * math.sqrt((pairs - 1) / pairs)
-    shift = mean / sd * math.sqrt(pairs)
-    return float(st.nct.sf(critical, pairs - 1, shift) + st.nct.cdf(-critical, pairs - 1, shift))
+    effect = {"cdpg_slope": truth["slope_c"], "cdpg_slope_sd": sd, "discordant": truth["p_b"] + truth["p_c"],
+              "c_b_ratio": truth["p_c"] / truth["p_b"]}
+    probe = CDPGProbe({"name": "nothink", "think": False, "max_new_tokens": 16}, K=K, k_list=(K,))
+    (test,) = probe.planned_tests(None, effect)
+    return test.power(pairs, alpha)
 
 
-def summary(rows: pd.DataFrame, draws: int = 2_000_000) -> pd.DataFrame:
-    """Per planted gap and cell: the planted slope, the studies reporting an interval (2 pairs or more) and the share
-    of them whose interval holds the planted slope (with its Clopper-Pearson interval), excludes it (the test's size
-    against the truth) and excludes 0, and the t-test's power (`power.paired_gap_power`) at each study's pairs in
-    the cell, the planted mean and the simulated SD of the pair slopes, averaged over studies."""
+def summary(rows: pd.DataFrame, draws: int = 2_000_000, drawn: int = 20_000) -> pd.DataFrame:
+    """Per planted gap and cell: the planted slope, the studies reporting an interval (2 pairs or more), the share of
+    them whose interval holds the planted slope and the share whose interval excludes 0 (each with its
+    Clopper-Pearson interval); the t-test's power (`power.paired_gap_power`) at each study's pairs in the cell, the
+    planted mean and the simulated SD of the pair slopes, averaged over studies (`predicted`); and in cell c what the
+    plan predicts before any study is drawn (`planned`) and `drawn` studies of as many pairs drawn in numpy
+    (`drawn_studies`)."""
     from benchmarks.calibration import share
     from fairaudit.analysis.power import paired_gap_power
 
@@ -216,6 +249,7 @@ def summary(rows: pd.DataFrame, draws: int = 2_000_000) -> pd.DataFrame:
             n, low, high = (group[f"{key}_{cell}"].to_numpy(float) for key in ("n", "low", "high"))
             reported = n >= 2
             holds = int(((low <= truth[f"slope_{cell}"]) & (truth[f"slope_{cell}"] <= high))[reported].sum())
+            excludes_0 = int(((low > 0) | (high < 0))[reported].sum())
             count = int(reported.sum())
             power = [paired_gap_power(int(m), truth[f"slope_{cell}"], sd[f"sd_{cell}"]) for m in n[reported]]
             out.append({"thinking_gap": gap, "cell": cell, "truth": truth[f"slope_{cell}"], "sd": sd[f"sd_{cell}"],
@@ -223,11 +257,16 @@ def summary(rows: pd.DataFrame, draws: int = 2_000_000) -> pd.DataFrame:
                         "reported": count, "mean_n": float(n.mean()),
                         "mean_slope": float(group[f"slope_{cell}"].mean()),   # over the studies with the cell
                         **{f"coverage_{k}": v for k, v in (share(holds, count) if count else {}).items()},
-                        "excludes_0": float(((low > 0) | (high < 0))[reported].mean()) if count else math.nan,
+                        **{f"excludes_0_{k}": v for k, v in (share(excludes_0, count) if count else {}).items()},
                         "predicted": float(np.mean(power)) if count else math.nan,
-                        "percentile": float(np.mean([percentile_power(int(m), truth[f"slope_{cell}"], sd[f"sd_{cell}"])
-                                                     for m in n[reported]])) if count else math.nan})
+                        **(_cell_c(plant, truth, sd["sd_c"], int(group["pairs"].iloc[0]), drawn) if cell == "c"
+                           else {})})
     return pd.DataFrame(out)
+
+
+def _cell_c(plant: Plant, truth: dict, sd: float, pairs: int, drawn: int) -> dict:
+    """What the plan predicts for cell c (`planned`) and what `drawn` numpy-drawn studies measure."""
+    return {"planned": planned_power(truth, sd, pairs), **drawn_studies(plant, truth["slope_c"], drawn, pairs)}
 
 
 def _trace_and_opener() -> tuple[int, int]:
@@ -249,16 +288,22 @@ def pooled_coverage(table: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 
 def markdown(table: pd.DataFrame) -> str:
-    """Cell c's power (interval excludes 0) measured against the t-test's, then every cell's coverage (%)."""
+    """Cell c's power (interval excludes 0) measured against the plan's and the t-test's at each study's n, and in
+    numpy-drawn studies, then every cell's coverage (%)."""
     pct = lambda value: f"{100 * value:.1f}"   # noqa: E731
+    cell_c = table[table["cell"] == "c"]
     lines = ["| thinking gap (logit) | planted slope in c | SD of pair slopes | mean pairs in c | studies | "
-             "interval excludes 0 (%) | paired t predicts (%) | measured - predicted (points) | "
-             "interval misses the truth (%) | percentile-bootstrap diagnostic (%) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in table[table["cell"] == "c"].itertuples():
+             "interval excludes 0 (%) [95% CI] | the plan predicts (%) | measured - planned (points) | "
+             "t-test at each study's n_c (%) | interval misses the truth (%) | "
+             f"{int(cell_c['drawn_studies'].max()):,} numpy-drawn studies: excludes 0 (%), - planned (points), "
+             "misses the truth (%) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in cell_c.itertuples():
         lines.append(f"| {r.thinking_gap:g} | {r.truth:.4f} | {r.sd:.4f} | {r.mean_n:.1f} | {r.reported} | "
-                     f"{pct(r.excludes_0)} | {pct(r.predicted)} | {100 * (r.excludes_0 - r.predicted):+.1f} | "
-                     f"{pct(1 - r.coverage_share)} | {pct(r.percentile)} |")
+                     f"{pct(r.excludes_0_share)} [{pct(r.excludes_0_low)}, {pct(r.excludes_0_high)}] | "
+                     f"{pct(r.planned)} | {100 * (r.excludes_0_share - r.planned):+.1f} | {pct(r.predicted)} | "
+                     f"{pct(1 - r.coverage_share)} | {pct(r.drawn_excludes_0)}, "
+                     f"{100 * (r.drawn_excludes_0 - r.planned):+.1f}, {pct(1 - r.drawn_coverage)} |")
     head = " | ".join(f"cell {cell}: truth, mean pairs, coverage" for cell in CELLS)
     lines += ["", f"| thinking gap (logit) | {head} |", "|---" * (len(CELLS) + 1) + "|"]
     for gap, group in table.groupby("thinking_gap", sort=True):

@@ -17,7 +17,13 @@ from scipy.special import expit, logit
 
 from conftest import REPO
 from fairaudit.analysis.position import length_bins
-from fairaudit.analysis.power import correlation_power, expected_wilson_width, mcnemar_power, paired_gap_power
+from fairaudit.analysis.power import (
+    cell_gap_power,
+    correlation_power,
+    expected_wilson_width,
+    mcnemar_power,
+    paired_gap_power,
+)
 from fairaudit.analysis.stats import partial_correlation
 
 sys.path.insert(0, str(REPO))
@@ -178,8 +184,8 @@ def test_the_script_prints_every_probes_tables():
     assert lines[start + 1].startswith("| planted shift (nats/token) | rate | planted rate |")
     assert [line.split(" | ")[1] for line in lines[start + 3:start + 7]] == [
         "influence A->B", "influence B->A", "substantive A->B", "substantive B->A"]
-    start = lines.index("cdpg on backend=mock (K=10): 2 studies x 20 pairs per planted thinking gap, 100 bootstrap "
-                        "resamples, seed 0; intervals at 0.95")
+    start = lines.index("cdpg on backend=mock (K=10): 2 studies x 20 pairs per planted thinking gap, seed 0; "
+                        "Student t intervals at 0.95")
     assert lines[start + 1].startswith("| thinking gap (logit) | planted slope in c | SD of pair slopes |")
     assert lines[start + 3].startswith("| 1 | 0.1865 |")
     start = lines.index("position on backend=mock (reason arm): 2 studies x 20 questions per planted growth, seed 0; "
@@ -228,20 +234,22 @@ def test_cdpg_coverage_and_power_are_counted_by_hand():
     rows["n_c"], rows["slope_c"] = [10, 12, 1, 8], truth["slope_c"]
     rows["low_c"] = [truth["slope_c"] - 0.05, 0.01, truth["slope_c"], -0.2]   # the third: one pair, not counted
     rows["high_c"] = [truth["slope_c"] + 0.05, 0.05, truth["slope_c"], 0.3]   # truth 0.0908: the second misses
-    table = cdpg_bench.summary(rows, draws=20_000).set_index("cell")
+    table = cdpg_bench.summary(rows, draws=20_000, drawn=100).set_index("cell")
     c = table.loc["c"]
-    assert (c["reported"], c["coverage_share"], c["excludes_0"]) == (3, pytest.approx(2 / 3), pytest.approx(2 / 3))
+    assert (c["reported"], c["coverage_share"], c["excludes_0_share"]) == (3, pytest.approx(2 / 3),
+                                                                           pytest.approx(2 / 3))
     assert c["mean_n"] == pytest.approx(31 / 4) and c["truth"] == truth["slope_c"]
     assert c["predicted"] == pytest.approx(np.mean([paired_gap_power(n, truth["slope_c"], c["sd"])
                                                     for n in (10, 12, 8)]))
+    assert c["planned"] == pytest.approx(cell_gap_power(30, truth["p_c"], truth["slope_c"], c["sd"]))
     assert table.loc["a", "reported"] == 0 and "| 0 | 0.0908 |" in cdpg_bench.markdown(table.reset_index())
 
 
 def test_a_few_dozen_real_cdpg_studies_land_on_the_planted_slope():
     """12 studies of 60 pairs at a thinking gap of 1 (the benchmark's table holds the null and the other gaps)."""
-    rows = cdpg_bench.run_gap(1.0, 12, 60, 200, seed=7)
+    rows = cdpg_bench.run_gap(1.0, 12, 60, seed=7)
     truth = cdpg_bench.mock_cdpg_truth(Plant(thinking_gap=1.0))
-    table = cdpg_bench.summary(rows, draws=200_000).set_index("cell")
+    table = cdpg_bench.summary(rows, draws=200_000, drawn=2000).set_index("cell")
     assert ((rows[[f"n_{c}" for c in "abcd"]].sum(axis=1)) == 60).all()
     for cell in "ac":   # a cell's slope over every study's pairs: within 4 SE of its planted value
         n = rows[f"n_{cell}"]
@@ -250,8 +258,10 @@ def test_a_few_dozen_real_cdpg_studies_land_on_the_planted_slope():
         count = table.loc[cell, "reported"]
         assert table.loc[cell, "coverage_share"] * count >= stats.binom.ppf(0.001, count, 0.95), cell
     c = table.loc["c"]
-    low, high = stats.binom.ppf([0.0005, 0.9995], c["reported"], c["predicted"])
-    assert low <= c["excludes_0"] * c["reported"] <= high
+    for measured, count in ((c["excludes_0_share"], c["reported"]), (c["drawn_excludes_0"], c["drawn_studies"])):
+        low, high = stats.binom.ppf([0.0005, 0.9995], count, c["planned"])   # the mock's and numpy's draws
+        assert low <= measured * count <= high
+    assert c["drawn_coverage"] * c["drawn_studies"] >= stats.binom.ppf(0.001, c["drawn_studies"], 0.95)
 
 
 def test_without_a_preference_the_position_truth_is_four_uniform_answers_by_hand():

@@ -4,6 +4,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from fairaudit.analysis.cdpg import cdpg, pair_slopes, segment_cuts, trajectories
 from fairaudit.analysis.cdpg_figures import (
@@ -72,7 +73,7 @@ def build_depth(pair_ids=PAIRS):
 
 
 def run(**kwargs):
-    return cdpg(build_depth(), build_records(), k_list=(2, 4), K=2, n_boot=2000, seed=0, **kwargs)
+    return cdpg(build_depth(), build_records(), k_list=(2, 4), K=2, seed=0, **kwargs)
 
 
 def test_segment_cuts_are_equal_token_and_end_at_the_trace_length():
@@ -129,16 +130,17 @@ def test_mean_abs_cdpg_per_cell_and_depth():
     np.testing.assert_allclose(k2.loc["c", "depth"].to_numpy(), [0.0, 0.5, 1.0])
 
 
-def test_cell_slopes_and_their_bootstrap_interval():
+def test_cell_slopes_and_their_t_interval():
     metrics = run()["metrics"]
     assert metrics["cdpg_slope_a"] == pytest.approx(-0.4)
     assert metrics["cdpg_slope_b"] == pytest.approx(-0.2)
     assert metrics["cdpg_slope_c"] == pytest.approx(1.1)
     assert metrics["cdpg_slope_d"] == pytest.approx(0.6)
-    # cell c resamples two pairs with slopes 1.0 and 1.2: means 1.0, 1.1, 1.2 with chance 1/4, 1/2, 1/4
-    assert metrics["cdpg_slope_c_ci_low"] == pytest.approx(1.0)
-    assert metrics["cdpg_slope_c_ci_high"] == pytest.approx(1.2)
-    assert metrics["cdpg_slope_a_ci_low"] == metrics["cdpg_slope_a_ci_high"] == pytest.approx(-0.4)
+    # cell c: two pairs with slopes 1.0 and 1.2, SD 0.1 sqrt(2), SE 0.1; t(0.975, 1) = 12.706
+    half = stats.t.ppf(0.975, 1) * 0.1
+    assert metrics["cdpg_slope_c_ci_low"] == pytest.approx(1.1 - half) == pytest.approx(-0.1706, abs=1e-4)
+    assert metrics["cdpg_slope_c_ci_high"] == pytest.approx(1.1 + half) == pytest.approx(2.3706, abs=1e-4)
+    assert np.isnan(metrics["cdpg_slope_a_ci_low"]) and np.isnan(metrics["cdpg_slope_a_ci_high"])  # one pair: no SD
     assert [metrics[f"cdpg_n_{c}"] for c in "abcd"] == [1, 1, 2, 1] and metrics["cdpg_n_pairs"] == 5
     # every cell here has fewer than 10 pairs: its interval is flagged in the metrics and the slopes table
     assert all(metrics[f"cdpg_slope_{c}_ci_few"] == 1.0 for c in "abcd")
@@ -185,7 +187,7 @@ def test_pooled_and_per_model_dataset_tables():
     depth = pd.concat([build_depth().assign(model="m", dataset=name) for name in ("adult", "compas")])
     # compas loses pair 4: cell c holds pair 3 alone there
     records = records[~((records["dataset"] == "compas") & (records["pair_id"] == 4))]
-    result = cdpg(depth, records, k_list=(2, 4), K=2, n_boot=200)
+    result = cdpg(depth, records, k_list=(2, 4), K=2)
     slopes = result["tables"]["cdpg_slopes"].set_index(["model", "dataset", "K", "cell"])
     assert slopes.loc[("pooled", "pooled", 2, "c"), "slope"] == pytest.approx((1.0 + 1.2 + 1.0) / 3)
     assert slopes.loc[("m", "adult", 2, "c"), "slope"] == pytest.approx(1.1)
@@ -207,7 +209,7 @@ def test_missing_k_or_columns_are_named():
 def test_a_trajectory_missing_a_depth_is_left_out():
     depth = build_depth()
     depth = depth[~((depth["pair_id"] == 1) & (depth["K"] == 2) & (depth["k"] == 1) & (depth["side"] == "alpha"))]
-    metrics = cdpg(depth, build_records(), k_list=(2, 4), K=2, n_boot=100)["metrics"]
+    metrics = cdpg(depth, build_records(), k_list=(2, 4), K=2)["metrics"]
     assert metrics["cdpg_n_a"] == 0 and np.isnan(metrics["cdpg_slope_a"]) and metrics["cdpg_n_pairs"] == 4
     assert metrics["cdpg_slope_a_k4"] == pytest.approx(0.0)  # its K=4 trajectory is complete
 
@@ -236,7 +238,7 @@ def test_slope_from_k0_fits_the_baseline_arm_too():
     """cdpg_slope_<cell>_from0 fits k = 0..K (k = 0: nothink), beside the k = 1..K slope of the main text.
 
     K=2, depths 0, .5, 1: slope = (y2 - y0) / 1 ... exactly sum((x - .5) y) / .5:
-    pair 3: (-.5*.05 + .5*.80) / .5 = .75; pair 4: (-.5*.05 + .5*.70) / .5 = .65 -> cell c .70.
+    pair 3: (-.5*.05 + .5*.80) / .5 = .75; pair 4: (-.5*.05 + .5*.70) / .5 = .65 -> cell c .70, SE .05.
     """
     result = run()
     metrics = result["metrics"]
@@ -245,8 +247,9 @@ def test_slope_from_k0_fits_the_baseline_arm_too():
     assert metrics["cdpg_slope_a_from0"] == pytest.approx(-0.1)
     assert metrics["cdpg_slope_b_from0"] == pytest.approx(-0.3)
     assert metrics["cdpg_slope_d_from0"] == pytest.approx(0.3)
-    assert metrics["cdpg_slope_c_from0_ci_low"] == pytest.approx(0.65)
-    assert metrics["cdpg_slope_c_from0_ci_high"] == pytest.approx(0.75)
+    half = stats.t.ppf(0.975, 1) * 0.05
+    assert metrics["cdpg_slope_c_from0_ci_low"] == pytest.approx(0.70 - half)
+    assert metrics["cdpg_slope_c_from0_ci_high"] == pytest.approx(0.70 + half)
     from0 = result["tables"]["cdpg_slopes_from0"].set_index(["K", "cell"])
     assert from0.loc[(4, "c"), "n"] == 2
 
@@ -267,5 +270,5 @@ def test_a_cell_with_three_pairs_is_flagged_and_one_with_ten_is_not():
     from fairaudit.analysis.cdpg import _cell_slopes
 
     slopes = pd.DataFrame({"K": 10, "cell": ["c"] * 3 + ["d"] * 10, "slope": np.linspace(0.0, 1.0, 13)})
-    table = _cell_slopes(slopes, n_boot=200, seed=0).set_index("cell")
+    table = _cell_slopes(slopes).set_index("cell")
     assert table.loc["c", ["n", "few"]].tolist() == [3, True] and table.loc["d", ["n", "few"]].tolist() == [10, False]

@@ -181,3 +181,23 @@ def test_each_papers_study_plans_without_weights(tmp_path, capsys, study, jobs, 
     methods = ("│ exact", "│ t-test", "│ Fisher z")  # the tests table's last column
     power_rows = [line for line in out.splitlines() if any(method in line for method in methods)]
     assert len(power_rows) == tests, out[-3000:]
+
+
+def test_the_cdpg_slope_is_sized_as_the_t_test_its_interval_is_over_cell_cs_binomial_count():
+    """A pilot's t interval gives back the SD of its pair slopes exactly; the power averages the t-test's over the
+    cell's count m ~ Binomial(pairs, share), the share a pilot's 12 of 80 pairs."""
+    from fairaudit.analysis.stats import t_interval
+    from fairaudit.probes import ProbeResult
+    from fairaudit.probes.cdpg import CDPGProbe
+
+    slopes = [0.4, -0.1, 0.3, 0.0, 0.9, 0.2, 0.1, 0.5, -0.2, 0.3, 0.6, 0.0]
+    mean, sd, low, high = t_interval(slopes)
+    pilot = ProbeResult(metrics={"cdpg_n_c": 12, "cdpg_n_pairs": 80, "cdpg_slope_c_ci_low": low,
+                                 "cdpg_slope_c_ci_high": high, "cdpg_slope_c_ci_n": 12})
+    effect = {"cdpg_slope": 0.1, "cdpg_slope_sd": 0.5, "discordant": 0.1, "c_b_ratio": 2.0}
+    probe = CDPGProbe({"name": "nothink", "think": False, "max_new_tokens": 16})
+    (test,) = probe.planned_tests(None, effect, pilot)
+    assert test.method == "t-test (its t interval)" and f"SD {sd:.4g}" in test.effect
+    assert test.power(80, 0.05) == pytest.approx(power.cell_gap_power(80, 12 / 80, 0.1, sd))
+    (assumed,) = probe.planned_tests(None, effect)   # cell c's share at discordant 0.1 and c/b = 2: 1/15
+    assert assumed.power(5000, 0.05) == pytest.approx(power.cell_gap_power(5000, 0.1 * 2 / 3, 0.1, 0.5))

@@ -10,6 +10,7 @@ from scipy import stats
 
 from fairaudit.analysis.multiplicity import adjusted_log10_p
 from fairaudit.analysis.power import (
+    cell_gap_power,
     cells_at_ratio,
     expected_wilson_width,
     family_alpha,
@@ -80,6 +81,17 @@ def test_paired_gap_power_matches_simulation(mean):
     differences = np.random.default_rng(7).normal(mean, 1.0, size=(DRAWS, 30))
     simulated = np.mean(stats.ttest_1samp(differences, 0.0, axis=1).pvalue <= 0.05)
     assert abs(paired_gap_power(30, mean, 1.0) - simulated) <= WITHIN
+
+
+def test_cell_gap_power_by_hand_and_by_simulation():
+    """A cell holding each of 3 pairs with chance 1/2 has 2 pairs with chance 3/8 and 3 with 1/8 (under 2: no test)."""
+    by_hand = 3 / 8 * paired_gap_power(2, 0.5, 1.0) + 1 / 8 * paired_gap_power(3, 0.5, 1.0)
+    assert cell_gap_power(3, 0.5, 0.5, 1.0) == pytest.approx(by_hand, rel=1e-12)
+    assert cell_gap_power(30, 1.0, 0.3, 1.0) == paired_gap_power(30, 0.3, 1.0)
+    rng = np.random.default_rng(5)
+    counts = rng.binomial(80, 0.15, size=DRAWS)
+    rejected = [stats.ttest_1samp(rng.normal(0.5, 1.0, size=m), 0.0).pvalue <= 0.05 for m in counts if m >= 2]
+    assert abs(cell_gap_power(80, 0.15, 0.5, 1.0) - np.sum(rejected) / DRAWS) <= WITHIN
 
 
 exact_log10_p = functools.lru_cache(maxsize=None)(mcnemar_exact_log10_p)  # the families' cells repeat: each once

@@ -14,7 +14,7 @@ from mlflow.entities import Metric, Param
 from fairaudit.analysis import study
 from fairaudit.analysis.contingency import contingency
 from fairaudit.analysis.numbers import format_p
-from fairaudit.analysis.stats import mcnemar_exact_log10_p
+from fairaudit.analysis.stats import mcnemar_exact_log10_p, t_interval
 from fairaudit.errors import AuditError
 from fairaudit.job.registry import store_report_settings
 from fairaudit.report import app
@@ -221,7 +221,7 @@ def test_seed_statistics_by_hand():
     assert row["mean"] == pytest.approx(0.10)
     assert row["sd"] == pytest.approx(sd) == pytest.approx(0.015811388)
     assert (row["ci_low"], row["ci_high"]) == (pytest.approx(0.10 - half), pytest.approx(0.10 + half))
-    single = study.t_interval(np.array([0.3]))
+    single = t_interval(np.array([0.3]))
     assert single[0] == 0.3 and all(math.isnan(v) for v in single[1:])
 
 

@@ -18,6 +18,7 @@ import test_report
 from conftest import REPO
 from fairaudit.analysis import study
 from fairaudit.analysis.contingency import contingency
+from fairaudit.analysis.stats import t_interval
 from fairaudit.report import app
 from test_report import T_975_4, report_cfg, synthetic_records
 
@@ -54,19 +55,18 @@ def test_the_issues_gradient_and_first_violation_keep_their_t_intervals():
     inverted [1.52, 1.0]. t(0.975, 2) = 4.303."""
     t = 4.302652729911275
     gradient = np.array([-0.055, -0.03, -0.026])
-    mean, sd, low, high = study.t_interval(gradient, bounds=study.metric_range("pbs_gradient_k4_cot"))
+    mean, sd, low, high = t_interval(gradient, bounds=study.metric_range("pbs_gradient_k4_cot"))
     half = t * gradient.std(ddof=1) / math.sqrt(3)
     assert mean == pytest.approx(-0.037) and (low, high) == (pytest.approx(-0.037 - half), pytest.approx(-0.037 + half))
     assert low < -0.07 and high > 0
-    mean, sd, low, high = study.t_interval(np.array([3.0, 5.0, 4.0]),
-                                           bounds=study.metric_range("pbs_first_violation_k5_cot"))
+    mean, sd, low, high = t_interval(np.array([3.0, 5.0, 4.0]), bounds=study.metric_range("pbs_first_violation_k5_cot"))
     assert (mean, sd) == (4.0, 1.0)
     assert (low, high) == (pytest.approx(4 - t / math.sqrt(3)), pytest.approx(4 + t / math.sqrt(3)))
 
 
 def test_a_mean_outside_the_declared_range_keeps_its_whole_interval():
     """A range declared wrong must not cut the interval away from its mean (nor invert it)."""
-    mean, sd, low, high = study.t_interval(np.array([3.0, 5.0, 4.0]), bounds=(0.0, 1.0))
+    mean, sd, low, high = t_interval(np.array([3.0, 5.0, 4.0]), bounds=(0.0, 1.0))
     assert low < mean < high
     assert (low, high) == (pytest.approx(4 - 2.4841, abs=1e-4), pytest.approx(4 + 2.4841, abs=1e-4))
 
@@ -103,13 +103,13 @@ def test_every_seed_interval_holds_its_mean_and_lies_in_its_metrics_range(shares
 
 def test_a_count_near_zero_keeps_its_t_interval_above_zero_and_a_rate_below_one():
     cells = [0, 0, 0, 0, 1]  # the issue's case: cell_b [-0.36, 0.76] under the plain t-interval
-    mean, sd, low, high = study.t_interval(np.array(cells, float), bounds=study.metric_range("cell_b"))
+    mean, sd, low, high = t_interval(np.array(cells, float), bounds=study.metric_range("cell_b"))
     half = T_975_4 * math.sqrt(0.2) / math.sqrt(5)  # SD of 0,0,0,0,1 (ddof=1) is sqrt(0.2)
     assert (mean, sd) == (pytest.approx(0.2), pytest.approx(math.sqrt(0.2)))
     assert (low, high) == (0.0, pytest.approx(0.2 + half)) and 0.2 - half < 0  # cut at 0, the upper end as it was
     rates = np.array([1.0, 1.0, 0.95, 1.0, 1.0])
-    assert study.t_interval(rates, bounds=study.metric_range("d_cf_think"))[3] == 1.0
-    free = study.t_interval(np.array([-3.0, 1.0, 2.0]))  # unbounded: the plain interval
+    assert t_interval(rates, bounds=study.metric_range("d_cf_think"))[3] == 1.0
+    free = t_interval(np.array([-3.0, 1.0, 2.0]))  # unbounded: the plain interval
     assert free[2] == pytest.approx(0.0 - 4.303 * free[1] / math.sqrt(3), rel=1e-3)
 
 

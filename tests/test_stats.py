@@ -22,6 +22,7 @@ from fairaudit.analysis.stats import (
     ratio_interval_exact,
     stratified_exact_test,
     subset_sum_log_pmf,
+    t_interval,
     wilcoxon_log10_p,
     wilson_interval,
 )
@@ -89,6 +90,17 @@ def test_bootstrap_with_finite_replicates_is_numpys_quantile_either_way():
     rng = np.random.default_rng(1)
     replicates = [stat(rng.integers(0, 40, size=40)) for _ in range(500)]
     assert bootstrap_ci(stat, 40, 500, 1) == pytest.approx(tuple(np.quantile(replicates, [0.025, 0.975])), abs=1e-15)
+
+
+def test_t_interval_of_a_skewed_five_by_hand():
+    """1, 2, 3, 4, 10: mean 4, squared deviations 9 + 4 + 1 + 0 + 36 = 50, SD sqrt(50 / 4) = 3.5355, SE sqrt(2.5);
+    t(0.975, 4) = 2.7764 (scipy's quantile, as a table gives it), half width 2.7764 x 1.5811 = 4.3899."""
+    half = stats.t.ppf(0.975, 4) * math.sqrt(2.5)
+    assert half == pytest.approx(4.3899, abs=1e-4)
+    mean, sd, low, high = t_interval(np.array([1.0, 2.0, 3.0, 4.0, 10.0]))
+    assert (mean, sd) == (4.0, pytest.approx(math.sqrt(12.5)))
+    assert (low, high) == (pytest.approx(4.0 - half), pytest.approx(4.0 + half))
+    assert all(math.isnan(end) for end in t_interval(np.array([0.7]))[1:])   # one value: no SD, no interval
 
 
 def test_spearman_partial_correlation_equals_the_formula_on_spearman_correlations_and_ols_on_ranks():

@@ -18,7 +18,7 @@ from fairaudit.analysis.contingency import CELLS, cell_labels
 from fairaudit.analysis.numbers import cancelled, cancelled_mean
 from fairaudit.analysis.pairs import ALPHA, ALPHA_PRIME, SIDES, complete_pairs
 from fairaudit.analysis.ranges import COUNT, FREE
-from fairaudit.analysis.stats import FEW, bootstrap_ci, interval_size
+from fairaudit.analysis.stats import FEW, interval_size, t_interval
 from fairaudit.errors import AuditError
 
 RANGES = {"cdpg_n_([abcd]|pairs)": COUNT, "cdpg_slope_[abcd]": FREE}  # a slope of CDPG_k per segment: any sign
@@ -190,10 +190,9 @@ def pair_slopes(traj: pd.DataFrame, first_k: int = 1) -> pd.DataFrame:
     return pd.Series(cancelled(slope.to_numpy(), scale.to_numpy()), index=slope.index, name="slope").reset_index()
 
 
-def _cell_slopes(slopes: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
-    """Cell slope (mean of pair slopes) per (K, cell), percentile bootstrap over the cell's pairs; `few` flags
-    a cell of fewer than FEW pairs, where that interval covers far less than its nominal 95%
-    (benchmarks/interval_coverage.py).
+def _cell_slopes(slopes: pd.DataFrame) -> pd.DataFrame:
+    """Cell slope (mean of pair slopes) per (K, cell) with its Student t 95% interval over the cell's pairs
+    (`stats.t_interval`; none for one pair); `few` flags a cell of fewer than FEW pairs.
 
     # -> K, cell, n, slope, ci_low, ci_high, few
     """
@@ -201,7 +200,7 @@ def _cell_slopes(slopes: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
     for (K, cell), part in slopes.groupby(["K", "cell"]):
         values = part["slope"].to_numpy(float)
         scale = np.abs(values).max() if len(values) else 0.0  # pair slopes of either sign that cancel leave rounding
-        low, high = bootstrap_ci(lambda i: values[i].mean(), len(values), n_boot, seed)
+        _, _, low, high = t_interval(values)
         rows.append({"K": K, "cell": cell, "n": len(values), "slope": cancelled_mean(values),
                      "ci_low": cancelled(low, scale), "ci_high": cancelled(high, scale), "few": len(values) < FEW})
     return pd.DataFrame(rows, columns=["K", "cell", "n", "slope", "ci_low", "ci_high", "few"])
@@ -268,7 +267,6 @@ def cdpg(
     treatment: str = "think",
     baseline: str = "nothink",
     k_list: Sequence[int] = (5, 10, 20),
-    n_boot: int = 2000,
     seed: int = 0,
     K: int = 10,
     identity_atol: float = 1e-9,
@@ -283,9 +281,10 @@ def cdpg(
 
     Returns {"metrics": {...}, "tables": {...}}. Metrics, at the headline K:
     cdpg_n_pairs, cdpg_n_{cell}; cdpg_slope_{cell} (OLS slope of the cell's mean |CDPG_k|
-    on k/K over k = 1..K) with cdpg_slope_{cell}_ci_low/_ci_high (percentile bootstrap over
-    the cell's pairs; cdpg_slope_{cell}_ci_n = cdpg_n_{cell} is its n and cdpg_slope_{cell}_ci_few is 1.0 below
-    FEW = 10 pairs, where it undercovers); cdpg_slope_{cell}_from0 (and its interval, n and flag), the same fit over
+    on k/K over k = 1..K) with cdpg_slope_{cell}_ci_low/_ci_high (the Student t 95% interval of the mean
+    of the cell's pair slopes, NaN for one pair; benchmarks/calibration_cdpg.py measures its coverage at the
+    7 to 50 pairs a cell holds; cdpg_slope_{cell}_ci_n = cdpg_n_{cell} is its n and cdpg_slope_{cell}_ci_few is
+    1.0 below FEW = 10 pairs); cdpg_slope_{cell}_from0 (and its interval, n and flag), the same fit over
     k = 0..K, the baseline arm included; and cdpg_slope_{cell}_k{K'} for each K' in k_list,
     fitted on `k_sensitivity_subsample` pairs per (model, dataset) when set (all pairs when None).
     Tables: cdpg_by_cell (K, cell, k, depth, n, mean_abs_cdpg; Figs. 3 and 6), cdpg_sides
@@ -300,7 +299,7 @@ def cdpg(
     traj = trajectories(depth_records, records, treatment, baseline, Ks=[K, *k_list], atol=identity_atol)
     group_cols = [c for c in GROUP_COLUMNS if c in traj]
     def cell_slopes(frame: pd.DataFrame, first_k: int = 1) -> pd.DataFrame:
-        return _with_scopes(pair_slopes(frame, first_k), group_cols, lambda s: _cell_slopes(s, n_boot, seed))
+        return _with_scopes(pair_slopes(frame, first_k), group_cols, _cell_slopes)
 
     slopes, from0 = cell_slopes(traj), cell_slopes(traj, first_k=0)
     sampled = subsample_pairs(traj[traj["K"].isin(list(k_list))], k_sensitivity_subsample, seed)

@@ -94,7 +94,7 @@ def pooled_cdpg(depth_records: pd.DataFrame, records: pd.DataFrame, treatment: s
     depth_records: model, dataset, pair_id, side, K, k, p_yes_k [, arm]. The final-depth
     identity was checked when each run was made, so it is not re-checked here.
     """
-    return cdpg(depth_records, records, treatment, baseline, k_list=k_list, n_boot=0, K=K,
+    return cdpg(depth_records, records, treatment, baseline, k_list=k_list, K=K,
                 identity_atol=math.inf, k_sensitivity_subsample=k_sensitivity_subsample)
 
 

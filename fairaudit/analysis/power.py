@@ -7,7 +7,8 @@ exact or an approximation:
                                                 number of discordant pairs, the test `stats.mcnemar_exact_log10_p`
                                                 computes
   paired gap (mean of paired differences)       exact for normal differences: the one-sample t-test's
-                                                noncentral t law
+                                                noncentral t law; over one cell's pairs, averaged over the
+                                                cell's Binomial count
   a (partial) correlation's test (position)     approximate: Fisher's z, normal with SD 1 / sqrt(n - 3 - controls)
   a rate's Wilson interval (influence rates)    exact: its expected width summed over k ~ Binomial(n, rate), the
                                                 interval `stats.wilson_interval` computes
@@ -123,13 +124,26 @@ def cells_at_ratio(discordance: float, c_b_ratio: float) -> tuple[float, float]:
     return p_b, discordance - p_b
 
 
-def expected_wilson_width(units: int, rate: float, level: float = 0.95) -> float:
-    """Expected width of the Wilson interval of a rate over `units` units: the sum over k ~ Binomial(units, rate)
-    of P(k) times the width at k/units, over the k that hold all but 1e-12 of the probability."""
+def binomial_mean(value_at, units: int, rate: float) -> float:
+    """E[value_at(k)] for k ~ Binomial(units, rate): the sum of P(k) value_at(k) over the k that hold all but 1e-12
+    of the probability."""
     low, high = (int(x) for x in stats.binom.ppf([1e-13, 1.0 - 1e-13], units, rate))
     counts = np.arange(max(low, 0), min(high, units) + 1)
-    widths = [np.subtract(*wilson_interval(int(k), units, level)[::-1]) for k in counts]
-    return float(np.dot(stats.binom.pmf(counts, units, rate), widths))
+    return float(np.dot(stats.binom.pmf(counts, units, rate), [value_at(int(k)) for k in counts]))
+
+
+def cell_gap_power(pairs: int, share: float, mean_difference: float, sd_difference: float,
+                   alpha: float = 0.05) -> float:
+    """Power of the t-test of a mean over the pairs of one cell that holds each of `pairs` pairs with chance `share`
+    (a contingency cell): `paired_gap_power` at its count m ~ Binomial(pairs, share), averaged; exact when the
+    per-pair values are normal (at share 1 it is `paired_gap_power` itself)."""
+    return binomial_mean(lambda m: paired_gap_power(m, mean_difference, sd_difference, alpha), pairs, share)
+
+
+def expected_wilson_width(units: int, rate: float, level: float = 0.95) -> float:
+    """Expected width of the Wilson interval of a rate over `units` units: the width at k/units averaged over
+    k ~ Binomial(units, rate) (`binomial_mean`)."""
+    return binomial_mean(lambda k: np.subtract(*wilson_interval(k, units, level)[::-1]), units, rate)
 
 
 def units_for_wilson_width(rate: float, width: float, level: float = 0.95) -> int | None:

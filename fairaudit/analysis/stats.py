@@ -1,4 +1,4 @@
-"""Exact tests in log space, Wilson, Clopper-Pearson and bootstrap intervals, partial correlation, an exact
+"""Exact tests in log space, Wilson, Clopper-Pearson, Student t and bootstrap intervals, partial correlation, an exact
 stratified permutation test."""
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def sign_test_log10_p(successes: int, n: int, alternative: str = "greater") -> f
 
 def interval_size(name: str, n: int) -> dict[str, float]:
     """`<name>_ci_n`, the units an interval of metric `name` rests on, and `<name>_ci_few`, 1.0 below FEW of them
-    (where a bootstrap interval covers far less than its level: benchmarks/interval_coverage.py)."""
+    (where a bootstrap interval, or a t interval of skewed values, covers far less than its level:
+    benchmarks/interval_coverage.py)."""
     return {f"{name}_ci_n": n, f"{name}_ci_few": float(n < FEW)}
 
 
@@ -120,6 +121,27 @@ def _percentile(ranked: np.ndarray, q: float) -> float:
     if frac == 0.0 or a == b or math.isinf(a):
         return a
     return b if math.isinf(b) else a + frac * (b - a)
+
+
+def t_interval(values: np.ndarray, level: float = 0.95,
+               bounds: tuple[float, float] = (-math.inf, math.inf)) -> tuple[float, float, float, float]:
+    """(mean, SD with ddof=1, low, high): Student-t interval mean ± t_{(1+level)/2, n-1} SD / sqrt(n), cut to
+    `bounds`, the values the quantity can take (`study.metric_range`): a mean in that range is covered by the cut
+    interval whenever by the whole one, so the cut keeps the t-interval's coverage and never shows a count below 0.
+    The cut never passes the mean: a mean outside `bounds` (a range declared wrong) keeps the whole interval."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    n = values.size
+    if n == 0:
+        return (math.nan, math.nan, math.nan, math.nan)
+    mean = float(values.mean())
+    if n == 1:
+        return (mean, math.nan, math.nan, math.nan)
+    sd = float(values.std(ddof=1))
+    half = float(stats.t.ppf((1.0 + level) / 2.0, n - 1)) * sd / math.sqrt(n)
+    if not bounds[0] <= mean <= bounds[1]:
+        return (mean, sd, mean - half, mean + half)
+    return (mean, sd, max(mean - half, bounds[0]), min(mean + half, bounds[1]))
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:

@@ -15,12 +15,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
 from fairaudit.analysis import ranges
 from fairaudit.analysis.contingency import contingency
 from fairaudit.analysis.ranges import COUNT
-from fairaudit.analysis.stats import p_value, sign_test_log10_p
+from fairaudit.analysis.stats import p_value, sign_test_log10_p, t_interval
 
 AXES = ("model", "dataset", "probe", "arm", "checkpoint", "seed", "engine")  # engine: the backend and its numerics
 ROW_AXES = ("model", "dataset")  # always shown, as in paper 000's tables
@@ -149,27 +148,6 @@ def metric_range(name: str) -> tuple[float, float]:
     rates and shares in [0, 1], their differences in [-1, 1], log10 p-values <= 0...; a metric nothing declares
     (a probe of one's own) is unbounded, so nothing cuts its interval."""
     return ranges.declared_range(name, declared()) or ranges.FREE
-
-
-def t_interval(values: np.ndarray, level: float = 0.95,
-               bounds: tuple[float, float] = (-math.inf, math.inf)) -> tuple[float, float, float, float]:
-    """(mean, SD with ddof=1, low, high): Student-t interval mean ± t_{(1+level)/2, n-1} SD / sqrt(n), cut to
-    `bounds`, the values the quantity can take (`metric_range`): a mean in that range is covered by the cut
-    interval whenever by the whole one, so the cut keeps the t-interval's coverage and never shows a count below 0.
-    The cut never passes the mean: a mean outside `bounds` (a range declared wrong) keeps the whole interval."""
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values)]
-    n = values.size
-    if n == 0:
-        return (math.nan, math.nan, math.nan, math.nan)
-    mean = float(values.mean())
-    if n == 1:
-        return (mean, math.nan, math.nan, math.nan)
-    sd = float(values.std(ddof=1))
-    half = float(scipy_stats.t.ppf((1.0 + level) / 2.0, n - 1)) * sd / math.sqrt(n)
-    if not bounds[0] <= mean <= bounds[1]:
-        return (mean, sd, mean - half, mean + half)
-    return (mean, sd, max(mean - half, bounds[0]), min(mean + half, bounds[1]))
 
 
 def seed_summary(runs: pd.DataFrame, metrics: Sequence[str], axes: Sequence[str], level: float = 0.95) -> pd.DataFrame:

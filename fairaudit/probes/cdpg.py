@@ -80,8 +80,8 @@ class CDPGProbe(PairedProbe):
 
         def analyse(rows: pd.DataFrame) -> dict:  # cdpg on the depth records of these records' pairs
             return cdpg(depth[depth["pair_id"].isin(rows["pair_id"])], rows, treatment=t, baseline=b,
-                        k_list=self.k_list, n_boot=self.n_boot, seed=self.seed, K=self.K,
-                        identity_atol=self.identity_atol, k_sensitivity_subsample=self.k_sensitivity_subsample)
+                        k_list=self.k_list, seed=self.seed, K=self.K, identity_atol=self.identity_atol,
+                        k_sensitivity_subsample=self.k_sensitivity_subsample)
 
         slim = analysed(records)
         result = analyse(slim)
@@ -94,15 +94,16 @@ class CDPGProbe(PairedProbe):
 
     def planned_tests(self, arm: Arm, effect: Mapping[str, float],
                       pilot: ProbeResult | None = None) -> list[PlannedTest]:
-        """The slope of |CDPG| over depth in cell c (the cell the paper's amplification is in), over its pairs: a
-        pilot's share of them (over at least stats.FEW pairs), else cell c's share at plan.effect.discordant and
+        """The slope of |CDPG| over depth in cell c (the cell the paper's amplification is in): the t-test of the mean
+        pair slope over the cell's pairs, which the probe's t interval is, each pair in the cell with chance a
+        pilot's share (over at least stats.FEW pairs), else cell c's share at plan.effect.discordant and
         c_b_ratio."""
         metrics = pilot.metrics if pilot else {}
         in_c, pairs = measured(metrics, "cdpg_n_c"), measured(metrics, "cdpg_n_pairs")
         piloted = in_c and pairs and pairs >= FEW
         share = in_c / pairs if piloted else cells_at_ratio(effect["discordant"], effect["c_b_ratio"])[1]
         return [paired_mean_test("CDPG slope in cell c", "cdpg_slope_c", float(effect["cdpg_slope"]), "cdpg_slope_sd",
-                                 effect, metrics, share)]
+                                 effect, metrics, share, student_t=True)]
 
     def verdict(self, result: ProbeResult) -> list[str]:
         """How |CDPG| grows along the trace per cell (slope with its interval), the P(Yes) gap, warnings."""
@@ -114,7 +115,7 @@ class CDPGProbe(PairedProbe):
         empty = [cell for cell in CELLS if not m[f"cdpg_n_{cell}"]]
         found = (f"CDPG on {pairs_phrase(records, m['cdpg_n_pairs'])}: |P(Yes | {alpha}) - P(Yes | {alpha_prime})| "
                  f"re-read after each of K={self.K} equal segments of the {t} trace; the slope of its mean against "
-                 f"depth (0 to 1, 95% bootstrap), by cell: {'; '.join(slopes) or 'no pair counts'}"
+                 f"depth (0 to 1, 95% t interval), by cell: {'; '.join(slopes) or 'no pair counts'}"
                  + (f"; cell{'s' if len(empty) > 1 else ''} {', '.join(empty)} empty" if empty and slopes else "")
                  + ".")
         depth = [WARNING + line for line in depth_warnings(result.records["depth_records"], self.K)]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+from scipy import stats
+
 from fairaudit.analysis import power
 from fairaudit.analysis.numbers import format_number as num
 from fairaudit.analysis.stats import FEW
@@ -19,14 +21,16 @@ def measured(metrics: Mapping[str, float], name: str) -> float | None:
     return float(value) if value is not None and math.isfinite(value) else None
 
 
-def interval_sd(metrics: Mapping[str, float], name: str) -> float | None:
+def interval_sd(metrics: Mapping[str, float], name: str, student_t: bool = False) -> float | None:
     """The SD of the per-unit values behind a mean's 95% interval (`name`_ci_low/_ci_high over `name`_ci_n units):
-    its half-width x sqrt(n) / 1.96, the normal reading of a bootstrap interval; None without an interval over at
-    least stats.FEW units (fewer give an SD too rough to size a study on)."""
+    its half-width x sqrt(n) / q, q the 0.975 quantile of t(n - 1) for a Student t interval (exact), else the
+    normal one (the normal reading of a bootstrap interval); None without an interval over at least stats.FEW units
+    (fewer give an SD too rough to size a study on)."""
     low, high, n = (measured(metrics, f"{name}_ci_{end}") for end in ("low", "high", "n"))
     if low is None or high is None or not n or n < FEW or high <= low:
         return None
-    return (high - low) / 2.0 * math.sqrt(n) / 1.959963984540054
+    quantile = stats.t.ppf(0.975, n - 1) if student_t else stats.norm.ppf(0.975)
+    return (high - low) / 2.0 * math.sqrt(n) / float(quantile)
 
 
 def mcnemar_test(effect: Mapping[str, float], metrics: Mapping[str, float]) -> PlannedTest:
@@ -43,15 +47,18 @@ def mcnemar_test(effect: Mapping[str, float], metrics: Mapping[str, float]) -> P
 
 
 def paired_mean_test(name: str, metric: str, mean: float, sd_key: str, effect: Mapping[str, float],
-                     metrics: Mapping[str, float], share: float = 1.0) -> PlannedTest:
-    """A paired mean (a gap's change, a slope) at `mean`, its per-unit SD read off a pilot's interval of `metric`
-    or `plan.effect.<sd_key>`; sized as the one-sample t-test (the run reports a bootstrap interval)."""
-    sd = interval_sd(metrics, metric)
+                     metrics: Mapping[str, float], share: float = 1.0, student_t: bool = False) -> PlannedTest:
+    """A paired mean (a gap's change, a slope) at `mean` over the pairs, or over those of one cell that holds each
+    pair with chance `share`; its per-unit SD read off a pilot's interval of `metric` (a Student t interval when
+    `student_t`, else a bootstrap one) or `plan.effect.<sd_key>`. Sized as the one-sample t-test
+    (`power.cell_gap_power`: at the cell's Binomial count), which a t interval excluding 0 is."""
+    sd = interval_sd(metrics, metric, student_t)
     source = "pilot" if sd is not None else f"assumed: plan.effect.{sd_key}"
     sd = sd if sd is not None else float(effect[sd_key])
-    return PlannedTest(name, metric, f"mean {num(mean)}, SD {num(sd)} ({source})",
-                       "t-test (for its bootstrap interval)",
-                       power=lambda n, level: power.paired_gap_power(n, mean, sd, level), share=share)
+    cell = f", over a share {num(share)} of the pairs" if share < 1.0 else ""
+    return PlannedTest(name, metric, f"mean {num(mean)}, SD {num(sd)} ({source}){cell}",
+                       "t-test (its t interval)" if student_t else "t-test (for its bootstrap interval)",
+                       power=lambda n, level: power.cell_gap_power(n, share, mean, sd, level))
 
 
 def correlation_test(metric: str, rho: float, controls: int, share: float, share_source: str) -> PlannedTest:
