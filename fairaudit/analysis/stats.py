@@ -1,5 +1,5 @@
-"""Exact tests in log space, Wilson, Clopper-Pearson and bootstrap intervals, partial correlation, an exact
-stratified permutation test."""
+"""Exact tests in log space, Wilson, Clopper-Pearson, bootstrap, clustered t and Fisher z intervals, partial
+correlation, an exact stratified permutation test."""
 
 from __future__ import annotations
 
@@ -120,6 +120,43 @@ def _percentile(ranked: np.ndarray, q: float) -> float:
     if frac == 0.0 or a == b or math.isinf(a):
         return a
     return b if math.isinf(b) else a + frac * (b - a)
+
+
+def clustered_t_interval(totals, sizes=None, level: float = 0.95,
+                         bounds: tuple[float, float] = (-math.inf, math.inf)) -> tuple[float, float]:
+    """Student-t interval of the mean sum(totals) / sum(sizes) over n units (questions), unit i holding sizes[i]
+    observations that sum to totals[i]; default one each, the plain t interval of the totals' mean.
+
+    Units are resampled whole, so a unit's observations need not be independent: se = sd(d) / sqrt(n) with d_i =
+    (totals_i - mean x sizes_i) / mean(sizes), the ratio mean's linearised deviations (ddof 1), and
+    t_{(1+level)/2, n-1} critical values; cut to `bounds`, what the mean can be. (nan, nan) under two units.
+    """
+    totals = np.asarray(totals, dtype=float)
+    sizes = np.ones_like(totals) if sizes is None else np.asarray(sizes, dtype=float)
+    n = totals.size
+    if n < 2:
+        return (math.nan, math.nan)
+    mean = totals.sum() / sizes.sum()
+    deviations = (totals - mean * sizes) / sizes.mean()
+    half = float(stats.t.ppf((1.0 + level) / 2.0, n - 1)) * float(deviations.std(ddof=1)) / math.sqrt(n)
+    return (max(float(mean - half), bounds[0]), min(float(mean + half), bounds[1]))
+
+
+SPEARMAN_Z_VARIANCE = 1.06  # Fieller, Hartley & Pearson (1957): Var(atanh r_s) ~ 1.06 / (n - 3), Pearson's 1 / (n - 3)
+
+
+def fisher_z_interval(r: float, n: int, controlled: int = 0, level: float = 0.95,
+                      variance: float = 1.0) -> tuple[float, float]:
+    """Fisher z interval of a (partial) correlation r over n units with `controlled` variables held fixed:
+    tanh(atanh(r) -+ z_{(1+level)/2} sqrt(variance / (n - 3 - controlled))), inside [-1, 1] by construction;
+    `variance` SPEARMAN_Z_VARIANCE for a rank correlation. (nan, nan) for a NaN r or n - 3 - controlled < 1."""
+    dof = n - 3 - controlled
+    if math.isnan(r) or dof < 1:
+        return (math.nan, math.nan)
+    half = float(stats.norm.ppf(0.5 + level / 2.0)) * math.sqrt(variance / dof)
+    with np.errstate(divide="ignore"):
+        z = float(np.arctanh(r))   # +-inf at r = +-1: the interval is that end alone
+    return (math.tanh(z - half), math.tanh(z + half))
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
