@@ -195,6 +195,31 @@ def simulated_power(plant: PositionPlant, questions: int, studies: int, seed: in
     return float(np.mean(np.asarray(log10_p) <= np.log10(alpha)))
 
 
+def simulated_mean_coverage(plant: PositionPlant, questions: int, studies: int, n_boot: int = 1000,
+                            seed: int = 0) -> dict[str, tuple[float, float]]:
+    """A diagnostic, not the pipeline: over `studies` studies of `simulated_questions`, the share whose interval holds
+    E[PBS] (pbs) and each length quartile's (pbs_q1..q4, over the study's quartile of questions), for the t interval
+    the probe logs (`stats.clustered_t_interval`) and for a percentile bootstrap of the same questions.
+    {name: (t coverage, bootstrap coverage)}"""
+    from fairaudit.analysis.stats import clustered_t_interval
+
+    words, opener = mock_facts()
+    truth = position_truth(plant, words, opener, 1)
+    found = simulated_questions(plant, words, opener, 1, questions * studies, seed)
+    values = found["pbs"].to_numpy().reshape(studies, questions)
+    by_length = np.argsort(found["length_chars"].to_numpy().reshape(studies, questions), axis=1, kind="stable")
+    quartiles = np.array_split(np.take_along_axis(values, by_length, axis=1), QUARTILES, axis=1)
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, group in {"pbs": values, **{f"pbs_q{q + 1}": part for q, part in enumerate(quartiles)}}.items():
+        resamples = rng.integers(0, group.shape[1], (n_boot, group.shape[1]))
+        t = np.array([clustered_t_interval(row) for row in group])
+        boot = np.array([np.quantile(row[resamples].mean(axis=1), [0.025, 0.975]) for row in group])
+        held = [(ends[:, 0] <= truth[name]) & (truth[name] <= ends[:, 1]) for ends in (t, boot)]
+        out[name] = (float(held[0].mean()), float(held[1].mean()))
+    return out
+
+
 ARM_TOKENS = HIGH + 8      # the reason arm's budget: every trace closes and answers (none cut)
 METRICS = ("n_questions_complete", "pbs", "accuracy", "answer_share_a", "partial_rho_length_pbs",
            "partial_rho_length_pbs_log10_p", "truncated_rate", *(f"pbs_q{q}" for q in range(1, QUARTILES + 1)))
