@@ -4,7 +4,7 @@ fairaudit/analysis/power.py predicts (not a timed test; docs/calibration.md show
 
     python benchmarks/calibration.py [--probes counterfactual influence cdpg position] [--studies 500] [--pairs 50]
         [--n-boot 2000] [--influence-studies 300] [--items 25] [--cdpg-studies 150] [--cdpg-pairs 80]
-        [--position-studies 300] [--questions 60] [--seed 0] [--workers 1]
+        [--position-studies 300] [--growth-studies 40=600] [--questions 60] [--seed 0] [--workers 1]
 
 Counterfactual (think against nothink): per planted thinking gap (0, the null, and three effects) one mock
 (`side_sd` 1, `effect` 0.5, `base_sd` 2, `trace_sd` 0, traces of a fixed 40 tokens, its own seed) answers
@@ -229,9 +229,18 @@ def jobs(args) -> list[tuple]:
         out += [(cdpg.run_gap, (gap, args.cdpg_studies, args.cdpg_pairs, args.seed))
                 for gap in args.cdpg_gaps]
     if "position" in args.probes:
-        out += [(position.run_effect, (growth, args.position_studies, args.questions, args.seed))
+        studies = dict(args.growth_studies)
+        out += [(position.run_effect, (growth, studies.get(growth, args.position_studies), args.questions, args.seed))
                 for growth in args.growths]
     return out
+
+
+def growth_studies(text: str) -> tuple[float, int]:
+    """`--growth-studies` GROWTH=STUDIES, e.g. 40=600: (40.0, 600)."""
+    growth, sep, studies = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected GROWTH=STUDIES (e.g. 40=600), got {text!r}")
+    return float(growth), int(studies)
 
 
 def call(job: tuple) -> pd.DataFrame:
@@ -261,6 +270,8 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=60, help="questions (x 4 permutations) per position study")
     parser.add_argument("--growths", type=float, nargs="*", default=position.EFFECTS,
                         help="planted growths of the preference for position A (logit per 1,000 trace tokens)")
+    parser.add_argument("--growth-studies", type=growth_studies, nargs="*", default=[], metavar="GROWTH=STUDIES",
+                        help="position studies at one planted growth, in place of --position-studies (e.g. 40=600)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--rows", type=Path, help="write every study's row here (CSV, one per probe: <name>-<probe>)")
@@ -279,9 +290,10 @@ def main() -> None:
         (cdpg.run_gap, "cdpg", lambda rows: cdpg.markdown(cdpg.summary(rows)),
          f"\ncdpg on backend=mock (K={cdpg.K}): {args.cdpg_studies} studies x {args.cdpg_pairs} pairs per planted "
          f"thinking gap, seed {args.seed}; Student t intervals at {NOMINAL}"),
-        (position.run_effect, "position", lambda rows: position.markdown(position.summary(rows)),
+        (position.run_effect, "position",
+         lambda rows: position.markdown(position.summary(rows), position.pooled_coverage(rows)),
          f"\nposition on backend=mock (reason arm): {args.position_studies} studies x {args.questions} questions per "
-         f"planted growth, seed {args.seed}; partial correlation's test at {position.ALPHA}"))
+         f"planted growth, seed {args.seed}; partial correlation's test at {position.ALPHA}, intervals at {NOMINAL}"))
     for runner, name, table, heading in printed:
         found = [part for (function, _), part in zip(todo, parts) if function is runner]
         if found:

@@ -195,9 +195,36 @@ def simulated_power(plant: PositionPlant, questions: int, studies: int, seed: in
     return float(np.mean(np.asarray(log10_p) <= np.log10(alpha)))
 
 
+def simulated_mean_coverage(plant: PositionPlant, questions: int, studies: int, n_boot: int = 1000,
+                            seed: int = 0) -> dict[str, tuple[float, float]]:
+    """A diagnostic, not the pipeline: over `studies` studies of `simulated_questions`, the share whose interval holds
+    E[PBS] (pbs) and each length quartile's (pbs_q1..q4, over the study's quartile of questions), for the t interval
+    the probe logs (`stats.clustered_t_interval`) and for a percentile bootstrap of the same questions.
+    {name: (t coverage, bootstrap coverage)}"""
+    from fairaudit.analysis.stats import clustered_t_interval
+
+    words, opener = mock_facts()
+    truth = position_truth(plant, words, opener, 1)
+    found = simulated_questions(plant, words, opener, 1, questions * studies, seed)
+    values = found["pbs"].to_numpy().reshape(studies, questions)
+    by_length = np.argsort(found["length_chars"].to_numpy().reshape(studies, questions), axis=1, kind="stable")
+    quartiles = np.array_split(np.take_along_axis(values, by_length, axis=1), QUARTILES, axis=1)
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, group in {"pbs": values, **{f"pbs_q{q + 1}": part for q, part in enumerate(quartiles)}}.items():
+        resamples = rng.integers(0, group.shape[1], (n_boot, group.shape[1]))
+        t = np.array([clustered_t_interval(row) for row in group])
+        boot = np.array([np.quantile(row[resamples].mean(axis=1), [0.025, 0.975]) for row in group])
+        held = [(ends[:, 0] <= truth[name]) & (truth[name] <= ends[:, 1]) for ends in (t, boot)]
+        out[name] = (float(held[0].mean()), float(held[1].mean()))
+    return out
+
+
 ARM_TOKENS = HIGH + 8      # the reason arm's budget: every trace closes and answers (none cut)
 METRICS = ("n_questions_complete", "pbs", "accuracy", "answer_share_a", "partial_rho_length_pbs",
            "partial_rho_length_pbs_log10_p", "truncated_rate", *(f"pbs_q{q}" for q in range(1, QUARTILES + 1)))
+INTERVALS = {"pbs": "pbs", **{f"pbs_q{q}": f"pbs_q{q}" for q in range(1, QUARTILES + 1)},
+             "partial_rho_length_pbs": "partial_rho"}   # each interval the probe logs: its planted value's key
 
 
 def reason_arm():
@@ -231,7 +258,7 @@ def template_questions(probe, ctx, variants) -> tuple[pd.DataFrame, int]:
 def study_rows(probe, ctx, variants: pd.DataFrame, questions: int, first: int) -> list[dict]:
     """One row per study of `questions` consecutive questions of `variants`: the probe's records through
     `PositionProbe.answer`, analysed by `analysis.position.position` (what `PositionProbe.run` logs)."""
-    from fairaudit.analysis.position import position
+    from fairaudit.analysis.position import arm_metric, position
 
     records, _ = probe.answer(ctx, variants)
     ids = variants["question_id"].drop_duplicates().to_numpy()
@@ -240,8 +267,20 @@ def study_rows(probe, ctx, variants: pd.DataFrame, questions: int, first: int) -
     for study, chunk in records.groupby(records["question_id"].map(study_of), sort=True):
         metrics = position(chunk)["metrics"]
         metrics["truncated_rate_reason"] = float(chunk["truncated"].mean())
-        rows.append({"study": first + study, **{name: metrics[f"{name}_reason"] for name in METRICS}})
+        ends = {f"{name}_ci_{end}": metrics[arm_metric(f"{name}_ci_{end}", "reason")]
+                for name in INTERVALS for end in ("low", "high")}
+        rows.append({"study": first + study, **{name: metrics[f"{name}_reason"] for name in METRICS}, **ends})
     return rows
+
+
+def coverage_flags(rows: pd.DataFrame, truth: dict[str, float]) -> pd.DataFrame:
+    """`rows` with covers_<interval>, 1.0 where the study's interval holds its planted value (`position_truth`)
+    and 0.0 where not (a NaN interval holds nothing). # rows: <interval>_ci_low, <interval>_ci_high"""
+    from benchmarks.calibration import covers
+
+    return rows.assign(**{f"covers_{name}": [float(covers(low, high, truth[key])) for low, high in
+                                             zip(rows[f"{name}_ci_low"], rows[f"{name}_ci_high"])]
+                          for name, key in INTERVALS.items()})
 
 
 def run_effect(per_1k_tokens: float, studies: int, questions: int, seed: int, root: str | None = None) -> pd.DataFrame:
@@ -267,7 +306,9 @@ def run_effect(per_1k_tokens: float, studies: int, questions: int, seed: int, ro
         chosen = kept.set_index("question_id").loc[ids.iloc[:count * questions]].reset_index()
         rows += quietly(study_rows)(probe, ctx, chosen, questions, first)
         first += count
-    return pd.DataFrame(rows).assign(per_1k_tokens=per_1k_tokens, questions=questions, prompt_band=prompt_band)
+    truth = position_truth(plant, *mock_facts(), prompt_band)
+    return coverage_flags(pd.DataFrame(rows), truth).assign(per_1k_tokens=per_1k_tokens, questions=questions,
+                                                            prompt_band=prompt_band)
 
 
 EFFECTS = (0.0, 20.0, 30.0, 40.0)   # position_pref_per_1k_tokens planted (logit per 1,000 band tokens read)
@@ -285,7 +326,8 @@ def mock_facts() -> tuple[np.ndarray, int]:
 def summary(rows: pd.DataFrame) -> pd.DataFrame:
     """Per planted growth: the plan's predicted power for the partial correlation's test (`PositionProbe.planned_tests`
     at the planted rho) and the measured rejection rate at ALPHA (with its Clopper-Pearson interval); each point
-    metric's planted value, its mean over studies and that mean's standard error."""
+    metric's planted value, its mean over studies and that mean's standard error; each interval's coverage (its
+    share of studies holding the planted value, with a Clopper-Pearson interval)."""
     from benchmarks.calibration import share
     from fairaudit.probes.position import PositionProbe
 
@@ -301,6 +343,8 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
         row = {"per_1k_tokens": per_1k, "questions": questions, "studies": len(group),
                "predicted": planned.power(questions, ALPHA), **{f"rejected_{k}": v for k, v in
                                                                 share(rejected, len(group)).items()}}
+        for name in INTERVALS:
+            row |= {f"covers_{name}_{k}": v for k, v in share(int(group[f"covers_{name}"].sum()), len(group)).items()}
         found = group.rename(columns={"partial_rho_length_pbs": "partial_rho"})
         for name in POINTS:
             row |= {f"{name}_truth": truth[name], f"{name}_mean": float(found[name].mean()),
@@ -309,8 +353,16 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def markdown(table: pd.DataFrame) -> str:
-    """The test's power predicted and measured (size at no growth), then each point metric: planted, measured."""
+def pooled_coverage(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Each interval's coverage over every study of every planted growth, with its 95% Clopper-Pearson interval."""
+    from benchmarks.calibration import share
+
+    return {name: share(int(rows[f"covers_{name}"].sum()), len(rows)) for name in INTERVALS}
+
+
+def markdown(table: pd.DataFrame, pooled: dict[str, dict[str, float]]) -> str:
+    """The test's power predicted and measured (size at no growth), then each point metric: planted, measured;
+    then each interval's coverage (%) per growth and pooled."""
     pct = lambda value: f"{100 * value:.1f}"   # noqa: E731
     lines = ["| planted growth (logit / 1k tokens) | planted partial rho | questions | studies | plan predicts (%) | "
              "measured (%) [95% CI] | measured - predicted (points) |", "|---|---|---|---|---|---|---|"]
@@ -322,4 +374,10 @@ def markdown(table: pd.DataFrame) -> str:
     for r in table.to_dict("records"):
         lines.append(f"| {r['per_1k_tokens']:g} | " + " | ".join(
             f"{r[f'{n}_truth']:.4f} / {r[f'{n}_mean']:.4f} ({r[f'{n}_se']:.4f})" for n in POINTS) + " |")
+    interval = lambda c: f"{pct(c['share'])} [{pct(c['low'])}, {pct(c['high'])}]"   # noqa: E731
+    lines += ["", "| planted growth | studies | " + " | ".join(INTERVALS) + " |", "|---" * (len(INTERVALS) + 2) + "|"]
+    for r in table.to_dict("records"):
+        lines.append(f"| {r['per_1k_tokens']:g} | {r['studies']} | " + " | ".join(interval(
+            {k: r[f"covers_{name}_{k}"] for k in ("share", "low", "high")}) for name in INTERVALS) + " |")
+    lines.append(f"| all | {int(table['studies'].sum())} | " + " | ".join(map(interval, pooled.values())) + " |")
     return "\n".join(lines)

@@ -4,6 +4,7 @@ are counted right, and a few dozen real studies land where analysis/power.py say
 
 from __future__ import annotations
 
+import argparse
 import math
 import subprocess
 import sys
@@ -189,8 +190,10 @@ def test_the_script_prints_every_probes_tables():
     assert lines[start + 1].startswith("| thinking gap (logit) | planted slope in c | SD of pair slopes |")
     assert lines[start + 3].startswith("| 1 | 0.1865 |")
     start = lines.index("position on backend=mock (reason arm): 2 studies x 20 questions per planted growth, seed 0; "
-                        "partial correlation's test at 0.05")
+                        "partial correlation's test at 0.05, intervals at 0.95")
     assert lines[start + 3].startswith("| 30 | 0.3111 | 20 | 2 | 25.1 |") and lines[start + 7].startswith("| 30 | ")
+    assert lines[start + 9].startswith("| planted growth | studies | pbs | pbs_q1 |")
+    assert lines[start + 11].startswith("| 30 | 2 | ") and lines[start + 12].startswith("| all | 2 | ")
 
 
 def test_the_cdpg_truth_agrees_with_the_cells_and_a_simulation_and_averages_to_no_slope_at_no_gap():
@@ -337,14 +340,22 @@ def test_position_power_and_points_are_counted_by_hand():
                          "partial_rho_length_pbs_log10_p": [-3.0, -1.31, -1.30, 0.0],
                          "partial_rho_length_pbs": [0.1, 0.2, 0.3, 0.4], "pbs": [0.4, 0.5, 0.5, 0.6],
                          **{name: 0.25 for name in ("answer_share_a", "accuracy", "pbs_q1", "pbs_q2", "pbs_q3",
-                                                    "pbs_q4")}})
+                                                    "pbs_q4")},
+                         **{f"covers_{name}": [1.0, 1.0, 1.0, 0.0] for name in position_bench.INTERVALS}})
+    rows["covers_pbs_q4"] = 1.0
     table = position_bench.summary(rows).iloc[0]
+    assert table["covers_pbs_share"] == 0.75 and table["covers_pbs_q4_share"] == 1.0
+    assert (table["covers_pbs_low"], table["covers_pbs_high"]) == pytest.approx(stats.beta.ppf([0.025, 0.975], [3, 4],
+                                                                                               [2, 1]))
     assert table["rejected_share"] == 0.5   # log10(0.05) = -1.301: -3.0 and -1.31 reject
     assert table["predicted"] == pytest.approx(correlation_power(60, truth["partial_rho"], 0.05, 1))
     assert table["partial_rho_mean"] == pytest.approx(0.25) and table["partial_rho_truth"] == truth["partial_rho"]
     assert table["pbs_se"] == pytest.approx(np.std([0.4, 0.5, 0.5, 0.6], ddof=1) / 2)
-    lines = position_bench.markdown(position_bench.summary(rows)).splitlines()
+    lines = position_bench.markdown(position_bench.summary(rows), position_bench.pooled_coverage(rows)).splitlines()
     assert lines[2].startswith(f"| 20 | {truth['partial_rho']:.4f} | 60 | 4 | ")
+    assert lines[-2].startswith("| 20 | 4 | 75.0 [19.4, 99.4] | 75.0 [19.4, 99.4] |")
+    assert lines[-1].startswith("| all | 4 | 75.0 [19.4, 99.4] |")   # pbs_q4 covers in every study, rho in 3 of 4
+    assert lines[-1].endswith("| 100.0 [39.8, 100.0] | 75.0 [19.4, 99.4] |")
     with pytest.raises(ValueError, match="fewer than its 60 questions"):
         position_bench.summary(rows.assign(n_questions_complete=59))
 
@@ -359,3 +370,16 @@ def test_a_few_real_position_studies_reject_and_land_as_planned(data_root):
     assert low <= table["rejected_share"] * studies <= high
     for name in ("pbs", "answer_share_a", "pbs_q1", "pbs_q4"):   # each study's value: its mean within 4 SE
         assert abs(table[f"{name}_mean"] - table[f"{name}_truth"]) < 4 * table[f"{name}_se"], name
+    words, opener = position_bench.mock_facts()
+    truth = position_bench.position_truth(position_bench.PositionPlant(per_1k_tokens=40.0), words, opener,
+                                          int(rows["prompt_band"].iloc[0]))
+    for name, key in position_bench.INTERVALS.items():   # 60 questions: every interval finite, its flag its own
+        low, high = rows[f"{name}_ci_low"], rows[f"{name}_ci_high"]
+        assert (low < high).all(), name
+        assert rows[f"covers_{name}"].tolist() == ((low <= truth[key]) & (truth[key] <= high)).astype(float).tolist()
+
+
+def test_growth_studies_reads_growth_equals_studies():
+    assert bench.growth_studies("40=600") == (40.0, 600)
+    with pytest.raises(argparse.ArgumentTypeError, match="GROWTH=STUDIES"):
+        bench.growth_studies("40")

@@ -48,8 +48,8 @@ def probe_result(probe: str, data_root, store: Store):
     return job.probe.run(AuditContext(client, client.tokenizer, job.spec, job.dataset, job.arm))
 
 
-WITH_INTERVALS = {"counterfactual", "btm", "cdpg", "influence"}  # the shipped probes that log intervals
-DECLARING = {*WITH_INTERVALS, "position"}  # the shipped probes, whose analysis modules declare RANGES
+WITH_INTERVALS = {"counterfactual", "btm", "cdpg", "influence", "position"}  # the shipped probes that log intervals
+DECLARING = WITH_INTERVALS  # the shipped probes, whose analysis modules declare RANGES
 
 
 @pytest.fixture(scope="module")

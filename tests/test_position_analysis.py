@@ -20,7 +20,7 @@ from fairaudit.analysis.position_truncation import (
     truncation,
     truncation_cuts,
 )
-from fairaudit.analysis.stats import partial_correlation
+from fairaudit.analysis.stats import clustered_t_interval, fisher_z_interval, partial_correlation
 from fairaudit.errors import AuditError
 from fairaudit.probes.position_report import _truncation_sections
 from fairaudit.prompts.mcq import (
@@ -303,6 +303,62 @@ def test_position_keeps_both_partial_correlations_and_names_the_chosen_one():
     assert spearman["partial_rho_length_pbs_reason"] == spearman["partial_rho_length_pbs_spearman_reason"]
     assert spearman["partial_rho_length_pbs_p_reason"] == spearman["partial_rho_length_pbs_spearman_p_reason"]
     assert pearson["partial_rho_length_pbs_spearman_reason"] == spearman["partial_rho_length_pbs_spearman_reason"]
+
+
+def test_clustered_t_interval_by_hand():
+    """[0.1, 0.3, 0.5, 0.7]: mean 0.4, SD sqrt(0.2 / 3) = 0.25820, t_{0.975, 3} = 3.18245, half 0.41085."""
+    assert clustered_t_interval([0.1, 0.3, 0.5, 0.7]) == pytest.approx((0.4 - 0.41085, 0.4 + 0.41085), abs=1e-5)
+    assert clustered_t_interval([0.1, 0.3, 0.5, 0.7], bounds=(0.0, 1.0)) == pytest.approx((0.0, 0.81085), abs=1e-5)
+    # totals [1, 2, 0] over sizes [2, 2, 1]: mean 3/5, deviations (totals - 0.6 sizes) / (5/3) = [-0.12, 0.48, -0.36],
+    # SD sqrt(0.3744 / 2) = 0.43267, se 0.24980, t_{0.975, 2} = 4.30265: half 1.07480
+    assert clustered_t_interval([1, 2, 0], [2, 2, 1]) == pytest.approx((0.6 - 1.07480, 0.6 + 1.07480), abs=1e-5)
+    assert clustered_t_interval([2, 4, 7], [2, 2, 2]) == pytest.approx(clustered_t_interval([1, 2, 3.5]))
+    assert all(math.isnan(end) for end in clustered_t_interval([0.5]))
+
+
+def test_fisher_z_interval_by_hand():
+    """r = 0.3 over 60 questions, one controlled: atanh 0.3 = 0.30952, 1.95996 / sqrt(60 - 4) = 0.26191, so
+    tanh(0.04761) = 0.04757 and tanh(0.57143) = 0.51641; Spearman's variance 1.06: half 0.26965, tanh(0.03987) =
+    0.03984 and tanh(0.57917) = 0.52206."""
+    assert fisher_z_interval(0.3, 60, controlled=1) == pytest.approx((0.04757, 0.51641), abs=1e-5)
+    assert fisher_z_interval(0.3, 60, controlled=1, variance=1.06) == pytest.approx((0.03984, 0.52206), abs=1e-5)
+    assert fisher_z_interval(-1.0, 10, controlled=1) == (-1.0, -1.0)
+    assert all(math.isnan(end) for end in (*fisher_z_interval(0.3, 4, 1), *fisher_z_interval(math.nan, 60, 1)))
+
+
+def test_position_logs_an_interval_beside_each_mean_and_partial_correlation():
+    rng = np.random.default_rng(4)
+    answers = {q: list(rng.integers(0, 4, 4)) for q in range(12)}
+    records = _records("reason", answers, gold_k={q: 0 for q in range(12)},
+                       lengths={q: 100.0 * (q + 1) for q in range(12)})
+    out = position(records, partial_corr="spearman")
+    m, questions = out["metrics"], out["tables"]["per_question"]
+    assert (m["pbs_reason_ci_low"], m["pbs_reason_ci_high"]) == pytest.approx(
+        clustered_t_interval(questions["pbs"], bounds=(0.0, 1.0)))
+    assert (m["pbs_reason_ci_n"], m["pbs_reason_ci_few"]) == (12, 0.0)
+    shortest = questions["pbs"].iloc[:3]   # quartile 1: questions 0, 1, 2 (lengths 100 to 300)
+    assert (m["pbs_q1_reason_ci_low"], m["pbs_q1_reason_ci_high"]) == pytest.approx(
+        clustered_t_interval(shortest, bounds=(0.0, 1.0)))
+    assert (m["pbs_q1_reason_ci_n"], m["pbs_q1_reason_ci_few"]) == (3, 1.0)
+    for method, variance in (("pearson", 1.0), ("spearman", 1.06)):
+        name = f"partial_rho_length_pbs_{method}_reason"
+        assert (m[f"{name}_ci_low"], m[f"{name}_ci_high"]) == pytest.approx(
+            fisher_z_interval(m[name], 12, controlled=1, variance=variance))
+    assert m["partial_rho_length_pbs_reason_ci_low"] == m["partial_rho_length_pbs_spearman_reason_ci_low"]
+    assert m["partial_rho_length_pbs_reason_ci_n"] == 12 and m["ccp_reason_ci_n"] == 12
+    summary = out["tables"]["position_summary"].iloc[0]
+    assert summary["pbs_ci_low"] == m["pbs_reason_ci_low"]
+
+
+def test_record_means_resample_whole_questions():
+    """HAND's accuracy: 1, 4, 1 and 1 correct of 4, 4, 4 and 3 extracted (7/15); deviations (correct - 7/15
+    extracted) / 3.75 = [-0.23111, 0.56889, -0.23111, -0.10667], SD 0.38377, half 3.18245 x 0.38377 / 2 = 0.61066:
+    [-0.14399, 1.07732], cut to [0, 1]. CCP over the 4 questions with one; a question without any has none."""
+    m = position(HAND)["metrics"]
+    assert (m["accuracy_reason_ci_low"], m["accuracy_reason_ci_high"], m["accuracy_reason_ci_n"]) == (0.0, 1.0, 4)
+    assert m["ccp_reason_ci_n"] == m["eff_sw_reason_ci_n"] == 4
+    silent = HAND.assign(text=np.where(HAND["question_id"] == 1, "no letter here", HAND["text"]))
+    assert position(silent)["metrics"]["ccp_reason_ci_n"] == 3
 
 
 # --- truncation intervention ----------------------------------------------------------------------

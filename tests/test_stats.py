@@ -13,15 +13,14 @@ import statsmodels.api as sm
 from scipy import stats
 from statsmodels.stats.proportion import proportion_confint
 
-from fairaudit.analysis import stats as stats_module
+from fairaudit.analysis import permutation
+from fairaudit.analysis.permutation import stratified_exact_test, subset_sum_log_pmf
 from fairaudit.analysis.stats import (
     bootstrap_ci,
     clopper_pearson,
     p_value,
     partial_correlation,
     ratio_interval_exact,
-    stratified_exact_test,
-    subset_sum_log_pmf,
     t_interval,
     wilcoxon_log10_p,
     wilson_interval,
@@ -195,7 +194,7 @@ def test_a_very_large_study_draws_seeded_relabelings(monkeypatch):
     question, after = np.repeat(np.arange(40), 6), np.tile([True, True, False, False, False, False], 40)
     changed = (rng.random(240) < np.where(after, 0.35, 0.2)).astype(int)
     exact = stratified_exact_test(question, after, changed)
-    monkeypatch.setattr(stats_module, "EXACT_WORK", 10)
+    monkeypatch.setattr(permutation, "EXACT_WORK", 10)
     sampled = stratified_exact_test(question, after, changed, relabelings=20000, seed=1)
     assert (exact["exact"], sampled["exact"]) == (1.0, 0.0) and sampled["p"] == pytest.approx(exact["p"], abs=0.01)
     assert sampled == stratified_exact_test(question, after, changed, relabelings=20000, seed=1)   # seeded

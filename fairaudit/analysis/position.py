@@ -18,6 +18,10 @@ from fairaudit.analysis.numbers import cancelled, cancelled_mean
 from fairaudit.analysis.ranges import COUNT, POSITIVE, SHARE, SIGNED
 from fairaudit.analysis.stats import (
     PARTIAL_METHODS,
+    SPEARMAN_Z_VARIANCE,
+    clustered_t_interval,
+    fisher_z_interval,
+    interval_size,
     p_value,
     partial_correlation,
     wilcoxon_log10_p,
@@ -112,16 +116,19 @@ def per_question(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def length_bins(questions: pd.DataFrame, k: int) -> pd.DataFrame:
-    """Mean PBS in `k` equal-frequency bins of mean length (bin 1 shortest); empty when fewer than k questions.
+    """Mean PBS in `k` equal-frequency bins of mean length (bin 1 shortest), its SE and its 95% t interval over the
+    bin's questions (`stats.clustered_t_interval`); empty when fewer than k questions.
 
     questions: length_chars, pbs (complete questions of one arm). Ties in length are split by
     row order so every bin holds n/k questions up to rounding.
     """
-    columns = ["k", "bin", "n", "length_min", "length_max", "length_mean", "pbs_mean", "pbs_se"]
+    columns = ["k", "bin", "n", "length_min", "length_max", "length_mean", "pbs_mean", "pbs_se", "pbs_ci_low",
+               "pbs_ci_high"]
     if len(questions) < k:
         return pd.DataFrame(columns=columns)
     bins = pd.qcut(questions["length_chars"].rank(method="first"), k, labels=False) + 1
-    out = questions.groupby(bins.to_numpy()).agg(
+    groups = questions.groupby(bins.to_numpy())
+    out = groups.agg(
         n=("pbs", "size"),
         length_min=("length_chars", "min"),
         length_max=("length_chars", "max"),
@@ -129,6 +136,8 @@ def length_bins(questions: pd.DataFrame, k: int) -> pd.DataFrame:
         pbs_mean=("pbs", "mean"),
         pbs_se=("pbs", "sem"),
     )
+    intervals = [clustered_t_interval(values, bounds=SHARE) for _, values in groups["pbs"]]
+    out["pbs_ci_low"], out["pbs_ci_high"] = np.array(intervals).T
     return out.rename_axis("bin").reset_index().assign(k=k)[columns]
 
 
@@ -158,6 +167,33 @@ def preferred_position(records: pd.DataFrame) -> int:
     return int(counts.reindex(range(N_POSITIONS), fill_value=0).to_numpy().argmax())
 
 
+def _interval(name: str, bounds: tuple[float, float], n: int) -> dict[str, float]:
+    """`name`'s interval metrics: `_ci_low`, `_ci_high` and its size over n units (`stats.interval_size`)."""
+    return {f"{name}_ci_low": float(bounds[0]), f"{name}_ci_high": float(bounds[1]), **interval_size(name, n)}
+
+
+def _record_mean_interval(name: str, values: pd.Series, question_id: pd.Series) -> dict[str, float]:
+    """The 95% t interval of the mean of records' `values` (NaN left out) over questions, a question's records
+    moving together (`stats.clustered_t_interval`), cut to [0, 1]."""
+    per_question = values.groupby(question_id).agg(["sum", "count"])
+    per_question = per_question[per_question["count"] > 0]
+    bounds = clustered_t_interval(per_question["sum"], per_question["count"], bounds=SHARE)
+    return _interval(name, bounds, len(per_question))
+
+
+def _partial_rho_metrics(complete: pd.DataFrame, method: str) -> dict[str, float]:
+    """partial_rho_length_pbs_<method>, its p, log10 p and 95% Fisher z interval (one controlled variable).
+
+    complete: length_chars, pbs, accuracy (the complete questions of one arm)
+    """
+    name = f"partial_rho_length_pbs_{method}"
+    rho, p, log10_p = partial_correlation(complete["length_chars"], complete["pbs"], complete["accuracy"], method)
+    n = int(complete[["length_chars", "pbs", "accuracy"]].notna().all(axis=1).sum())
+    variance = SPEARMAN_Z_VARIANCE if method == "spearman" else 1.0
+    return {name: rho, f"{name}_p": p, f"{name}_log10_p": log10_p,
+            **_interval(name, fisher_z_interval(rho, n, controlled=1, variance=variance), n)}
+
+
 def _arm_metrics(records: pd.DataFrame, questions: pd.DataFrame,
                  partial_corr: str = "pearson") -> tuple[dict[str, float], pd.DataFrame]:
     """Unsuffixed metrics and the length-bin table of one arm.
@@ -183,18 +219,29 @@ def _arm_metrics(records: pd.DataFrame, questions: pd.DataFrame,
         "preferred_position": preferred_position(extracted) if len(extracted) else math.nan,
     }
     m.update({f"answer_{share}": float(extracted[share].mean()) for share in SHARES})
+    m |= _interval("pbs", clustered_t_interval(complete["pbs"], bounds=SHARE), len(complete))
+    m |= _record_mean_interval("accuracy", extracted["correct"].astype(float), extracted["question_id"])
+    for name in ("ccp", "eff_sw"):
+        m |= _record_mean_interval(name, records[name], records["question_id"])
     for method in PARTIAL_METHODS:
-        name = f"partial_rho_length_pbs_{method}"
-        m[name], m[f"{name}_p"], m[f"{name}_log10_p"] = partial_correlation(
-            complete["length_chars"], complete["pbs"], complete["accuracy"], method)
-    for suffix in ("", "_p", "_log10_p"):
+        m |= _partial_rho_metrics(complete, method)
+    for suffix in ("", "_p", "_log10_p", "_ci_low", "_ci_high", "_ci_n", "_ci_few"):
         m[f"partial_rho_length_pbs{suffix}"] = m[f"partial_rho_length_pbs_{partial_corr}{suffix}"]
     tables = [length_bins(complete, k) for k in LENGTH_BIN_COUNTS]
     for k, table in zip(LENGTH_BIN_COUNTS, tables):
         m.update({f"pbs_{name}_k{k}": value for name, value in monotonic_profile(table["pbs_mean"]).items()})
-    quartile_means = tables[LENGTH_BIN_COUNTS.index(4)]["pbs_mean"].reindex(range(4))
-    m.update({f"pbs_q{q + 1}": float(mean) for q, mean in enumerate(quartile_means)})
+    quartiles = tables[LENGTH_BIN_COUNTS.index(4)].set_index("bin").reindex(range(1, 5))
+    for q, row in zip(range(1, 5), quartiles.itertuples()):
+        m[f"pbs_q{q}"] = float(row.pbs_mean)
+        m |= _interval(f"pbs_q{q}", (row.pbs_ci_low, row.pbs_ci_high), 0 if pd.isna(row.n) else int(row.n))
     return m, pd.concat(tables, ignore_index=True)
+
+
+def arm_metric(name: str, arm: str) -> str:
+    """An unsuffixed metric's name for one arm: the arm after the metric, before an interval's `_ci_low`,
+    `_ci_high`, `_ci_n` or `_ci_few` (`pbs_ci_low` of arm reason: `pbs_reason_ci_low`)."""
+    metric, companion, end = name.partition("_ci_")
+    return f"{metric}_{arm}{companion}{end}"
 
 
 def position(records: pd.DataFrame, partial_corr: str = "pearson") -> dict:
@@ -214,8 +261,13 @@ def position(records: pd.DataFrame, partial_corr: str = "pearson") -> dict:
     pbs_q1..pbs_q4 (length quartiles), pbs_monotonic_k{k}, pbs_first_violation_k{k},
     pbs_gradient_k{k} for k in 3, 4, 5, 10, and partial_rho_length_pbs(_p, _log10_p): rho(mean length,
     PBS | accuracy) over complete questions by `partial_corr` ("pearson" or "spearman"), each method
-    also as partial_rho_length_pbs_pearson(_p, _log10_p) / _spearman(_p, _log10_p). Tables: per_question,
-    pbs_by_length (every k), position_summary (one row per arm, unsuffixed metric names).
+    also as partial_rho_length_pbs_pearson(_p, _log10_p) / _spearman(_p, _log10_p). 95% intervals, each
+    `<metric>_{arm}_ci_low` / `_ci_high` with `_ci_n` and `_ci_few` (`stats.interval_size`): for pbs and
+    pbs_q1..q4 the t interval of the mean over the (quartile's) complete questions; for accuracy, ccp and
+    eff_sw the same over questions with each question's records moving together (`stats.clustered_t_interval`);
+    for each partial rho Fisher's z with one controlled variable (`stats.fisher_z_interval`). Tables:
+    per_question, pbs_by_length (every k, with each bin's interval), position_summary (one row per arm,
+    unsuffixed metric names).
     """
     records = with_trajectory_metrics(records)
     scored, questions = _scored(records), per_question(records)
@@ -223,7 +275,7 @@ def position(records: pd.DataFrame, partial_corr: str = "pearson") -> dict:
     summaries, bin_tables = [], []
     for arm, arm_records in scored.groupby("arm", sort=True):
         arm_metrics, bins = _arm_metrics(arm_records, questions[questions["arm"] == arm], partial_corr)
-        metrics.update({f"{name}_{arm}": value for name, value in arm_metrics.items()})
+        metrics.update({arm_metric(name, arm): value for name, value in arm_metrics.items()})
         summaries.append({"arm": arm, **arm_metrics})
         bin_tables.append(bins.assign(arm=arm)[["arm", *bins.columns]])
     return {

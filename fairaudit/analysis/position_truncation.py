@@ -12,8 +12,9 @@ from scipy import stats
 
 from fairaudit.analysis.flags import as_flags
 from fairaudit.analysis.numbers import cancelled_mean
+from fairaudit.analysis.permutation import stratified_exact_test
 from fairaudit.analysis.ranges import COUNT, POSITIVE, SHARE, SIGNED
-from fairaudit.analysis.stats import p_value, stratified_exact_test
+from fairaudit.analysis.stats import p_value
 
 OFFSETS = (-0.15, -0.05, 0.05, 0.15)  # truncation points relative to CCP (§3.4)
 POSITION_BUCKETS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.0)  # absolute trajectory position (Fig. 3)
@@ -105,7 +106,7 @@ def ccp_chi_square(rows: pd.DataFrame) -> tuple[float, float, float]:
 
 
 def ccp_cluster_test(rows: pd.DataFrame, relabelings: int = 10000, seed: int = 0) -> dict[str, float]:
-    """The before/after-CCP comparison within questions (`stats.stratified_exact_test`): each question's cuts
+    """The before/after-CCP comparison within questions (`permutation.stratified_exact_test`): each question's cuts
     relabeled before/after at random, keeping how many it has on each side, a cut's continuations moving together
     (they resample one prefix); the statistic is the changes after the CCP, its null law exact whatever the counts
     per question and the change rates (the chi-square counts a question's up to 12 continuations as independent).
