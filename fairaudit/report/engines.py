@@ -148,9 +148,13 @@ def add_within_engine(report: Report, results: list[tuple[dict, dict]]) -> None:
     report.sections.append(Section("engines_within", "Engine sensitivity: within one engine", table, shown,
                                    WITHIN_NOTE, main=True))
     for cell, r in results:
-        found = within_metrics(group_label(cell), r["within"])
-        report.metrics.update(found)
-        report.parent_metrics.update(found)
+        add_metrics(report, within_metrics(group_label(cell), r["within"]))
+
+
+def add_metrics(report: Report, found: dict[str, float]) -> None:
+    """Metrics for the report's run and the study's parent run."""
+    report.metrics.update(found)
+    report.parent_metrics.update(found)
 
 
 WITHIN_NOTE = ("Engines that share their backend and every other engine setting and differ in one alone: "
@@ -185,9 +189,7 @@ def add_engine_sensitivity(report: Report, runs: pd.DataFrame, load_records: Rec
     add_within_engine(report, results)
     for i, (cell, r) in enumerate(results):
         report.figures[f"engines_{i}"] = r["figure"]
-        found = spread_metrics(group_label(cell), r["verdict"])
-        report.metrics.update(found)
-        report.parent_metrics.update(found)
+        add_metrics(report, spread_metrics(group_label(cell), r["verdict"]))
 
 
 FLIP_NOTE = ("Per engine against the reference (the first engine run, or engines.reference): records whose answer "
