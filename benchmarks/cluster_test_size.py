@@ -15,7 +15,7 @@ Four tests of "the change rate is the same before and after CCP":
 - sign flip: fairaudit's before issue 38, each question's own after-minus-before rate, signs flipped whole
   (all 2^Q sign vectors up to 16 questions, else `--flips` draws), which takes that difference to be symmetric
   under the null; it is not when a question's two sides differ in size and changes are rare;
-- stratified, continuations: `stats.stratified_exact_test` with every continuation a unit (the hypergeometric
+- stratified, continuations: `permutation.stratified_exact_test` with every continuation a unit (the hypergeometric
   Mantel-Haenszel form), exact when a question's continuations are exchangeable, which shared prefixes break;
 - stratified, cuts: fairaudit's (`ccp_cluster_test`), the same with a cut's continuations moving together.
 Printed: the share of studies each test rejects at 0.05 and 0.01 with its 95% Clopper-Pearson interval: the size
@@ -36,8 +36,9 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit, logit
 
+from fairaudit.analysis.permutation import stratified_exact_test
 from fairaudit.analysis.position_truncation import ccp_chi_square, ccp_cluster_test
-from fairaudit.analysis.stats import clopper_pearson, stratified_exact_test
+from fairaudit.analysis.stats import clopper_pearson
 
 
 @dataclass(frozen=True)
