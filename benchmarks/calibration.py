@@ -191,7 +191,13 @@ def pooled_coverage(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 
 def pct(value: float) -> str:
+    """A share in percent, to a tenth of a point."""
     return f"{100 * value:.1f}"
+
+
+def percent_interval(value: float, low: float, high: float) -> str:
+    """A share and its interval in percent: `94.3 [93.0, 95.4]`."""
+    return f"{pct(value)} [{pct(low)}, {pct(high)}]"
 
 
 def markdown(table: pd.DataFrame, pooled: dict[str, dict[str, float]]) -> str:
@@ -201,15 +207,15 @@ def markdown(table: pd.DataFrame, pooled: dict[str, dict[str, float]]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
         lines.append(f"| {r.thinking_gap:g} | {r.p_b:.4f} | {r.p_c:.4f} | {r.pairs} | {r.studies} | "
-                     f"{pct(r.predicted)} | {pct(r.rejected_share)} [{pct(r.rejected_low)}, {pct(r.rejected_high)}] | "
+                     f"{pct(r.predicted)} | {percent_interval(r.rejected_share, r.rejected_low, r.rejected_high)} | "
                      f"{100 * (r.rejected_share - r.predicted):+.1f} | {pct(r.gap_excludes)} | "
                      f"{pct(r.gap_predicted)} |")
     lines += ["", "| thinking gap (logit) | " + " | ".join(INTERVALS) + " |", "|---" * (len(INTERVALS) + 1) + "|"]
     for r in table.to_dict("records"):
         lines.append(f"| {r['thinking_gap']:g} | " + " | ".join(
             f"{pct(r[f'{name}_share'])} (truth {r[f'{name}_truth']:.4g})" for name in INTERVALS) + " |")
-    lines.append("| all | " + " | ".join(f"{pct(c['share'])} [{pct(c['low'])}, {pct(c['high'])}]"
-                                         for c in pooled.values()) + " |")
+    lines.append("| all | " + " | ".join(percent_interval(c["share"], c["low"], c["high"]) for c in pooled.values())
+                 + " |")
     return "\n".join(lines)
 
 

@@ -290,7 +290,8 @@ def pooled_coverage(table: pd.DataFrame) -> dict[str, dict[str, float]]:
 def markdown(table: pd.DataFrame) -> str:
     """Cell c's power (interval excludes 0) measured against the plan's and the t-test's at each study's n, and in
     numpy-drawn studies, then every cell's coverage (%)."""
-    pct = lambda value: f"{100 * value:.1f}"   # noqa: E731
+    from benchmarks.calibration import pct, percent_interval
+
     cell_c = table[table["cell"] == "c"]
     lines = ["| thinking gap (logit) | planted slope in c | SD of pair slopes | mean pairs in c | studies | "
              "interval excludes 0 (%) [95% CI] | the plan predicts (%) | measured - planned (points) | "
@@ -300,7 +301,7 @@ def markdown(table: pd.DataFrame) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in cell_c.itertuples():
         lines.append(f"| {r.thinking_gap:g} | {r.truth:.4f} | {r.sd:.4f} | {r.mean_n:.1f} | {r.reported} | "
-                     f"{pct(r.excludes_0_share)} [{pct(r.excludes_0_low)}, {pct(r.excludes_0_high)}] | "
+                     f"{percent_interval(r.excludes_0_share, r.excludes_0_low, r.excludes_0_high)} | "
                      f"{pct(r.planned)} | {100 * (r.excludes_0_share - r.planned):+.1f} | {pct(r.predicted)} | "
                      f"{pct(1 - r.coverage_share)} | {pct(r.drawn_excludes_0)}, "
                      f"{100 * (r.drawn_excludes_0 - r.planned):+.1f}, {pct(1 - r.drawn_coverage)} |")
@@ -309,9 +310,10 @@ def markdown(table: pd.DataFrame) -> str:
     for gap, group in table.groupby("thinking_gap", sort=True):
         cells = group.set_index("cell")
         lines.append(f"| {gap:g} | " + " | ".join(
-            f"{cells.at[c, 'truth']:.4f}, {cells.at[c, 'mean_n']:.1f}, {pct(cells.at[c, 'coverage_share'])} "
-            f"[{pct(cells.at[c, 'coverage_low'])}, {pct(cells.at[c, 'coverage_high'])}]" for c in CELLS) + " |")
+            f"{cells.at[c, 'truth']:.4f}, {cells.at[c, 'mean_n']:.1f}, "
+            + percent_interval(*cells.loc[c, ["coverage_share", "coverage_low", "coverage_high"]]) for c in CELLS)
+            + " |")
     pooled = pooled_coverage(table)
-    lines.append("| all | " + " | ".join(f"{pct(p['share'])} [{pct(p['low'])}, {pct(p['high'])}]"
-                                         for p in pooled.values()) + " |")
+    lines.append("| all | " + " | ".join(percent_interval(p["share"], p["low"], p["high"]) for p in pooled.values())
+                 + " |")
     return "\n".join(lines)

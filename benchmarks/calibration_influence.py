@@ -146,11 +146,13 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
 
 def markdown(table: pd.DataFrame) -> str:
     """A row per shift and rate: truth, coverage measured and exact (%), width measured and predicted."""
+    from benchmarks.calibration import percent_interval
+
     lines = ["| planted shift (nats/token) | rate | planted rate | mean measured rate | contrasts | studies | "
              "coverage (%) [95% CI] | Wilson's exact coverage (%) | mean width | predicted width |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
         lines.append(f"| {r.shift:g} | {r.rate} | {r.truth:.4f} | {r.mean_rate:.4f} | {r.contrasts} | {r.studies} | "
-                     f"{100 * r.coverage:.1f} [{100 * r.coverage_low:.1f}, {100 * r.coverage_high:.1f}] | "
+                     f"{percent_interval(r.coverage, r.coverage_low, r.coverage_high)} | "
                      f"{100 * r.exact:.1f} | {r.width:.4f} | {r.width_predicted:.4f} |")
     return "\n".join(lines)

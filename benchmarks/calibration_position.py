@@ -363,18 +363,19 @@ def pooled_coverage(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
 def markdown(table: pd.DataFrame, pooled: dict[str, dict[str, float]]) -> str:
     """The test's power predicted and measured (size at no growth), then each point metric: planted, measured;
     then each interval's coverage (%) per growth and pooled."""
-    pct = lambda value: f"{100 * value:.1f}"   # noqa: E731
+    from benchmarks.calibration import pct, percent_interval
+
     lines = ["| planted growth (logit / 1k tokens) | planted partial rho | questions | studies | plan predicts (%) | "
              "measured (%) [95% CI] | measured - predicted (points) |", "|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
         lines.append(f"| {r.per_1k_tokens:g} | {r.partial_rho_truth:.4f} | {r.questions} | {r.studies} | "
-                     f"{pct(r.predicted)} | {pct(r.rejected_share)} [{pct(r.rejected_low)}, {pct(r.rejected_high)}] | "
+                     f"{pct(r.predicted)} | {percent_interval(r.rejected_share, r.rejected_low, r.rejected_high)} | "
                      f"{100 * (r.rejected_share - r.predicted):+.1f} |")
     lines += ["", "| planted growth | " + " | ".join(POINTS) + " |", "|---" * (len(POINTS) + 1) + "|"]
     for r in table.to_dict("records"):
         lines.append(f"| {r['per_1k_tokens']:g} | " + " | ".join(
             f"{r[f'{n}_truth']:.4f} / {r[f'{n}_mean']:.4f} ({r[f'{n}_se']:.4f})" for n in POINTS) + " |")
-    interval = lambda c: f"{pct(c['share'])} [{pct(c['low'])}, {pct(c['high'])}]"   # noqa: E731
+    interval = lambda c: percent_interval(c["share"], c["low"], c["high"])   # noqa: E731
     lines += ["", "| planted growth | studies | " + " | ".join(INTERVALS) + " |", "|---" * (len(INTERVALS) + 2) + "|"]
     for r in table.to_dict("records"):
         lines.append(f"| {r['per_1k_tokens']:g} | {r['studies']} | " + " | ".join(interval(
