@@ -171,9 +171,14 @@ class HFBackend(Backend):
         self.computed[stage] += rows * width
         self.useful[stage] += sum(lengths)
 
-    def _greedy_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+    def _padded_prompts(self, requests: Sequence[GenerationRequest]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The requests' prompts left-padded into (input_ids, attention_mask), their padding tallied."""
         ids, mask = left_pad([r.prompt_ids for r in requests], self.pad_id)
         self._tally("prompt_prefill", *ids.shape, [len(r.prompt_ids) for r in requests])
+        return ids, mask
+
+    def _greedy_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        ids, mask = self._padded_prompts(requests)
         generated = self.model.generate(
             input_ids=ids.to(self.device), attention_mask=mask.to(self.device), do_sample=False, top_k=None,
             max_new_tokens=max(r.max_new_tokens for r in requests), pad_token_id=self.pad_id,
@@ -185,8 +190,7 @@ class HFBackend(Backend):
     def _sample_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Nucleus sampling, batched. Each row draws from its own generator seeded by its request,
         so a continuation does not depend on what it was batched with."""
-        ids, mask = (t.to(self.device) for t in left_pad([r.prompt_ids for r in requests], self.pad_id))
-        self._tally("prompt_prefill", *ids.shape, [len(r.prompt_ids) for r in requests])
+        ids, mask = (t.to(self.device) for t in self._padded_prompts(requests))
         generators, temperature, top_p = self._sampling(requests)
         positions = positions_after_left_pad(mask)
         step = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
