@@ -103,6 +103,34 @@ def test_calls_another_process_claimed_are_read_when_they_land(tmp_path, capfd):
     assert "another process is computing 1 of these calls (pid" in capfd.readouterr().err
 
 
+OPEN_STORE = """import sys, time
+from pathlib import Path
+from fairaudit.store.results import Store
+while not Path(sys.argv[2]).exists():
+    time.sleep(0.001)
+Store(sys.argv[1])
+"""
+
+
+def open_at_once(url: str, folder: Path, processes: int = 6) -> None:
+    """`processes` processes open one new store at the same instant (as a sweep's first jobs do on a cluster): every
+    one opens it, and it holds its tables. Without the lock taken before looking, one to three of six failed
+    with 'table results already exists' here."""
+    go = folder / "go-open"
+    procs = [subprocess.Popen([sys.executable, "-c", OPEN_STORE, url, str(go)], env=ENV, stderr=subprocess.PIPE,
+                              text=True) for _ in range(processes)]
+    time.sleep(3)  # every process imported and waiting
+    go.touch()
+    errors = [proc.communicate(timeout=120)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * processes, [e for e in errors if e][:1]
+    assert {"results", "claims"} <= set(sa.inspect(Store(url).engine).get_table_names())
+
+
+@pytest.mark.slow
+def test_processes_opening_a_new_store_at_once_all_open_it(tmp_path):
+    open_at_once(f"sqlite:///{tmp_path}/store.sqlite", tmp_path)
+
+
 def race(url: str, folder: Path, delay: float = 0.05) -> list[dict]:
     """Four store_worker processes started at once on `url`, each asking for 20 of 35 ids in its own order; their
     logs. Every id is then stored once with its right value, and each was computed by exactly one process."""

@@ -22,7 +22,7 @@ from fairaudit.store.client import CachingClient
 from fairaudit.store.results import RESULTS, Store
 from tests.conftest import REPO, model_results, run_app
 from tests.servers import MlflowServer, have
-from tests.test_claims import race, two_audits_at_once
+from tests.test_claims import open_at_once, race, two_audits_at_once
 from tests.test_store import ScriptedBackend, requests
 
 pytestmark = pytest.mark.cluster
@@ -67,6 +67,10 @@ def job_metrics(client: MlflowClient, experiment: str) -> tuple[list, dict]:
     jobs = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
     return found, {(r.data.tags["model"], r.data.tags["dataset"], r.data.tags["probe"]):
                    {k: v for k, v in r.data.metrics.items() if k != "model_calls"} for r in jobs}
+
+
+def test_processes_opening_a_new_postgres_store_at_once_all_open_it(tmp_path, pg_url):
+    open_at_once(pg_url, tmp_path)
 
 
 def test_four_processes_on_overlapping_keys_compute_each_call_once(tmp_path, pg_url):

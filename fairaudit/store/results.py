@@ -116,11 +116,14 @@ class Store:
                              f"{' '.join(str(error.orig).split())}") from None
 
     def _create_table(self) -> None:
-        """The tables, once (serialised across processes on PostgreSQL); a pre-checksum sqlite store gains the column,
-        an older store the claims table."""
+        """The tables, once, serialised across processes (sqlite: a write lock taken before looking, since its driver
+        runs DDL outside a transaction; PostgreSQL: an advisory lock); a pre-checksum store gains the column, an older
+        store the claims table."""
         with self.engine.begin() as conn:
             if self.engine.dialect.name == "postgresql":
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('fairaudit.results'))"))
+            else:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
             METADATA.create_all(conn)
             CLAIMS_METADATA.create_all(conn)
             if "checksum" not in {c["name"] for c in sa.inspect(conn).get_columns("results")}:
