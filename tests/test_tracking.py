@@ -9,7 +9,9 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
+import sqlalchemy as sa
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
@@ -119,3 +121,30 @@ def test_a_database_an_older_version_left_half_built_is_rebuilt(tmp_path):
     run_id = tracker.start("after", {"fairaudit.kind": "job"}, {})
     tracker.end()
     assert tracker.client.get_run(run_id).info.status == "FINISHED"
+
+
+def test_a_data_set_another_job_inserts_between_mlflows_look_and_insert_is_linked(tracker, tmp_path):
+    """Parallel jobs of one sweep log the same data set into one experiment; MLflow looks for it, then inserts it,
+    not atomically (three processes at once broke its unique key in 1 of 18 tries here; a SLURM sweep in CI). The
+    other job's insert is made to land in between: the run logs it again, linking the one data set there is."""
+    db, inserted = tmp_path / "mlflow.db", []
+
+    def other_job_first(conn, cursor, statement, parameters, context, executemany):
+        if statement.startswith("INSERT INTO datasets") and not inserted:
+            with sqlite3.connect(db) as other:
+                other.execute(statement, ("another-job-uuid", *parameters[1:]))
+            inserted.append(parameters[0])
+
+    tracker.start("job", {}, {})
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", other_job_first)
+    try:
+        tracker.log_dataset(pd.DataFrame({"age": [39, 50], "sex": ["Male", "Female"]}), "adult", "/data/adult.csv")
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", other_job_first)
+    run_id = tracker.run.info.run_id
+    tracker.end()
+    assert inserted  # the race was run
+    (linked,) = tracker.client.get_run(run_id).inputs.dataset_inputs
+    assert (linked.dataset.name, linked.dataset.source) == ("adult", '{"uri": "/data/adult.csv"}')
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT dataset_uuid, name FROM datasets").fetchall() == [("another-job-uuid", "adult")]

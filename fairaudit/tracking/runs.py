@@ -159,6 +159,13 @@ def open_tracking(uri: str, experiment: str):
         raise fault from None
 
 
+def _lost_a_dataset_race(error: Exception) -> bool:
+    """MLflow looks for a data set and inserts it when absent, not atomically: a job logging the same data set into
+    the same experiment between the two (parallel jobs of one sweep) makes the insert break the datasets table's
+    unique key. Its IntegrityError (sqlite) or UniqueViolation (PostgreSQL) is in the message on a server too."""
+    return "IntegrityError" in str(error) or "UniqueViolation" in str(error)
+
+
 class Tracker:
     """One MLflow run, opened after the inputs are validated and closed FINISHED or FAILED.
 
@@ -241,7 +248,13 @@ class Tracker:
 
         with warnings.catch_warnings():  # its schema inference warns about integer columns, which records never null
             warnings.simplefilter("ignore")
-            self.mlflow.log_input(mlflow.data.from_pandas(frame, source=source, name=name), context="audit")
+            dataset = mlflow.data.from_pandas(frame, source=source, name=name)
+        try:
+            self.mlflow.log_input(dataset, context="audit")
+        except Exception as error:
+            if not _lost_a_dataset_race(error):
+                raise
+            self.mlflow.log_input(dataset, context="audit")  # the data set now exists: MLflow links it
 
     def log_verdict(self, verdict: list[str], metrics: Mapping[str, Any]) -> None:
         """The verdict as verdict.txt and the run's description; its warnings (the lines that start `warning: `) as
