@@ -20,7 +20,7 @@ from fairaudit.backends import GenerationRequest
 from fairaudit.store import cli as store_cli
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import RESULTS, Store
-from tests.conftest import REPO, model_results, run_app
+from tests.conftest import REPO, model_results, probe_metric_names, run_app
 from tests.servers import MlflowServer, have
 from tests.test_claims import open_at_once, race, two_audits_at_once
 from tests.test_store import ScriptedBackend, requests
@@ -61,12 +61,13 @@ def slurm_up() -> bool:
 
 
 def job_metrics(client: MlflowClient, experiment: str) -> tuple[list, dict]:
-    """A sweep's runs, and each job's metrics (but model_calls, which depends on job order) by (model, dataset,
-    probe)."""
+    """A sweep's runs, and each job's metrics by (model, dataset, probe), but those of the calls it computed, which
+    depend on job order and on which job computed a call two ran at once (model_calls, hf's padding shares)."""
     found = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], max_results=1000)
     jobs = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
     return found, {(r.data.tags["model"], r.data.tags["dataset"], r.data.tags["probe"]):
-                   {k: v for k, v in r.data.metrics.items() if k != "model_calls"} for r in jobs}
+                   {k: v for k, v in r.data.metrics.items() if k in probe_metric_names(r.data.metrics)
+                    and k != "model_calls"} for r in jobs}
 
 
 def test_processes_opening_a_new_postgres_store_at_once_all_open_it(tmp_path, pg_url):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -18,7 +19,7 @@ from omegaconf import OmegaConf
 from conftest import REPO, building_tracking_db, cache_without_schema
 from fairaudit.report.runs import select_runs
 from fairaudit.tracking.runs import Tracker, process_tags
-from fairaudit.tracking.tags import KEY_TAG, PROCESS_TAGS, SUPERSEDED_TAG
+from fairaudit.tracking.tags import EXPERIMENT_KIND_TAG, KEY_TAG, MODEL_TRAINING_KIND, PROCESS_TAGS, SUPERSEDED_TAG
 
 SELECT_ALL = OmegaConf.create({"experiment": None, "parent": None, "sweep_dir": None, "tags": {}, "filter": None,
                                "status": None})
@@ -123,28 +124,47 @@ def test_a_database_an_older_version_left_half_built_is_rebuilt(tmp_path):
     assert tracker.client.get_run(run_id).info.status == "FINISHED"
 
 
-def test_a_data_set_another_job_inserts_between_mlflows_look_and_insert_is_linked(tracker, tmp_path):
-    """Parallel jobs of one sweep log the same data set into one experiment; MLflow looks for it, then inserts it,
-    not atomically (three processes at once broke its unique key in 1 of 18 tries here; a SLURM sweep in CI). The
-    other job's insert is made to land in between: the run logs it again, linking the one data set there is."""
-    db, inserted = tmp_path / "mlflow.db", []
+@contextlib.contextmanager
+def another_job_inserting_first(db, table: str, row=lambda parameters: parameters, holding=None):
+    """Before MLflow's first insert into `table` (of a row `holding` that value), another connection inserts
+    row(its parameters) and commits: as a parallel job of the same sweep does between MLflow's look for that row and
+    its insert."""
+    inserted = []
 
     def other_job_first(conn, cursor, statement, parameters, context, executemany):
-        if statement.startswith("INSERT INTO datasets") and not inserted:
+        if statement.startswith(f"INSERT INTO {table} ") and holding in (None, *parameters) and not inserted:
             with sqlite3.connect(db) as other:
-                other.execute(statement, ("another-job-uuid", *parameters[1:]))
-            inserted.append(parameters[0])
+                other.execute(statement, row(parameters))
+            inserted.append(row(parameters))
 
-    tracker.start("job", {}, {})
     sa.event.listen(sa.engine.Engine, "before_cursor_execute", other_job_first)
     try:
-        tracker.log_dataset(pd.DataFrame({"age": [39, 50], "sex": ["Male", "Female"]}), "adult", "/data/adult.csv")
+        yield
     finally:
         sa.event.remove(sa.engine.Engine, "before_cursor_execute", other_job_first)
+    assert inserted  # the race was run
+
+
+def test_a_data_set_another_job_inserts_between_mlflows_look_and_insert_is_linked(tracker, tmp_path):
+    """Parallel jobs of one sweep log the same data set into one experiment; MLflow looks for it, then inserts it,
+    not atomically (three processes at once broke its unique key in 1 of 18 tries here; a PostgreSQL pair in CI).
+    The run logs it again, linking the one data set there is."""
+    db = tmp_path / "mlflow.db"
+    tracker.start("job", {}, {})
+    with another_job_inserting_first(db, "datasets", lambda parameters: ("another-job-uuid", *parameters[1:])):
+        tracker.log_dataset(pd.DataFrame({"age": [39, 50], "sex": ["Male", "Female"]}), "adult", "/data/adult.csv")
     run_id = tracker.run.info.run_id
     tracker.end()
-    assert inserted  # the race was run
     (linked,) = tracker.client.get_run(run_id).inputs.dataset_inputs
     assert (linked.dataset.name, linked.dataset.source) == ("adult", '{"uri": "/data/adult.csv"}')
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT dataset_uuid, name FROM datasets").fetchall() == [("another-job-uuid", "adult")]
+
+
+def test_a_job_opens_the_experiment_another_job_tagged_between_mlflows_look_and_insert(tmp_path):
+    """The experiment's kind tag, set by the first jobs on a new experiment: a parallel job setting it at the same
+    moment (a PostgreSQL pair in CI) does not fail the other."""
+    db = tmp_path / "mlflow.db"
+    with another_job_inserting_first(db, "experiment_tags", holding=EXPERIMENT_KIND_TAG):
+        tracker = Tracker(f"sqlite:///{db}", "fairaudit")
+    assert tracker.client.get_experiment(tracker.experiment_id).tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND

@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 
@@ -27,8 +27,10 @@ from fairaudit.tracking.database import (
 from fairaudit.tracking.scratch import scratch
 from fairaudit.tracking.tags import (
     ERROR_TAG,
+    EXPERIMENT_KIND_TAG,
     KEY_TAG,
     MAX_TAG,
+    MODEL_TRAINING_KIND,
     NOTE_TAG,
     PARENT_ID_FILE,
     PROCESS_TAGS,
@@ -159,11 +161,17 @@ def open_tracking(uri: str, experiment: str):
         raise fault from None
 
 
-def _lost_a_dataset_race(error: Exception) -> bool:
-    """MLflow looks for a data set and inserts it when absent, not atomically: a job logging the same data set into
-    the same experiment between the two (parallel jobs of one sweep) makes the insert break the datasets table's
-    unique key. Its IntegrityError (sqlite) or UniqueViolation (PostgreSQL) is in the message on a server too."""
-    return "IntegrityError" in str(error) or "UniqueViolation" in str(error)
+def logged_despite_a_race(log: Callable[[], object]) -> None:
+    """log(), once more if it lost a race: MLflow looks for a row (a data set, an experiment tag) and inserts it when
+    absent, not atomically, so a parallel job of the same sweep inserting the same row between the two breaks the
+    table's unique key (IntegrityError on sqlite, UniqueViolation on PostgreSQL, named in a server's message too);
+    the second look finds that row."""
+    try:
+        log()
+    except Exception as error:
+        if "IntegrityError" not in str(error) and "UniqueViolation" not in str(error):
+            raise
+        log()
 
 
 class Tracker:
@@ -181,7 +189,9 @@ class Tracker:
         self.client, self.experiment_id = open_tracking(uri, experiment)
         # the kind of experiment this is; MLflow 3.17's UI opens the GenAI view anyway, so the printed run URL
         # carries ?workflowType=machine_learning (mlflow_ui.VIEW) to open "Model training" (runs, params, metrics)
-        self.client.set_experiment_tag(self.experiment_id, "mlflow.experimentKind", "custom_model_development")
+        if self.client.get_experiment(self.experiment_id).tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING_KIND:
+            logged_despite_a_race(lambda: self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG,
+                                                                           MODEL_TRAINING_KIND))
         self.run = None
         self.key: str | None = None
         self.writing = ("", 0)  # the artifact being logged and its bytes, named when its disk fills
@@ -249,12 +259,7 @@ class Tracker:
         with warnings.catch_warnings():  # its schema inference warns about integer columns, which records never null
             warnings.simplefilter("ignore")
             dataset = mlflow.data.from_pandas(frame, source=source, name=name)
-        try:
-            self.mlflow.log_input(dataset, context="audit")
-        except Exception as error:
-            if not _lost_a_dataset_race(error):
-                raise
-            self.mlflow.log_input(dataset, context="audit")  # the data set now exists: MLflow links it
+        logged_despite_a_race(lambda: self.mlflow.log_input(dataset, context="audit"))
 
     def log_verdict(self, verdict: list[str], metrics: Mapping[str, Any]) -> None:
         """The verdict as verdict.txt and the run's description; its warnings (the lines that start `warning: `) as

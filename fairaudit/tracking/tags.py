@@ -6,6 +6,8 @@ AXIS_TAGS = ("model", "dataset", "probe", "arm", "seed", "checkpoint")
 ENGINE_TAG = "engine"                      # the backend and its numerics (e.g. "hf float32"), set once it is built
 BACKEND_TAG = "backend"
 SLURM_JOB_TAG = "slurm_job_id"             # the SLURM job that ran it (names its log folder)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # an experiment's, set to MODEL_TRAINING_KIND (MLflow's UI view)
+MODEL_TRAINING_KIND = "custom_model_development"
 
 KIND_TAG = "fairaudit.kind"                # job | sweep | report
 VERSION_TAG = "fairaudit.version"
