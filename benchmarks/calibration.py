@@ -4,7 +4,8 @@ fairaudit/analysis/power.py predicts (not a timed test; docs/calibration.md show
 
     python benchmarks/calibration.py [--probes counterfactual influence cdpg position] [--studies 500] [--pairs 50]
         [--n-boot 2000] [--influence-studies 300] [--items 25] [--cdpg-studies 150] [--cdpg-pairs 80]
-        [--position-studies 300] [--growth-studies 40=600] [--questions 60] [--seed 0] [--workers 1]
+        [--position-studies 300] [--growth-studies 40=600] [--questions 60] [--seed 0] [--workers 1] [--rows PATH]
+    python benchmarks/calibration.py --pool PATH-position.csv ...   # the tables of several runs' studies together
 
 Counterfactual (think against nothink): per planted thinking gap (0, the null, and three effects) one mock
 (`side_sd` 1, `effect` 0.5, `base_sd` 2, `trace_sd` 0, traces of a fixed 40 tokens, its own seed) answers
@@ -281,9 +282,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--rows", type=Path, help="write every study's row here (CSV, one per probe: <name>-<probe>)")
+    parser.add_argument("--pool", type=Path, nargs="*", default=[], metavar="ROWS",
+                        help="run nothing: print the tables of the studies in these --rows files (<name>-<probe>.csv, "
+                             "e.g. runs of several seeds) together")
     args = parser.parse_args()
     start = time.perf_counter()
-    todo = jobs(args)
+    todo = [] if args.pool else jobs(args)
     with ProcessPoolExecutor(args.workers) as pool:
         parts = list(pool.map(call, todo))
     printed = (
@@ -302,6 +306,9 @@ def main() -> None:
          f"planted growth, seed {args.seed}; partial correlation's test at {position.ALPHA}, intervals at {NOMINAL}"))
     for runner, name, table, heading in printed:
         found = [part for (function, _), part in zip(todo, parts) if function is runner]
+        found += [pd.read_csv(path) for path in args.pool if path.stem.endswith(f"-{name}")]
+        if args.pool:
+            heading = f"{name}: the {sum(map(len, found))} studies of {len(found)} files pooled"
         if found:
             rows = pd.concat(found, ignore_index=True)
             if args.rows:

@@ -19,7 +19,7 @@ correlation of length and PBS given accuracy that `fairaudit plan` sizes the tes
 E[PBS | S in the population quartile], from the joint law of (M, A answers) (four convolutions of one
 permutation's) and S | M (M convolutions of the word-length law), PBS given k A answers being the mean over the
 other answers' uniform spread; ties at a quartile's edge are split as `analysis.position.length_bins` splits them
-(by row order, so in proportion).
+(by row order, so in proportion). The partial Spearman rho alone is simulated (`planted`).
 """
 
 from __future__ import annotations
@@ -183,6 +183,18 @@ def simulated_questions(plant: PositionPlant, words: np.ndarray, opener: int, pr
                          "accuracy": (answers == np.arange(N_POSITIONS)).mean(axis=1), "share_a": shares[:, 0]})
 
 
+@functools.cache
+def planted(plant: PositionPlant, prompt_band: int, questions: int = 100_000) -> dict[str, float]:
+    """`position_truth` and the population partial Spearman rho (no closed form with PBS's five values and length's
+    ties: `simulated_questions` of `questions` questions, seeded; its error about 1 / sqrt(questions), 0.003)."""
+    from fairaudit.analysis.stats import partial_correlation
+
+    words, opener = mock_facts()
+    found = simulated_questions(plant, words, opener, prompt_band, questions, seed=2026)
+    spearman = partial_correlation(found["length_chars"], found["pbs"], found["accuracy"], "spearman")[0]
+    return {**position_truth(plant, words, opener, prompt_band), "partial_rho_spearman": spearman}
+
+
 def simulated_power(plant: PositionPlant, questions: int, studies: int, seed: int = 0, alpha: float = 0.05) -> float:
     """A diagnostic, not the pipeline: the share of `studies` studies of `simulated_questions` whose partial
     correlation test (`stats.partial_correlation`, the probe's) rejects at alpha; its error is the simulation's."""
@@ -223,8 +235,10 @@ def simulated_mean_coverage(plant: PositionPlant, questions: int, studies: int, 
 ARM_TOKENS = HIGH + 8      # the reason arm's budget: every trace closes and answers (none cut)
 METRICS = ("n_questions_complete", "pbs", "accuracy", "answer_share_a", "partial_rho_length_pbs",
            "partial_rho_length_pbs_log10_p", "truncated_rate", *(f"pbs_q{q}" for q in range(1, QUARTILES + 1)))
+# each interval the probe logs: the key of its planted value (`planted`)
 INTERVALS = {"pbs": "pbs", **{f"pbs_q{q}": f"pbs_q{q}" for q in range(1, QUARTILES + 1)},
-             "partial_rho_length_pbs": "partial_rho"}   # each interval the probe logs: its planted value's key
+             "partial_rho_length_pbs": "partial_rho", "accuracy": "accuracy",
+             "partial_rho_length_pbs_spearman": "partial_rho_spearman"}
 
 
 def reason_arm():
@@ -274,7 +288,7 @@ def study_rows(probe, ctx, variants: pd.DataFrame, questions: int, first: int) -
 
 
 def coverage_flags(rows: pd.DataFrame, truth: dict[str, float]) -> pd.DataFrame:
-    """`rows` with covers_<interval>, 1.0 where the study's interval holds its planted value (`position_truth`)
+    """`rows` with covers_<interval>, 1.0 where the study's interval holds its planted value (`planted`)
     and 0.0 where not (a NaN interval holds nothing). # rows: <interval>_ci_low, <interval>_ci_high"""
     from benchmarks.calibration import covers
 
@@ -306,7 +320,7 @@ def run_effect(per_1k_tokens: float, studies: int, questions: int, seed: int, ro
         chosen = kept.set_index("question_id").loc[ids.iloc[:count * questions]].reset_index()
         rows += quietly(study_rows)(probe, ctx, chosen, questions, first)
         first += count
-    truth = position_truth(plant, *mock_facts(), prompt_band)
+    truth = planted(plant, prompt_band)
     return coverage_flags(pd.DataFrame(rows), truth).assign(per_1k_tokens=per_1k_tokens, questions=questions,
                                                             prompt_band=prompt_band)
 

@@ -170,10 +170,10 @@ def test_a_few_dozen_real_influence_studies_land_on_the_planted_rate(data_root):
 
 
 @pytest.mark.slow
-def test_the_script_prints_every_probes_tables():
-    tiny = ["--studies", "2", "--pairs", "20", "--gaps", "0", "2", "--n-boot", "100", "--influence-studies", "2",
-            "--items", "10", "--shifts", "1", "--cdpg-studies", "2", "--cdpg-pairs", "20", "--cdpg-gaps", "1",
-            "--position-studies", "2", "--questions", "20", "--growths", "30"]
+def test_the_script_prints_every_probes_tables(tmp_path):
+    tiny = ["--rows", str(tmp_path / "rows"), "--studies", "2", "--pairs", "20", "--gaps", "0", "2", "--n-boot", "100",
+            "--influence-studies", "2", "--items", "10", "--shifts", "1", "--cdpg-studies", "2", "--cdpg-pairs", "20",
+            "--cdpg-gaps", "1", "--position-studies", "2", "--questions", "20", "--growths", "30"]
     done = subprocess.run([sys.executable, "benchmarks/calibration.py", *tiny], cwd=REPO, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -194,6 +194,12 @@ def test_the_script_prints_every_probes_tables():
     assert lines[start + 3].startswith("| 30 | 0.3111 | 20 | 2 | 25.1 |") and lines[start + 7].startswith("| 30 | ")
     assert lines[start + 9].startswith("| planted growth | studies | pbs | pbs_q1 |")
     assert lines[start + 11].startswith("| 30 | 2 | ") and lines[start + 12].startswith("| all | 2 | ")
+    rows = str(tmp_path / "rows-position.csv")   # the same studies twice, as runs of two seeds are pooled
+    pooled = subprocess.run([sys.executable, "benchmarks/calibration.py", "--pool", rows, rows], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert pooled.returncode == 0, pooled.stderr[-2000:]
+    lines = pooled.stdout.splitlines()
+    assert lines[0] == "position: the 4 studies of 2 files pooled" and lines[3].startswith("| 30 | 0.3111 | 20 | 4 |")
 
 
 def test_the_cdpg_truth_agrees_with_the_cells_and_a_simulation_and_averages_to_no_slope_at_no_gap():
@@ -355,7 +361,7 @@ def test_position_power_and_points_are_counted_by_hand():
     assert lines[2].startswith(f"| 20 | {truth['partial_rho']:.4f} | 60 | 4 | ")
     assert lines[-2].startswith("| 20 | 4 | 75.0 [19.4, 99.4] | 75.0 [19.4, 99.4] |")
     assert lines[-1].startswith("| all | 4 | 75.0 [19.4, 99.4] |")   # pbs_q4 covers in every study, rho in 3 of 4
-    assert lines[-1].endswith("| 100.0 [39.8, 100.0] | 75.0 [19.4, 99.4] |")
+    assert lines[-1].endswith("| 100.0 [39.8, 100.0] | 75.0 [19.4, 99.4] | 75.0 [19.4, 99.4] | 75.0 [19.4, 99.4] |")
     with pytest.raises(ValueError, match="fewer than its 60 questions"):
         position_bench.summary(rows.assign(n_questions_complete=59))
 
@@ -370,9 +376,7 @@ def test_a_few_real_position_studies_reject_and_land_as_planned(data_root):
     assert low <= table["rejected_share"] * studies <= high
     for name in ("pbs", "answer_share_a", "pbs_q1", "pbs_q4"):   # each study's value: its mean within 4 SE
         assert abs(table[f"{name}_mean"] - table[f"{name}_truth"]) < 4 * table[f"{name}_se"], name
-    words, opener = position_bench.mock_facts()
-    truth = position_bench.position_truth(position_bench.PositionPlant(per_1k_tokens=40.0), words, opener,
-                                          int(rows["prompt_band"].iloc[0]))
+    truth = position_bench.planted(position_bench.PositionPlant(per_1k_tokens=40.0), int(rows["prompt_band"].iloc[0]))
     for name, key in position_bench.INTERVALS.items():   # 60 questions: every interval finite, its flag its own
         low, high = rows[f"{name}_ci_low"], rows[f"{name}_ci_high"]
         assert (low < high).all(), name
