@@ -18,8 +18,10 @@ from omegaconf import OmegaConf
 
 from conftest import REPO, building_tracking_db, cache_without_schema
 from fairaudit.report.runs import select_runs
+from fairaudit.tracking.jobs_view import refresh_jobs_view
 from fairaudit.tracking.runs import Tracker, process_tags
 from fairaudit.tracking.tags import EXPERIMENT_KIND_TAG, KEY_TAG, MODEL_TRAINING_KIND, PROCESS_TAGS, SUPERSEDED_TAG
+from fairaudit.tracking.ui import JOBS_VIEW, SHARED_VIEW_TAG
 
 SELECT_ALL = OmegaConf.create({"experiment": None, "parent": None, "sweep_dir": None, "tags": {}, "filter": None,
                                "status": None})
@@ -168,3 +170,11 @@ def test_a_job_opens_the_experiment_another_job_tagged_between_mlflows_look_and_
     with another_job_inserting_first(db, "experiment_tags", holding=EXPERIMENT_KIND_TAG):
         tracker = Tracker(f"sqlite:///{db}", "fairaudit")
     assert tracker.client.get_experiment(tracker.experiment_id).tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND
+
+
+def test_two_jobs_saving_the_experiments_jobs_view_at_once_both_save_it(tracker, tmp_path):
+    """Every job saves the experiment's jobs view as it ends (an experiment tag); the first two of a new experiment
+    ending together both insert it."""
+    with another_job_inserting_first(tmp_path / "mlflow.db", "experiment_tags", holding=SHARED_VIEW_TAG + JOBS_VIEW):
+        key = refresh_jobs_view(tracker.client, tracker.experiment_id)
+    assert SHARED_VIEW_TAG + key in tracker.client.get_experiment(tracker.experiment_id).tags

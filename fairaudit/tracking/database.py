@@ -1,7 +1,8 @@
 """A local sqlite tracking database: created under a lock as a copy of an empty one built once per MLflow schema in
 the user cache (an older one holding runs is migrated), its artifacts kept beside it (`mlartifacts/`), whatever
 folder a command runs from, and a reserve of space beside it (`mlflow.db.reserve`), given up when its disk fills so
-that the failing run can still be closed FAILED."""
+that the failing run can still be closed FAILED; and MLflow's look-then-insert races between parallel jobs
+(`logged_despite_a_race`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Callable
 
 from fairaudit.errors import AuditError
 from fairaudit.errors.locks import LOCK_WAIT_S, is_locked, locked_error
@@ -248,3 +250,16 @@ def tracking_fault(error: BaseException, uri: str, mlflow_only: bool = True) -> 
             if is_locked(error) else None
     problem = server_problem(uri)
     return AuditError(problem) if problem else None
+
+
+def logged_despite_a_race(log: Callable[[], object]) -> None:
+    """log(), once more if it lost a race: MLflow looks for a row (a data set, an experiment tag) and inserts it when
+    absent, not atomically, so a parallel job of the same sweep inserting the same row between the two breaks the
+    table's unique key (IntegrityError on sqlite, UniqueViolation on PostgreSQL, named in a server's message too);
+    the second look finds that row."""
+    try:
+        log()
+    except Exception as error:
+        if "IntegrityError" not in str(error) and "UniqueViolation" not in str(error):
+            raise
+        log()

@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import pandas as pd
 
@@ -20,6 +20,7 @@ from fairaudit.processes import identity, is_gone
 from fairaudit.tracking.database import (
     close_on_a_full_disk,
     create_experiment,
+    logged_despite_a_race,
     prepare_tracking,
     server_problem,
     tracking_fault,
@@ -159,19 +160,6 @@ def open_tracking(uri: str, experiment: str):
         if fault is None:
             raise
         raise fault from None
-
-
-def logged_despite_a_race(log: Callable[[], object]) -> None:
-    """log(), once more if it lost a race: MLflow looks for a row (a data set, an experiment tag) and inserts it when
-    absent, not atomically, so a parallel job of the same sweep inserting the same row between the two breaks the
-    table's unique key (IntegrityError on sqlite, UniqueViolation on PostgreSQL, named in a server's message too);
-    the second look finds that row."""
-    try:
-        log()
-    except Exception as error:
-        if "IntegrityError" not in str(error) and "UniqueViolation" not in str(error):
-            raise
-        log()
 
 
 class Tracker:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from fairaudit.errors.secrets import redact
+from fairaudit.tracking.database import logged_despite_a_race
 
 UI_ADDRESS = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 VIEW = "?workflowType=machine_learning"  # MLflow 3's Model training view (runs, params, metrics), not its GenAI view
@@ -86,7 +87,7 @@ def save_view_state(client, experiment_id: str, key: str, name: str, state: dict
 
     now = int(time.time() * 1000)
     envelope = {"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
-    client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG + key, json.dumps(envelope))
+    logged_despite_a_race(lambda: client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG + key, json.dumps(envelope)))
     return key
 
 
