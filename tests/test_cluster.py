@@ -66,8 +66,7 @@ def job_metrics(client: MlflowClient, experiment: str) -> tuple[list, dict]:
     found = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], max_results=1000)
     jobs = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
     return found, {(r.data.tags["model"], r.data.tags["dataset"], r.data.tags["probe"]):
-                   {k: v for k, v in r.data.metrics.items() if k in probe_metric_names(r.data.metrics)
-                    and k != "model_calls"} for r in jobs}
+                   {k: r.data.metrics[k] for k in probe_metric_names(r.data.metrics) - {"model_calls"}} for r in jobs}
 
 
 def test_processes_opening_a_new_postgres_store_at_once_all_open_it(tmp_path, pg_url):

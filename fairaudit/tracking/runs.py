@@ -177,9 +177,8 @@ class Tracker:
         self.client, self.experiment_id = open_tracking(uri, experiment)
         # the kind of experiment this is; MLflow 3.17's UI opens the GenAI view anyway, so the printed run URL
         # carries ?workflowType=machine_learning (mlflow_ui.VIEW) to open "Model training" (runs, params, metrics)
-        if self.client.get_experiment(self.experiment_id).tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING_KIND:
-            logged_despite_a_race(lambda: self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG,
-                                                                           MODEL_TRAINING_KIND))
+        logged_despite_a_race(lambda: self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG,
+                                                                       MODEL_TRAINING_KIND))
         self.run = None
         self.key: str | None = None
         self.writing = ("", 0)  # the artifact being logged and its bytes, named when its disk fills
