@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fairaudit.job.registry import backend_classes
+from fairaudit.catalog.registry import backend_classes
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(os.environ.get("FAIRAUDIT_DATA", REPO.parent / "shared" / "data")).resolve()

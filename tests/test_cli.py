@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA_ROOT, REPO, run_app
+from fairaudit.catalog import registry
 from fairaudit.cli import main as cli
-from fairaudit.job import registry
 
 ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 

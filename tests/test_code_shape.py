@@ -136,8 +136,8 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_follows_lazy_imports_strings_and_config_lookups():
     graph = import_graph()
     assert {"fairaudit.store.client", "fairaudit.probes", "fairaudit.job.config"} <= graph["fairaudit.job.run"]
-    assert "fairaudit.probes.position" in graph["fairaudit.job.registry"]  # a `_target_` the registry resolves
-    assert "fairaudit.probes.paired_report" in graph["fairaudit.job.registry"]  # a report section it looks up
+    assert "fairaudit.probes.position" in graph["fairaudit.catalog.registry"]  # a `_target_` the registry resolves
+    assert "fairaudit.probes.paired_report" in graph["fairaudit.catalog.registry"]  # a report section it looks up
     assert "fairaudit.job.sweep" in graph["fairaudit.job.__main__"]  # the Hydra callback of conf/config.yaml
     assert "fairaudit.job.__main__" in graph["fairaudit.cli.main"]  # import_module("fairaudit.job.__main__")
 
@@ -184,3 +184,4 @@ def test_functions_and_files_stay_short():
                     and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES):
                 long_functions.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1})")
     assert not long_files and not long_functions, (long_files, long_functions)
+

@@ -11,7 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
-from fairaudit.job import registry
+from fairaudit.catalog import registry
 
 CONF = registry.CONF
 RUNTIME_KWARGS = {"backend": {"model_dir", "dtype", "batch_size"}}

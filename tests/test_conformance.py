@@ -31,8 +31,8 @@ from fairaudit.backends import (
     GraphGenerationRequest,
     NLLRequest,
 )
+from fairaudit.catalog import registry
 from fairaudit.errors import AuditError
-from fairaudit.job import registry
 from fairaudit.models.locate import embedded_model_dir, tiny_qwen3_dir
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store

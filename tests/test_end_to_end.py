@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from statsmodels.stats.multitest import multipletests
 
 from conftest import DATA_ROOT, REPO, model_results, run_app
-from fairaudit.job.registry import store_report_settings
+from fairaudit.catalog.registry import store_report_settings
 from fairaudit.models.locate import tiny_qwen3_dir
 from fairaudit.report import app as report
 

@@ -16,8 +16,8 @@ import pytest
 from mlflow import MlflowClient
 
 from conftest import REPO, run_app
+from fairaudit.catalog import registry
 from fairaudit.errors import AuditError
-from fairaudit.job import registry
 
 # The modules every probe goes through; none may name one. Tests' shared files: conftest and the helper
 # modules the tests import (tests/*.py other than test_*.py).

@@ -221,7 +221,7 @@ def test_cfg_job_prints_the_config_with_its_secrets_hidden(tmp_path):
 
 BUG = """import hydra
 
-from fairaudit.job.run import run_or_exit
+from fairaudit.terminal.task import run_or_exit
 
 
 def fails(cfg):

@@ -17,7 +17,7 @@ from fairaudit.analysis import study
 from fairaudit.analysis.ranges import declared_range
 from fairaudit.analysis.stats import FEW
 from fairaudit.backends.hf import HFBackend
-from fairaudit.job import registry
+from fairaudit.catalog import registry
 from fairaudit.job.config import Place, model_folder, read_job
 from fairaudit.probes import AuditContext
 from fairaudit.store.client import CachingClient

@@ -9,9 +9,9 @@ import pytest
 
 from fairaudit.backends import Block, GraphGenerationRequest, NLLRequest
 from fairaudit.backends.mock import MockBackend
+from fairaudit.catalog.registry import backends_with
 from fairaudit.data.tabular import CounterfactualTabular
 from fairaudit.errors import AuditError
-from fairaudit.job.registry import backends_with
 from fairaudit.models.locate import tiny_qwen3_dir
 from fairaudit.probes import AuditContext, ModelSpec
 from fairaudit.probes.decisions import paired_records

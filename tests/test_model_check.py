@@ -12,8 +12,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import run_app
+from fairaudit.catalog.registry import settings
 from fairaudit.job.config import files_problem
-from fairaudit.job.registry import settings
 from fairaudit.models.files import PROMPT_FILES, ModelFiles, ModelMissing
 from fairaudit.models.locate import hub_snapshot
 

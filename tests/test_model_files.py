@@ -13,9 +13,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from conftest import REPO, run_app
+from fairaudit.catalog.registry import backend_classes, names, settings
 from fairaudit.errors import AuditError
 from fairaudit.job.config import composed_folder as model_dir_for
-from fairaudit.job.registry import backend_classes, names, settings
 from fairaudit.models.cache import package_dir
 from fairaudit.models.files import PROMPT_FILES, ModelFiles
 from fairaudit.models.locate import GGUF_NAME, SMOLLM2_GGUF

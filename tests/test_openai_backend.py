@@ -23,8 +23,8 @@ from transformers import AutoTokenizer
 from conftest import run_app
 from fairaudit.backends import Capabilities, DepthRequest, GenerationRequest
 from fairaudit.backends.openai import OpenAIBackend
+from fairaudit.catalog.registry import backend_classes, probe_classes
 from fairaudit.errors import AuditError
-from fairaudit.job.registry import backend_classes, probe_classes
 from fairaudit.models.files import PROMPT_FILES
 from fairaudit.models.locate import model_fingerprint, resolve_model_dir, tiny_qwen3_dir
 from fairaudit.store.client import CachingClient

@@ -15,8 +15,8 @@ from fairaudit.analysis import study
 from fairaudit.analysis.contingency import contingency
 from fairaudit.analysis.numbers import format_p
 from fairaudit.analysis.stats import mcnemar_exact_log10_p, t_interval
+from fairaudit.catalog.registry import store_report_settings
 from fairaudit.errors import AuditError
-from fairaudit.job.registry import store_report_settings
 from fairaudit.report import app
 from fairaudit.tracking.runs import finite_metrics
 from fairaudit.views import render

@@ -15,7 +15,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from conftest import run_app
-from fairaudit.job import registry
+from fairaudit.catalog import registry
 from fairaudit.job.config import Place
 from fairaudit.job.tags import job_tags
 

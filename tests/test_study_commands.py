@@ -139,7 +139,7 @@ def test_a_sweep_job_that_fails_as_it_runs_is_named_by_what_it_varies(tmp_path):
 
 def test_a_tracking_folder_on_the_command_line_is_rewritten_and_one_in_a_config_is_one_line(tmp_path):
     from fairaudit.cli.overrides import tracking_database
-    from fairaudit.job.checks import tracking_problem
+    from fairaudit.tracking.location import tracking_problem
 
     assert tracking_database([f"tracking.uri={tmp_path}/runs", "dataset=adult"]) == [
         f"tracking.uri=sqlite:///{tmp_path}/runs/mlflow.db", "dataset=adult"]

@@ -10,8 +10,8 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import open_dict
 
+from fairaudit.catalog import registry
 from fairaudit.errors import AuditError, input_error_line
-from fairaudit.job import registry
 from fairaudit.job.checks import value_problems
 from fairaudit.job.config import build_probe, check_settings
 from test_configs import composed

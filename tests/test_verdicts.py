@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from conftest import run_app
 from fairaudit.analysis.degenerate import decision_warnings, depth_warnings, mcq_warnings, thinking_arms
 from fairaudit.analysis.gap import p_gap
-from fairaudit.job import registry
+from fairaudit.catalog import registry
 from fairaudit.probes.decisions import PairedProbe
 
 # P(Yes) per pair (alpha, alpha') under each arm; pair p4 is scored on one side only under think.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fairaudit.job import registry
+from fairaudit.catalog import registry
 
 CAPABILITY_WORDS = {"scores": "scores", "depth_reads": "depth reads", "target_nll": "target NLL",
                     "attention_graphs": "attention graphs"}

@@ -7,7 +7,7 @@ import difflib
 from pathlib import Path
 
 from fairaudit import CONF_DIR
-from fairaudit.job import registry
+from fairaudit.catalog import registry
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 

@@ -7,8 +7,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from fairaudit import CONF_DIR
-from fairaudit.job.run import run, run_or_exit
+from fairaudit.job.run import run
 from fairaudit.job.sweep import run_sweep_job
+from fairaudit.terminal.task import run_or_exit
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")

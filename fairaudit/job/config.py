@@ -17,9 +17,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit.backends import WHAT, Backend, Capabilities
+from fairaudit.catalog import registry
 from fairaudit.errors import AuditError, audit_cause
 from fairaudit.errors.contracts import require_complete
-from fairaudit.job import registry
 from fairaudit.job.checks import validate
 from fairaudit.job.grid import swept_in
 from fairaudit.models.checks import check_model_folder

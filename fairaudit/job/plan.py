@@ -24,8 +24,8 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
+from fairaudit.catalog import registry
 from fairaudit.errors import AuditError
-from fairaudit.job import registry
 from fairaudit.job.config import Job, Place, build_backend, model_folder, read_job
 from fairaudit.job.preflight import GridJob, data_line, dataset_key, each_job, one_line, repeats, value_line
 from fairaudit.models.files import ModelMissing

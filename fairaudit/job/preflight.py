@@ -14,10 +14,11 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from fairaudit.errors import AuditError, input_error_line
-from fairaudit.job.checks import validate_tracking, value_problems
+from fairaudit.job.checks import value_problems
 from fairaudit.job.config import Place, backend_of, files_problem, read_job
 from fairaudit.job.grid import job_label, sweep_jobs
 from fairaudit.terminal.output import print_error, print_failure
+from fairaudit.tracking.location import validate_tracking
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from fairaudit.catalog import registry
 from fairaudit.errors import AuditError, failure_line, input_error_line, interrupt
 from fairaudit.errors.secrets import redact, redact_hydra_files, remember_config
-from fairaudit.job import registry
 from fairaudit.job.config import Place, resolved
 from fairaudit.job.grid import (
     git_commit,

@@ -4,9 +4,9 @@ import hydra
 from omegaconf import DictConfig
 
 from fairaudit import CONF_DIR
-from fairaudit.job.registry import store_report_settings
-from fairaudit.job.run import run_or_exit
+from fairaudit.catalog.registry import store_report_settings
 from fairaudit.report import app
+from fairaudit.terminal.task import run_or_exit
 
 store_report_settings()  # the probes' report settings (probes.<name>.<key>), before Hydra composes the config
 

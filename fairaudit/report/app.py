@@ -11,7 +11,6 @@ from rich.markup import escape
 
 from fairaudit import __version__
 from fairaudit.errors.secrets import redact
-from fairaudit.job.checks import validate_tracking
 from fairaudit.report.build import Report, build
 from fairaudit.report.runs import (
     Selection,
@@ -24,6 +23,7 @@ from fairaudit.report.runs import (
 )
 from fairaudit.terminal.output import console, out
 from fairaudit.terminal.results import print_result, print_verdict
+from fairaudit.tracking.location import validate_tracking
 from fairaudit.tracking.runs import finite_metrics, flatten
 from fairaudit.tracking.tags import MAX_TAG, NOTE_TAG, VERSION_TAG
 from fairaudit.tracking.ui import where_lines

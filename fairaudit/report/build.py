@@ -19,7 +19,7 @@ import pandas as pd
 from fairaudit.analysis import study
 from fairaudit.analysis.numbers import format_p
 from fairaudit.analysis.study_figures import checkpoint_curve_figure
-from fairaudit.job.registry import report_builders
+from fairaudit.catalog.registry import report_builders
 from fairaudit.report.engines import add_engine_sensitivity
 from fairaudit.report.family import add_family
 from fairaudit.report.notes import add_warnings, marks_of, na_legend, na_lines

@@ -20,7 +20,7 @@ import pandas as pd
 from fairaudit.analysis import engines, study
 from fairaudit.analysis.engine_figures import engine_figure
 from fairaudit.analysis.numbers import format_number as num
-from fairaudit.job.registry import names, probe_classes
+from fairaudit.catalog.registry import names, probe_classes
 from fairaudit.probes import Probe
 from fairaudit.views.sections import RecordsLoader, Report, Section
 
