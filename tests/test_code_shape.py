@@ -154,7 +154,7 @@ def test_a_cycle_is_found_where_there_is_one():
 
 def test_every_import_runs_to_the_same_layer_or_a_lower_one():
     table, graph = layers(), import_graph()
-    assert [layer for layer, _ in table][:3] == ["entry", "report", "job"] and len(table) >= 10, table
+    assert [layer for layer, _ in table][:4] == ["entry", "report", "plan", "job"] and len(table) >= 10, table
     upward = [f"{a} ({table[layer_of(a, table)][0]}) -> {b} ({table[layer_of(b, table)][0]})"
               for a, targets in sorted(graph.items()) for b in sorted(targets)
               if layer_of(b, table) < layer_of(a, table)]
@@ -185,3 +185,21 @@ def test_functions_and_files_stay_short():
                 long_functions.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1})")
     assert not long_files and not long_functions, (long_files, long_functions)
 
+
+def test_the_report_and_the_command_line_read_the_catalog_not_the_job():
+    """report/ and cli/ import nothing from job/ (the command line starts the audit's Hydra app by its name alone)."""
+    trees = modules()
+    known = set(trees)
+    statements = {name: {m for m in (owner(n, known) for node in ast.walk(tree) for n in imported_names(node)) if m}
+                  for name, tree in trees.items() if name.startswith(("fairaudit.report", "fairaudit.cli"))}
+    climbing = {name: sorted(m for m in found if m.startswith("fairaudit.job")) for name, found in statements.items()}
+    assert not any(climbing.values()), climbing
+
+
+def imported_names(node: ast.AST) -> list[str]:
+    """The dotted names an import statement takes (absolute imports: the package uses no relative ones)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [f"{node.module}.{a.name}" for a in node.names]
+    return []

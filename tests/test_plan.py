@@ -13,7 +13,7 @@ import pytest
 from conftest import DATA_ROOT, run_app
 from fairaudit.analysis import power
 from fairaudit.analysis.cost import accelerator_seconds, format_duration
-from fairaudit.job.speeds import machine
+from fairaudit.plan.speeds import machine
 from fairaudit.store.results import Store
 
 TINY = ["model=tiny_qwen3", "dataset.n=6"]

@@ -113,10 +113,10 @@ def scratch_outputs(argv: list[str]):
 
 
 def plan_command(argv: list[str]) -> int:
-    """`fairaudit plan`: its overrides checked as a run's are, then the grid planned (`fairaudit.job.plan_study`)."""
+    """`fairaudit plan`: its overrides checked as a run's are, then the grid planned (`fairaudit.plan.study`)."""
     from fairaudit.cli.overrides import check
-    from fairaudit.job.plan import PLAN
-    from fairaudit.job.plan_study import main as plan_main
+    from fairaudit.plan.rehearsal import PLAN
+    from fairaudit.plan.study import main as plan_main
 
     if any(arg in ("-h", "--help") for arg in argv):
         print(PLAN_HELP, end="")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Mapping
 
 from fairaudit.job.config import Job
-from fairaudit.job.plan import Work, engine_key
+from fairaudit.plan.rehearsal import Work, engine_key
 
 
 class Speeds:

@@ -1,4 +1,4 @@
-"""`fairaudit plan`'s command: the grid composed and checked, each job planned (`job.plan`), then on stdout one table
+"""`fairaudit plan`'s command: the grid composed and checked, each job planned (`rehearsal`), then on stdout one table
 of the jobs' work and time, one of the time on the documented accelerators, one of the tests' power; the jobs' table
 also as CSV (`plan.csv`). Nothing is logged; only a pilot (`plan.pilot`) loads weights and writes to the store."""
 
@@ -16,7 +16,7 @@ from fairaudit.analysis.numbers import format_number
 from fairaudit.errors import AuditError
 from fairaudit.errors.rules import check_fields, integer, list_of, number, one_of, optional, text
 from fairaudit.job.config import Job, build_backend, model_folder
-from fairaudit.job.plan import (
+from fairaudit.plan.rehearsal import (
     JobPlan,
     census_key,
     compose,
@@ -29,7 +29,7 @@ from fairaudit.job.plan import (
     rehearse,
     run_pilot,
 )
-from fairaudit.job.speeds import Speeds, load_speeds, save_speeds
+from fairaudit.plan.speeds import Speeds, load_speeds, save_speeds
 from fairaudit.store.results import Store
 from fairaudit.terminal.output import console, print_error
 from fairaudit.terminal.progress import progress
