@@ -63,7 +63,7 @@ from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.backends import DepthRequest, GenerationRequest
 from fairaudit.backends.vllm import free_engine
 from fairaudit.backends.vllm_server import free_port, served
-from fairaudit.job.config import composed_backend, composed_folder, model_spec
+from fairaudit.job.config import ModelSource, model_spec
 from fairaudit.probes import AuditContext
 from fairaudit.probes.decisions import answer_choices, answer_parts_all, encode, render_prompts
 from fairaudit.prompts.yesno import Arm, split_output
@@ -137,7 +137,7 @@ def run_to_budget(backend) -> None:
 
 def audit_work(cfg, temperature: float, trace_tokens: int | None):
     """The backend (untimed load), its audit context and the think-arm generation requests."""
-    backend = composed_backend(cfg)
+    backend = ModelSource.composed(cfg).backend()
     arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
     # no client: the backend is timed, not the store
     ctx = AuditContext(None, backend.tokenizer, model_spec(cfg.model), instantiate(cfg.dataset), arm)
@@ -238,7 +238,7 @@ def openai_server(base_url: str | None, overrides: list[str]):
     cfg = compose_config("hf", overrides, 1, 1)
     os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # serves POST /reset_prefix_cache
     cpu = () if torch.cuda.is_available() else CPU_SERVER
-    with served(composed_folder(cfg), [free_port()], kv_cache_gib=2, extra_args=cpu) as (url,):
+    with served(ModelSource.composed(cfg).folder(), [free_port()], kv_cache_gib=2, extra_args=cpu) as (url,):
         yield url
 
 

@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 
 from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.backends import GenerationRequest
-from fairaudit.job.config import composed_backend, model_spec
+from fairaudit.job.config import ModelSource, model_spec
 from fairaudit.probes import AuditContext
 from fairaudit.probes.decisions import answer_choices, answer_parts_all, encode, render_prompts
 from fairaudit.prompts.yesno import Arm, split_output
@@ -51,7 +51,7 @@ def compose_config(backend: str, overrides: list[str], pairs: int, numerics: str
 
 def audit_work(cfg, K: int) -> dict:
     """The think arm's sequences: prompts, and after generating (on the backend, not timed here) the reads."""
-    backend = composed_backend(cfg)
+    backend = ModelSource.composed(cfg).backend()
     arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
     ctx = AuditContext(None, backend.tokenizer, model_spec(cfg.model), instantiate(cfg.dataset), arm)
     prompts = render_prompts(ctx, ctx.dataset.pairs(), arm)

@@ -22,7 +22,7 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 
 from fairaudit.backends.llamacpp import LlamaCppBackend, load_engine
-from fairaudit.job.config import composed_folder
+from fairaudit.job.config import ModelSource
 
 CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
 FILLER = 512  # tokens per filler sequence
@@ -31,7 +31,7 @@ FILLER = 512  # tokens per filler sequence
 def engine_for(overrides: list[str], n_ctx: int, n_seq_max: int, threads: int, streams: bool):
     with initialize_config_dir(config_dir=CONF, version_base=None):
         cfg = compose("config", overrides=["backend=llamacpp", *overrides])
-    backend = LlamaCppBackend(composed_folder(cfg), n_ctx=n_ctx, n_seq_max=n_seq_max, n_threads=threads,
+    backend = LlamaCppBackend(ModelSource.composed(cfg).folder(), n_ctx=n_ctx, n_seq_max=n_seq_max, n_threads=threads,
                               kv_streams=streams)
     return load_engine(backend.settings), backend
 

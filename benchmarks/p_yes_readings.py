@@ -22,7 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from fairaudit.analysis import contingency
-from fairaudit.job.config import composed_backend, model_spec
+from fairaudit.job.config import ModelSource, model_spec
 from fairaudit.probes import AuditContext
 from fairaudit.probes.decisions import paired_records
 from fairaudit.prompts.yesno import Arm
@@ -42,7 +42,7 @@ def main() -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose("config", overrides=[f"model={args.model}", f"dataset={args.dataset}", f"dataset.n={args.n}"])
     dataset = instantiate(cfg.dataset)
-    inner = composed_backend(cfg)
+    inner = ModelSource.composed(cfg).backend()
     arm = Arm(**OmegaConf.to_container(cfg.arm, resolve=True))
     baseline = Arm(**OmegaConf.to_container(cfg.probe.baseline_arm, resolve=True))
     with tempfile.TemporaryDirectory() as tmp:

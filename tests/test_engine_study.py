@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from conftest import REPO
 from fairaudit.analysis import engines
-from fairaudit.job.config import Place, build_backend, model_folder, read_job
+from fairaudit.job.config import Place, build_backend, read_job
 from fairaudit.job.tags import engine_label, engine_params
 from fairaudit.probes.counterfactual import CounterfactualProbe
 from fairaudit.report import app
@@ -214,7 +214,7 @@ def built_backend(data_root, *overrides: str):
                       return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)
     job = read_job(OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"]), Place({}, list(overrides), []))
-    return build_backend(job, model_folder(job)), job.model["batch_size"]
+    return build_backend(job, job.source.folder()), job.model["batch_size"]
 
 
 def test_batch_keyed_stores_a_batch_dependent_engine_under_its_batch_size(data_root):

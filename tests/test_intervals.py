@@ -18,7 +18,7 @@ from fairaudit.analysis.ranges import declared_range
 from fairaudit.analysis.stats import FEW
 from fairaudit.backends.hf import HFBackend
 from fairaudit.catalog import registry
-from fairaudit.job.config import Place, model_folder, read_job
+from fairaudit.job.config import Place, read_job
 from fairaudit.probes import AuditContext
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
@@ -44,7 +44,7 @@ def probe_result(probe: str, data_root, store: Store):
     HydraConfig.instance().set_config(cfg)   # ${hydra:runtime.cwd} resolves; the job's own config is the rest
     cfg = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
     job = read_job(cfg, Place({"probe": probe, "backend": "hf"}, overrides, []))
-    client = CachingClient(HFBackend(str(model_folder(job)), batch_size=4), store)
+    client = CachingClient(HFBackend(str(job.source.folder()), batch_size=4), store)
     return job.probe.run(AuditContext(client, client.tokenizer, job.spec, job.dataset, job.arm))
 
 

@@ -9,11 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from conftest import run_app
 from fairaudit.catalog.registry import settings
-from fairaudit.job.config import files_problem
+from fairaudit.job.config import ModelSource
 from fairaudit.models.files import PROMPT_FILES, ModelFiles, ModelMissing
 from fairaudit.models.locate import hub_snapshot
 
@@ -68,13 +67,12 @@ def test_a_missing_model_is_one_line_with_its_size_gpu_and_the_command_that_down
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
         cfg = compose("config", overrides=["model=qwen3", "model.checkpoint=step5"])
-    parts = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("backend", "model")}
-    line = files_problem(parts)
+    line = ModelSource.composed(cfg).problem()
     assert line == (f"cannot get 'Qwen/Qwen3-32B' at revision step5 (model qwen3: about {QWEN3['weights_gb']} GB, "
                     f"needs a GPU): it is not in the hub cache {hub_cache} and HF_HUB_OFFLINE=1 forbids downloading "
                     "it; download it with `hf download Qwen/Qwen3-32B --revision step5` where the hub is reachable, "
                     "or set model.path to a local copy")
-    dry = files_problem(parts, weights=False)  # a dry run needs the prompt files alone, and says which
+    dry = ModelSource.composed(cfg).problem(weights=False)  # a dry run needs the prompt files alone, and says which
     assert dry.startswith("cannot get the tokenizer and chat template of 'Qwen/Qwen3-32B' at revision step5 "
                           "(model qwen3): ")
     assert dry.endswith(f"--include {' '.join(repr(p) for p in PROMPT_FILES)}` where the hub is reachable, or set "

@@ -15,7 +15,7 @@ from hydra.core.global_hydra import GlobalHydra
 from conftest import REPO, run_app
 from fairaudit.catalog.registry import backend_classes, names, settings
 from fairaudit.errors import AuditError
-from fairaudit.job.config import composed_folder as model_dir_for
+from fairaudit.job.config import ModelSource
 from fairaudit.models.cache import package_dir
 from fairaudit.models.files import PROMPT_FILES, ModelFiles
 from fairaudit.models.locate import GGUF_NAME, SMOLLM2_GGUF
@@ -24,6 +24,11 @@ GGUF_MODEL = "llama31_8b_q4km"  # a config whose repository holds GGUF files onl
 REPO_ID, GGUF_FILE = settings("model", GGUF_MODEL)["source"], settings("model", GGUF_MODEL)["gguf_file"]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
+
+
+def model_dir_for(cfg, weights: bool = True):
+    """The model folder of a composed config, as a run finds it."""
+    return ModelSource.composed(cfg).folder(weights)
 
 def config(*overrides: str):
     GlobalHydra.instance().clear()

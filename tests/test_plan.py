@@ -64,7 +64,7 @@ def test_prompt_tokens_are_the_dry_runs_prompts_rendered_and_tokenized(tmp_path,
 
     from fairaudit import CONF_DIR
     from fairaudit.backends.common import encode_texts
-    from fairaudit.job.config import Place, model_folder, read_job
+    from fairaudit.job.config import Place, read_job
     from fairaudit.probes import AuditContext
 
     frame = planned(tmp_path, capsys, *TINY)
@@ -73,7 +73,7 @@ def test_prompt_tokens_are_the_dry_runs_prompts_rendered_and_tokenized(tmp_path,
         cfg = compose("config", overrides=[*TINY, f"data.root={DATA_ROOT}", "dry_run=true"], return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)
     job = read_job(OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"]), Place({}, [], []), here=False)
-    tokenizer = job.backend_class.load_tokenizer(model_folder(job, weights=False), job.backend_settings)
+    tokenizer = job.backend_class.load_tokenizer(job.source.folder(weights=False), job.backend_settings)
     prompts = job.probe.prompts(AuditContext(None, tokenizer, job.spec, job.dataset, job.arm))
     assert frame["prompts"][0] == len(prompts) == 6 * 2 * 2
     assert frame["prompt_tokens"][0] == sum(map(len, encode_texts(tokenizer, [p.text for p in prompts])))

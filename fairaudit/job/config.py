@@ -59,14 +59,14 @@ class Job:
 
     settings: the resolved config, the keys fairaudit reads itself left out (what the job ran: its params and key);
     backend_class and backend_settings: the class `backend._target_` names, resolved once, and the keyword
-    arguments of its constructor; files: the model's files at its checkpoint; the rest is read from `settings`.
+    arguments of its constructor; source: where its backend finds the model's files; the rest is read from
+    `settings`.
     """
 
     settings: dict
     place: Place
     backend_class: type[Backend]
     backend_settings: dict
-    files: ModelFiles
     spec: ModelSpec
     arm: Arm
     arms: list[Arm]
@@ -79,6 +79,7 @@ class Job:
     store_url: str = field(init=False)
     batch_keyed: bool = field(init=False)  # store.batch_keyed
     tracking: tuple[str, str] = field(init=False)  # (tracking.uri, tracking.experiment)
+    source: "ModelSource" = field(init=False)
 
     def __post_init__(self):
         self.probe_name = self.place.choices.get("probe", "?")
@@ -87,6 +88,7 @@ class Job:
         self.store_url = self.settings["store"]["url"]
         self.batch_keyed = bool(self.settings["store"].get("batch_keyed", False))
         self.tracking = (self.settings["tracking"]["uri"], self.settings["tracking"]["experiment"])
+        self.source = ModelSource(self.backend_class, self.backend_settings, self.model)
 
 
 def build(node, **kwargs):
@@ -193,8 +195,8 @@ def read_job(cfg: DictConfig, place: Place | None = None, here: bool = True) -> 
     settings, probe = checked.values, checked.probe
     spec, arm = model_spec(settings["model"]), Arm(**settings["arm"])
     dataset = build(settings["dataset"])
-    job = Job(settings, place, checked.backend_class, checked.backend_settings, ModelFiles.of(settings["model"]),
-              spec, arm, probe.arms(arm), probe, dataset)
+    job = Job(settings, place, checked.backend_class, checked.backend_settings, spec, arm, probe.arms(arm), probe,
+              dataset)
     check_fit(probe, job.probe_name, job.arms, dataset, spec)
     check_capabilities(probe, job.probe_name, job.backend_name,
                        job.backend_class.capabilities_for(job.backend_settings))
@@ -203,74 +205,62 @@ def read_job(cfg: DictConfig, place: Place | None = None, here: bool = True) -> 
     dataset.check()
     if not job.dry_run:  # a dry run talks to no server, and says itself what its model lacks, after the pairs
         job.backend_class.reach(job.backend_settings)
-        problem = model_problem(job)
+        problem = job.source.problem(weights=True)
         if problem:
             raise AuditError(problem)
     return job
 
 
-def model_folder(job: Job, weights: bool = True, fetch: bool = True) -> Path | None:
-    """The local folder of the job's model at its checkpoint, as its backend finds it (`Backend.resolve_model`),
-    its files checked; weights=False: one that renders the prompts, no weights fetched (a dry run);
-    fetch=False: the check alone (nothing downloaded, None returned)."""
-    return files_folder(job.backend_class, job.backend_settings, job.files, weights, fetch)
+@dataclass(frozen=True)
+class ModelSource:
+    """A model's files as one backend finds them: the one way to the model's folder (`folder`) and to the line
+    saying why its files cannot be had (`problem`), for a job, a resolved config or a composed one."""
 
+    backend_class: type[Backend]
+    backend_settings: Mapping
+    model: Mapping  # the `model` config: its files, and its name and size in a missing file's line
 
-def files_folder(backend_class: type[Backend], backend_settings: Mapping, files: ModelFiles, weights: bool = True,
-                 fetch: bool = True) -> Path | None:
-    """`model_folder` of a model's files under a backend's settings."""
-    folder = backend_class.resolve_model(files, backend_settings, weights=weights, fetch=fetch)
-    if folder is not None:  # its files checked before a backend reads them
-        check_model_folder(folder, weights=weights and backend_class.capabilities.loads_weights)
-    return folder
+    @classmethod
+    def of(cls, settings: Mapping) -> "ModelSource":
+        """The source of a resolved config's model under its backend (`settings` needs only those two)."""
+        backend_class, backend_settings = backend_of(settings)
+        return cls(backend_class, backend_settings, settings["model"])
 
+    @classmethod
+    def composed(cls, cfg: DictConfig) -> "ModelSource":
+        """The source of a composed config outside a run (a script, a notebook, a benchmark): its `backend` and
+        `model` resolved on their own, so keys only a Hydra run resolves (the store's folder) are not needed."""
+        return cls.of({key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("backend", "model")})
 
-def folder_of(settings: Mapping, weights: bool = True, fetch: bool = True) -> Path | None:
-    """`model_folder` of the model and backend of a resolved config (`settings` needs only those two)."""
-    backend_class, backend_settings = backend_of(settings)
-    return files_folder(backend_class, backend_settings, ModelFiles.of(settings["model"]), weights, fetch)
+    def folder(self, weights: bool = True, fetch: bool = True) -> Path | None:
+        """The local folder of the model at its checkpoint, as its backend finds it (`Backend.resolve_model`), its
+        files checked; weights=False: one that renders the prompts, no weights fetched (a dry run); fetch=False:
+        the check alone (nothing downloaded, None returned)."""
+        folder = self.backend_class.resolve_model(ModelFiles.of(self.model), self.backend_settings, weights=weights,
+                                                  fetch=fetch)
+        if folder is not None:  # its files checked before a backend reads them
+            check_model_folder(folder, weights=weights and self.backend_class.capabilities.loads_weights)
+        return folder
 
+    def problem(self, weights: bool = True) -> str | None:
+        """The one line saying why the model's files cannot be had and how to get them, found without downloading
+        anything (None: they are here or the hub holds them)."""
+        try:
+            self.folder(weights, fetch=False)
+        except ModelMissing as missing:
+            return missing.line(self.model)
+        except AuditError as error:  # e.g. a model.path that holds no model, an embedded model's package absent
+            return str(error)
+        return None
 
-def composed_parts(cfg: DictConfig) -> dict:
-    """The `backend` and `model` of a composed config outside a run (a script, a notebook, a benchmark), resolved on
-    their own, so keys only a Hydra run resolves (the store's folder) are not needed."""
-    return {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("backend", "model")}
-
-
-def composed_folder(cfg: DictConfig, weights: bool = True) -> Path | None:
-    """`folder_of` a composed config outside a run (`composed_parts`)."""
-    return folder_of(composed_parts(cfg), weights)
-
-
-def composed_backend(cfg: DictConfig, model_dir: Path | None = None) -> Backend:
-    """The backend of a composed config outside a run (`composed_parts`), on `model_dir` (default: its model's
-    folder), built as a run builds it."""
-    parts = composed_parts(cfg)
-    backend_class, settings = backend_of(parts)
-    folder = model_dir or folder_of(parts)
-    return backend_class(model_dir=str(folder), dtype=parts["model"]["dtype"], batch_size=parts["model"]["batch_size"],
-                         **settings)
-
-
-def files_problem(settings: Mapping, weights: bool = True) -> str | None:
-    """The one line saying why the model files of a resolved config (its `model` and `backend`) cannot be had and
-    how to get them, found without downloading anything (None: they are here or the hub holds them)."""
-    try:
-        folder_of(settings, weights, fetch=False)
-    except ModelMissing as missing:
-        return missing.line(settings["model"])
-    except AuditError as error:  # e.g. a model.path that holds no model, an embedded model's package absent
-        return str(error)
-    return None
-
-
-def model_problem(job: Job) -> str | None:
-    """`files_problem` of the job's model, with its weights unless it is a dry run."""
-    return files_problem(job.settings, weights=not job.dry_run)
+    def backend(self, model_dir: Path | None = None) -> Backend:
+        """The backend outside a run, on `model_dir` (default: the model's folder), built as a run builds it."""
+        return self.backend_class(model_dir=str(model_dir or self.folder()), dtype=self.model["dtype"],
+                                  batch_size=self.model["batch_size"], **self.backend_settings)
 
 
 def build_backend(job: Job, model_dir: Path) -> Backend:
-    """The job's backend on its model's folder (`model_folder`); the constructor reads only what names the model:
+    """The job's backend on its model's folder (`job.source.folder()`); the constructor reads only what names the model:
     weights load on the first model call. Under store.batch_keyed a backend that is not batch-invariant stores its
     results under its batch size too (`/batch<N>` after its fingerprint), so each batch size computes its own."""
     backend = job.backend_class(model_dir=str(model_dir), dtype=job.model["dtype"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from fairaudit.errors import AuditError
-from fairaudit.job.config import Job, model_folder
+from fairaudit.job.config import Job
 from fairaudit.models.files import ModelMissing
 from fairaudit.probes import AuditContext, Prompt
 from fairaudit.terminal.output import console
@@ -39,7 +39,7 @@ def preview(job: Job) -> None:
     it finds without weights; no model loads, nothing is logged. Without a tokenizer (offline, not cached), the
     data's messages unrendered, then one error line saying why and how to get it."""
     try:
-        tokenizer = job.backend_class.load_tokenizer(model_folder(job, weights=False), job.backend_settings)
+        tokenizer = job.backend_class.load_tokenizer(job.source.folder(weights=False), job.backend_settings)
     except (AuditError, OSError, ValueError) as error:  # transformers' OSError: a folder without a tokenizer
         shown = show_messages(job.dataset.messages())
         why = error.line(job.model) if isinstance(error, ModelMissing) else " ".join(str(error).split())

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fairaudit.errors import AuditError, input_error_line
 from fairaudit.job.checks import value_problems
-from fairaudit.job.config import Place, backend_of, files_problem, read_job
+from fairaudit.job.config import ModelSource, Place, backend_of, read_job
 from fairaudit.job.grid import job_label, sweep_jobs
 from fairaudit.terminal.output import print_error, print_failure
 from fairaudit.tracking.location import validate_tracking
@@ -144,8 +144,7 @@ def reach_line(job: GridJob) -> str | None:
 def model_line(job: GridJob) -> str | None:
     """The model's files: here or on the hub (a metadata query), with how to get them; a dry run needs only the
     files that render prompts."""
-    parts = {key: OmegaConf.to_container(job.config[key], resolve=True) for key in ("backend", "model")}
-    return files_problem(parts, weights=not job.config.get("dry_run"))
+    return ModelSource.composed(job.config).problem(weights=not job.config.get("dry_run"))
 
 
 def sweep_problems(config: DictConfig) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -11,18 +10,17 @@ from fairaudit.errors import AuditError, failure_line, interrupt
 from fairaudit.errors.disk import artifacts_full
 from fairaudit.errors.interrupt import Interrupted
 from fairaudit.errors.locks import is_locked, locked_error
-from fairaudit.job.config import Job, build_backend, model_folder, read_job
+from fairaudit.job.config import Job, build_backend, read_job
 from fairaudit.job.dry_run import preview
-from fairaudit.job.tags import engine_label, engine_params, job_run_name, job_tags
+from fairaudit.job.tags import run_identity
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
 from fairaudit.terminal.output import console
 from fairaudit.terminal.results import print_result, print_verdict, summary_table
-from fairaudit.tracking import tags as t
 from fairaudit.tracking.database import database_full, tracking_fault
 from fairaudit.tracking.jobs_view import refresh_jobs_view
-from fairaudit.tracking.runs import Tracker, flatten, parent_run_id, tracking_failure
+from fairaudit.tracking.runs import Tracker, tracking_failure
 from fairaudit.tracking.ui import where_lines
 
 
@@ -33,41 +31,51 @@ def run(cfg: DictConfig) -> ProbeResult | None:
 
 
 def audit(job: Job) -> ProbeResult:
-    """Load the job's model behind the store, run its probe and log the run; its verdict and metrics printed."""
-    model_dir = model_folder(job)  # its files checked before anything opens
+    """Load the job's model behind the store, run its probe and log the run; its verdict and metrics printed. The run
+    meets tracking at three stages: its run opened (`Tracker.start`), its outcome logged and the run closed
+    (`Tracker.finish`), or the run closed KILLED or FAILED with its one line (`Tracker.end`)."""
+    model_dir = job.source.folder()  # its files checked before anything opens
     store = Store(job.store_url)  # a database server that refuses: one line before the backend reads the model
     backend = build_backend(job, model_dir)
     client = CachingClient(backend, store, chunk_size=job.model["batch_size"])
-    uri, experiment = job.tracking
-    tracker = Tracker(uri, experiment)
-    batch_size = job.model["batch_size"]
-    tags = {**job_tags(job.settings, job.place), t.ENGINE_TAG: engine_label(backend, batch_size)}
-    run_name = job_run_name(tags, job.place.varied)
-    axes = {axis: tags[axis] for axis in t.AXIS_TAGS}  # short params, so Compare can plot against the grid's axes
-    parent = parent_run_id(job.place.sweep_dir) if job.place.sweep_dir else None
-    params = {**axes, **engine_params(backend, batch_size), **flatten(job.settings)}
-    run_id = tracker.start(run_name, tags, params, parent)
+    run_name, tags, params, parent = run_identity(job, backend)
+    tracker = Tracker(*job.tracking)
+    run_id = tracker.start(run_name, tags, params, parent, job.settings)
     ended = False
     try:
         result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
         result.metrics.update(client.metrics())
         verdict = job.probe.verdict(result)
-        log_run(tracker, job, result, verdict, run_name)
+        title_figures(result.figures, f"{job.spec.name}, {job.dataset.name}: {' vs '.join(a.name for a in job.arms)}")
+        tracker.finish(job.settings, job.place.overrides, (job.dataset.name, data_source(job.dataset)), result,
+                       job.probe.samples, verdict, run_name)
         ended = True
-    except KeyboardInterrupt:
-        tracker.end(killed=True, error=f"interrupted ({interrupt.cause()}) after {client.model_calls} new results, "
-                                       "all kept in the store")
-        raise Interrupted(client.model_calls) from None
     except BaseException as error:
-        failure = fault_of(error, uri, store, tracker)
-        tracker.end(failed=True, error=failure_line(failure or error))
-        raise failure or error
+        stop = stopped(error, client.model_calls, store, tracker)
+        killed = isinstance(stop, Interrupted)
+        line = interrupted_line(stop.kept) if killed else failure_line(stop)
+        tracker.end(killed=killed, failed=not killed, error=line)
+        if killed:
+            raise stop from None
+        raise stop
     finally:
         store.close(release=ended)  # the write-ahead log folded into the file a user may copy
-    tracker.end()
     refresh_jobs_view(tracker.client, tracker.experiment_id)  # the experiment's page opens on its jobs side by side
-    print_summary(run_name, result, verdict, run_id, tracker.experiment_id, uri)
+    print_summary(run_name, result, verdict, run_id, tracker.experiment_id, job.tracking[0])
     return result
+
+
+def interrupted_line(kept: int) -> str:
+    """The error line of a run the user stopped."""
+    return f"interrupted ({interrupt.cause()}) after {kept} new results, all kept in the store"
+
+
+def stopped(error: BaseException, kept: int, store: Store, tracker: Tracker) -> BaseException:
+    """What a run that stopped raises: `Interrupted` for Ctrl-C (SIGTERM, SIGHUP), a failed resource's one line
+    (`fault_of`), else the error itself."""
+    if isinstance(error, KeyboardInterrupt):
+        return Interrupted(kept)
+    return fault_of(error, tracker.uri, store, tracker) or error
 
 
 def fault_of(error: BaseException, uri: str, store: Store, tracker: Tracker) -> AuditError | None:
@@ -78,19 +86,6 @@ def fault_of(error: BaseException, uri: str, store: Store, tracker: Tracker) -> 
                             "the results committed so far are kept")
     return (tracking_failure(error, uri) or database_full(error, uri) or tracking_fault(error, uri)
             or artifacts_full(error, tracker.run.info.artifact_uri, tracker.writing))
-
-
-def log_run(tracker: Tracker, job: Job, result: ProbeResult, verdict: list[str], run_name: str) -> None:
-    """Everything a finished probe logs: config, data set input, metrics, tables, figures, records, the
-    per-sample views, and the verdict (as verdict.txt and the run's description)."""
-    title_figures(result.figures, f"{job.spec.name}, {job.dataset.name}: {' vs '.join(a.name for a in job.arms)}")
-    tracker.log_config(job.settings, job.place.overrides)
-    view = job.probe.samples
-    tracker.log_dataset(result.records[view.frame], job.dataset.name, data_source(job.dataset))
-    tracker.log_result(result.metrics, result.tables, result.figures, result.records)
-    tracker.log_samples(result.records[view.frame], view.layout, run_name)
-    tracker.log_verdict(verdict, result.metrics)  # verdict.txt, warnings.txt, the description and warning tags
-    tracker.set_tags({t.HEADLINE_TAG: json.dumps(result.headline)})
 
 
 def data_source(dataset) -> str:

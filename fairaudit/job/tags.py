@@ -1,15 +1,19 @@
-"""What names a job's run: its tags (the grid's axes, its key, its place in a sweep) and its run name."""
+"""What names a job's run: its tags (the grid's axes, its key, its place in a sweep), its run name, its params and
+its parent run (`run_identity`)."""
 
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from fairaudit import __version__
 from fairaudit.backends import Backend
 from fairaudit.models.files import checkpoint_spec
 from fairaudit.tracking import tags as t
-from fairaudit.tracking.runs import config_key
+from fairaudit.tracking.runs import config_key, parent_run_id
+
+if TYPE_CHECKING:
+    from fairaudit.job.config import Job
 
 # grid axis -> override keys that set it
 AXIS_KEYS = {"model": ("model",), "dataset": ("dataset",), "probe": ("probe",), "arm": ("arm",),
@@ -71,3 +75,14 @@ def job_run_name(tags: dict[str, str], varied: list[str]) -> str:
     shown = [f"seed {tags[a]}" if a == "seed" else tags[a] for a in lead]
     rest = [tags[a] for a in t.AXIS_TAGS[:4] if a not in lead]
     return " ".join(shown) + (" | " if shown else "") + " ".join(rest)
+
+
+def run_identity(job: "Job", backend: Backend) -> tuple[str, dict[str, str], dict[str, str], str | None]:
+    """What the job's run is opened with: its name, its tags, its params (the grid's axes as short params, so
+    Compare can plot against them; the engine's) and its sweep's parent run."""
+    batch_size = job.model["batch_size"]
+    tags = {**job_tags(job.settings, job.place), t.ENGINE_TAG: engine_label(backend, batch_size)}
+    axes = {axis: tags[axis] for axis in t.AXIS_TAGS}
+    params = {**axes, **engine_params(backend, batch_size)}
+    parent = parent_run_id(job.place.sweep_dir) if job.place.sweep_dir else None
+    return job_run_name(tags, job.place.varied), tags, params, parent

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fairaudit.catalog import registry
 from fairaudit.errors import AuditError
-from fairaudit.job.config import Job, Place, build_backend, model_folder, read_job
+from fairaudit.job.config import Job, Place, build_backend, read_job
 from fairaudit.job.preflight import GridJob, data_line, dataset_key, each_job, one_line, repeats, value_line
 from fairaudit.models.files import ModelMissing
 from fairaudit.models.locate import hub_cache_only, tiny_qwen3_dir
@@ -182,7 +182,7 @@ def model_at_hand(job: Job) -> Hand:
     tokenizer is in its weights' file), else Qwen3's standing in; and its fingerprint."""
     try:
         with hub_cache_only():
-            folder = model_folder(job, weights=False)
+            folder = job.source.folder(weights=False)
         return Hand(job.backend_class.load_tokenizer(folder, job.backend_settings), folder, fingerprint_here(job))
     except (AuditError, OSError, ValueError) as error:
         from fairaudit.backends.common import folder_tokenizer
@@ -207,7 +207,7 @@ def fingerprint_here(job: Job) -> str | None:
     downloaded, no weights loaded: a backend's constructor reads what names the model); None otherwise."""
     try:
         with hub_cache_only():
-            backend = build_backend(job, model_folder(job))
+            backend = build_backend(job, job.source.folder())
     except Exception:  # files not here, an engine not installed here: nothing stored can be matched
         return None
     fingerprint = backend.fingerprint

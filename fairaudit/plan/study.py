@@ -15,7 +15,7 @@ from fairaudit.analysis.cost import accelerator_seconds, format_duration
 from fairaudit.analysis.numbers import format_number
 from fairaudit.errors import AuditError
 from fairaudit.errors.rules import check_fields, integer, list_of, number, one_of, optional, text
-from fairaudit.job.config import Job, build_backend, model_folder
+from fairaudit.job.config import Job, build_backend
 from fairaudit.plan.rehearsal import (
     JobPlan,
     census_key,
@@ -95,7 +95,7 @@ class Planner:
                 for num, (job, _) in enumerate(jobs):
                     key = engine_key(job)
                     if key not in backends:
-                        backends[key] = build_backend(job, model_folder(job))
+                        backends[key] = build_backend(job, job.source.folder())
                     found[num], timed = run_pilot(job, self.settings["pilot"], backends[key], self.store)
                     self.speeds.add(job, timed)
                     advance(1)

@@ -29,6 +29,7 @@ from fairaudit.tracking.scratch import scratch
 from fairaudit.tracking.tags import (
     ERROR_TAG,
     EXPERIMENT_KIND_TAG,
+    HEADLINE_TAG,
     KEY_TAG,
     MAX_TAG,
     MODEL_TRAINING_KIND,
@@ -184,9 +185,11 @@ class Tracker:
         self.writing = ("", 0)  # the artifact being logged and its bytes, named when its disk fills
 
     def start(self, run_name: str, tags: dict[str, str], params: dict[str, str],
-              parent_run_id: str | None = None) -> str:
-        """Open the job's run (as a child of `parent_run_id` in a sweep) and log tags and params."""
+              parent_run_id: str | None = None, config: Mapping | None = None) -> str:
+        """Open the job's run (as a child of `parent_run_id` in a sweep) and log tags and params, the resolved
+        `config` flattened among them."""
         self.key = tags.get(KEY_TAG)
+        params = {**params, **flatten(dict(config or {}))}
         tags, params = redact(tags, by_name=False), redact(params)  # a param is named by its config key
         self.run = self.mlflow.start_run(run_name=redact(run_name), experiment_id=self.experiment_id,
                                          parent_run_id=parent_run_id, tags={**tags, **process_tags()})
@@ -199,6 +202,21 @@ class Tracker:
         for start in range(0, len(items), 100):
             self.mlflow.log_params(dict(items[start:start + 100]))
         return run_id
+
+    def finish(self, config: Mapping, overrides: list[str], dataset: tuple[str, str], result, samples,
+               verdict: list[str], title: str) -> None:
+        """Everything a finished job logs, then its run closed FINISHED: its config and overrides, its data set as an
+        input (`dataset`: its name and where it was read), the result's metrics, tables, figures and records (a
+        `ProbeResult`), the per-sample pages of its records in the probe's layout (`samples`: a `SampleView`), its
+        verdict, its headline."""
+        frame = result.records[samples.frame]
+        self.log_config(config, overrides)
+        self.log_dataset(frame, *dataset)
+        self.log_result(result.metrics, result.tables, result.figures, result.records)
+        self.log_samples(frame, samples.layout, title)
+        self.log_verdict(verdict, result.metrics)  # verdict.txt, warnings.txt, the description and warning tags
+        self.set_tags({HEADLINE_TAG: json.dumps(result.headline)})
+        self.end()
 
     def log_config(self, settings: Mapping, overrides: list[str]) -> None:
         """The resolved config and the command-line overrides, so the run can be repeated exactly."""
