@@ -137,4 +137,5 @@ def test_the_yes_rate_probe_runs_logs_its_rates_and_previews_its_prompts(copy):
     assert table["yes_rate_alpha"].tolist() == [run_.data.metrics["yes_rate_alpha"]]
     shown = (copy / "report" / "report.md").read_text()
     assert "## Yes rate per side" in shown
+    assert "Yes rate per side" in report.stdout  # its `report.main` section, printed in the terminal
     assert f"| {run_.data.metrics['yes_rate_alpha']:.2f} |" in shown  # probes.yes_rate.digits=2 formats it

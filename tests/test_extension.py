@@ -208,8 +208,9 @@ def test_a_misspelt_report_setting_is_one_line_naming_the_nearest(tmp_path):
 def test_a_report_node_in_another_shape_is_one_error_naming_the_file(monkeypatch):
     monkeypatch.setattr(registry, "settings", lambda group, name: {"report": ["fairaudit.x.section"]})
     monkeypatch.setattr(registry, "config_file", lambda group, name: Path(f"conf/{group}/{name}.yaml"))
-    with pytest.raises(AuditError, match=r"^conf/probe/p.yaml: report must be a mapping of `sections` .* and "
-                                         r"`settings` \(their settings\), not \['fairaudit.x.section'\]$"):
+    with pytest.raises(AuditError, match=r"^conf/probe/p.yaml: report must be a mapping of `sections` .*; "
+                                         r"`settings` \(their settings\); .*`sign_test` .*, not "
+                                         r"\['fairaudit.x.section'\]$"):
         registry.report_sections("p")
 
 

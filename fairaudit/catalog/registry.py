@@ -76,6 +76,15 @@ def report_defaults() -> dict[str, Any]:
     return _load(CONF / "report.yaml")
 
 
+def report_family(probes: Iterable[str]) -> dict[str, Any]:
+    """`conf/report.yaml`'s `family`, its `metrics` (null there: each probe's own) the tests the given probes declare
+    (`report.family`)."""
+    family = dict(report_defaults()["family"])
+    if family.get("metrics") is None:
+        family["metrics"] = declared(probes, "family")
+    return family
+
+
 def resolve(dotted: str) -> type:
     """The class a `_target_` names, imported (optional engines stay lazy); one line when it cannot be imported
     (Hydra's own "Error locating target" hides the ImportError behind it)."""
@@ -115,13 +124,37 @@ def backends_with(capability: str) -> list[str]:
     return [name for name, cls in backend_classes().items() if cls.capabilities.has(capability) and not cls.rehearsal]
 
 
+REPORT_KEYS = {  # what a probe's `report:` node may declare
+    "sections": "the dotted names of its report's section builders",
+    "settings": "their settings",
+    "main": "the names of its headline sections, printed in the terminal",
+    "summaries": "the metrics summarised across seeds",
+    "curves": "the metrics drawn against checkpoint order",
+    "family": "its log10 p metrics, corrected together for multiple comparisons",
+    "sign_test": "{greater, than, alternative}: the metric predicted larger in each cell than another or a number",
+}
+
+
 def report_node(probe: str) -> dict[str, Any]:
-    """A probe's `report:` node ({} when it has none); an AuditError when it is not {sections, settings}."""
+    """A probe's `report:` node ({} when it has none); an AuditError when it holds a key not in REPORT_KEYS."""
     node = meta("probe", probe, "report") or {}
-    if not isinstance(node, dict) or not set(node) <= {"sections", "settings"}:
-        raise AuditError(f"{config_file('probe', probe)}: report must be a mapping of `sections` (the dotted names "
-                         f"of its report's section builders) and `settings` (their settings), not {node!r}")
+    if not isinstance(node, dict) or not set(node) <= set(REPORT_KEYS):
+        keys = "; ".join(f"`{key}` ({what})" for key, what in REPORT_KEYS.items())
+        raise AuditError(f"{config_file('probe', probe)}: report must be a mapping of {keys}, not {node!r}")
     return node
+
+
+def declared(probes: Iterable[str], key: str) -> list[str]:
+    """What the given probes list under `report.<key>` (main, summaries, curves, family), each once, in probe name
+    order."""
+    chosen = sorted(set(probes) & set(names("probe")))
+    return list(dict.fromkeys(item for probe in chosen for item in report_node(probe).get(key) or []))
+
+
+def declared_sign_test(probes: Iterable[str]) -> dict[str, Any]:
+    """The sign test the first of the given probes (in name order) that declares one declares ({}: none)."""
+    chosen = sorted(set(probes) & set(names("probe")))
+    return next((dict(report_node(p)["sign_test"]) for p in chosen if report_node(p).get("sign_test")), {})
 
 
 def report_sections(probe: str) -> list[str]:

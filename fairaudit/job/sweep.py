@@ -62,7 +62,8 @@ class SweepCallback(Callback):
         if gone:
             print_error(gone)
             sys.exit(1)
-        failed = close_parent(config.tracking.uri, Path(config.hydra.sweep.dir), registry.report_defaults()["family"])
+        family = registry.report_family(registry.names("probe"))  # each job's probe's declared tests
+        failed = close_parent(config.tracking.uri, Path(config.hydra.sweep.dir), family)
         if failed:
             print_error(failed)
             sys.exit(1)

@@ -154,10 +154,11 @@ def markdown_report(report: Report, selection: Selection, uri: str) -> str:
 
 
 def show(report: Report, selection: Selection) -> None:
-    """On stdout, the main tables (Table 2, the seed summary, the engines'; else the runs) and the verdicts of the
+    """On stdout, the headline tables (each reported probe's `report.main` sections, the seed summary, the engines';
+    else the main one) and the verdicts of the
     family of tests and the sign test; on stderr, one line per table the selection could not fill and the runs it
     left out."""
-    printed = [s for s in report.sections if s.name in ("table2", "seeds", "engines")] or [report.section(report.main)]
+    printed = [report.section(name) for name in report.headlines] or [report.section(report.main)]
     for section in printed:
         print_result(render.rich_table(section.shown, section.title, section.pooled_last))
         if section.note:

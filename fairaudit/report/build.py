@@ -19,7 +19,7 @@ import pandas as pd
 from fairaudit.analysis import study
 from fairaudit.analysis.numbers import format_p
 from fairaudit.analysis.study_figures import checkpoint_curve_figure
-from fairaudit.catalog.registry import report_builders
+from fairaudit.catalog.registry import declared, declared_sign_test, report_builders
 from fairaudit.report.engines import add_engine_sensitivity
 from fairaudit.report.family import add_family
 from fairaudit.report.notes import add_warnings, marks_of, na_legend, na_lines
@@ -35,22 +35,32 @@ def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:
     runs: one row per job run (run_id, run_name, status, study.AXES, baseline, metrics...).
     cfg: the report config (family, seeds, sign_test, curves, and each probe's settings under probes).
     """
-    report = Report()
-    for add_sections, probes in report_builders(runs["probe"].dropna() if "probe" in runs else []).items():
-        add_sections(report, runs_of(runs, probes), load_records, {probe: cfg.probes[probe] for probe in probes})
+    report, probes = Report(), list(runs["probe"].dropna().unique()) if "probe" in runs else []
+    for add_sections, listing in report_builders(probes).items():
+        add_sections(report, runs_of(runs, listing), load_records, {probe: cfg.probes[probe] for probe in listing})
     if "engine" in study.varying_axes(runs):
         add_engine_sensitivity(report, runs, load_records, cfg)
-    add_family(report, runs, cfg.family)
+    add_family(report, runs, {"metrics": chosen(cfg.family.metrics, probes, "family"), "alpha": cfg.family.alpha})
     if "seed" in study.varying_axes(runs):
-        add_seed_summary(report, runs, list(cfg.seeds.metrics), float(cfg.seeds.level))
-    add_sign_test(report, runs, cfg.sign_test.greater, cfg.sign_test.than, cfg.sign_test.alternative)
+        add_seed_summary(report, runs, chosen(cfg.seeds.metrics, probes, "summaries"), float(cfg.seeds.level))
+    sign = {**declared_sign_test(probes), **{k: v for k, v in cfg.sign_test.items() if v is not None}}
+    if sign.get("greater") is not None:
+        add_sign_test(report, runs, sign["greater"], sign.get("than"), sign.get("alternative") or "greater")
     if "checkpoint" in study.varying_axes(runs):
-        add_checkpoint_curves(report, runs, list(cfg.curves.metrics), cfg.curves.order, float(cfg.seeds.level))
+        add_checkpoint_curves(report, runs, chosen(cfg.curves.metrics, probes, "curves"), cfg.curves.order,
+                              float(cfg.seeds.level))
     add_warnings(report, runs, study.cell_axes(runs))
     report.na = na_legend(runs)
     add_runs(report, runs)
-    report.main = next((s.name for s in report.sections if s.main), "runs")
+    wanted = {*declared(probes, "main"), "seeds", "engines"}  # the probes' headlines and the shared ones
+    report.headlines = [s.name for s in report.sections if s.name in wanted]
+    report.main = next((s.name for s in report.sections if s.main), (report.headlines or ["runs"])[0])
     return report
+
+
+def chosen(setting, probes: list[str], key: str) -> list[str]:
+    """The report's setting when given, else what the reported probes declare under `report.<key>`."""
+    return list(setting) if setting is not None else declared(probes, key)
 
 
 def add_seed_summary(report: Report, runs: pd.DataFrame, metrics: list[str], level: float) -> None:

@@ -28,7 +28,8 @@ class Report:
     sections: list[Section] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
-    main: str | None = None   # name of the section printed in the terminal
+    main: str | None = None   # name of the main section (the report run's description)
+    headlines: list[str] = field(default_factory=list)  # names of the sections printed in the terminal
     missing: list[str] = field(default_factory=list)  # one line per table the selection cannot fill: why, how to select
     parent_metrics: dict[str, float] = field(default_factory=dict)  # also logged on the selection's parent (sweep) run
     warnings: list[str] = field(default_factory=list)  # the source runs' warnings, each once with the runs it holds for
