@@ -21,7 +21,8 @@ from fairaudit.errors import AuditError
 
 # The modules every probe goes through; none may name one. Tests' shared files: conftest and the helper
 # modules the tests import (tests/*.py other than test_*.py).
-SHARED = ["fairaudit/*.py", "fairaudit/cli/*.py", "fairaudit/job/*.py", "fairaudit/report/*.py",
+SHARED = ["fairaudit/*.py", "fairaudit/cli/*.py", "fairaudit/job/*.py", "fairaudit/plan/*.py", "fairaudit/catalog/*.py",
+          "fairaudit/report/*.py",
           "fairaudit/tracking/*.py", "fairaudit/views/*.py", "fairaudit/store/*.py", "fairaudit/terminal/*.py",
           "fairaudit/errors/*.py", "tests/conftest.py", "tests/[!t]*.py"]
 
@@ -217,9 +218,8 @@ def test_a_report_node_in_another_shape_is_one_error_naming_the_file(monkeypatch
 # ---------------------------------------------------------------- a probe and a backend from outside fairaudit
 
 EXTERNAL_PROBE = '''"""An audit outside fairaudit: the mean P(Yes) of each side, read straight after each prompt."""
-from fairaudit.probes import Needs, Probe, ProbeResult, Prompt, SampleView
-from fairaudit.probes.decisions import answer_choices, encode_all, render_prompts
-from fairaudit.views.pages import Layout, esc, item
+from fairaudit.api import (Layout, Needs, Probe, ProbeResult, Prompt, SampleView, answer_choices, encode_all, esc,
+                           item, render_prompts)
 
 
 def one_pair(rows, group):
@@ -256,9 +256,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fairaudit.backends import Backend, Capabilities, refuse_graphs
-from fairaudit.backends.common import completion_from_ids, stop_token_ids
-from fairaudit.models.locate import model_fingerprint
+from fairaudit.api import Backend, Capabilities, completion_from_ids, model_fingerprint, refuse_graphs, stop_token_ids
 
 BACKEND_VERSION = "constant-1"
 
@@ -323,6 +321,20 @@ def assert_the_external_audit_ran(tmp_path: Path, env: dict[str, str]) -> None:
 
 
 @pytest.mark.slow
+def test_the_outside_probe_and_backend_import_only_the_public_api():
+    """What an outside author imports from fairaudit is `fairaudit.api` alone, and every name it uses is there."""
+    import fairaudit.api
+
+    for source in (EXTERNAL_PROBE, EXTERNAL_BACKEND):
+        imports = [node for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.Import, ast.ImportFrom))]
+        modules = {node.module if isinstance(node, ast.ImportFrom) else alias.name
+                   for node in imports for alias in node.names}
+        assert {m for m in modules if m.split(".")[0] == "fairaudit"} == {"fairaudit.api"}, modules
+        taken = {alias.name for node in imports if isinstance(node, ast.ImportFrom) and node.module == "fairaudit.api"
+                 for alias in node.names}
+        assert taken <= set(fairaudit.api.__all__), taken - set(fairaudit.api.__all__)
+
+
 def test_a_probe_and_a_backend_of_an_installed_package_run_end_to_end(tmp_path):
     source = tmp_path / "source"
     write_extension(source / "ext_audits", source / "ext_audits" / "conf")
