@@ -29,7 +29,6 @@ the trace).
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import sys
 import tempfile
@@ -46,55 +45,23 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.calibration_influence import quietly  # noqa: E402
+from benchmarks.calibration_common import (  # noqa: E402
+    BLOCK,
+    TRACE,
+    adult_pairs,
+    covers,
+    mock_backend,
+    pct,
+    percent_interval,
+    quietly,
+    share,
+)
 from benchmarks.calibration_truth import Plant, counterfactual_truth, gap_difference_sd  # noqa: E402
 from fairaudit.analysis.power import mcnemar_power, paired_gap_power  # noqa: E402
-from fairaudit.analysis.stats import clopper_pearson  # noqa: E402
 
 ALPHA, NOMINAL = 0.05, 0.95
-TRACE = 40                      # fixed trace tokens: "Okay," and band words, the band words carrying the effect
 THINKING_GAPS = (0.0, 1.5, 2.0, 2.5)
 INTERVALS = ("p_gap_think", "p_gap_nothink", "delta_p_gap", "delta_d_cf", "c_b_ratio", "c_b_ratio_exact")
-BLOCK = 2000                    # pairs generated at a time (bounds the records' text in memory)
-
-
-@functools.cache
-def band_tokens() -> int:
-    """Trace tokens the mock's effect counts: TRACE less its opener ("Okay,"), on the tiny model's tokenizer."""
-    from transformers import AutoTokenizer
-
-    from fairaudit.backends.mock import OPENER
-    from fairaudit.models.locate import tiny_qwen3_dir
-
-    return TRACE - len(AutoTokenizer.from_pretrained(str(tiny_qwen3_dir())).encode(OPENER, add_special_tokens=False))
-
-
-def mock_backend(plant: Plant, seed: int):
-    """backend=mock planting `plant` on Adult's Male/Female pairs, traces of TRACE tokens."""
-    from fairaudit.backends.mock import MockBackend
-    from fairaudit.models.locate import tiny_qwen3_dir
-
-    return MockBackend(tiny_qwen3_dir(), seed=seed, trace_tokens={"distribution": "fixed", "median": TRACE},
-                       effect=plant.effect, effect_per_1k_tokens=plant.thinking_gap * 1000.0 / band_tokens(),
-                       base_sd=plant.base_sd, trace_sd=plant.trace_sd, side_sd=plant.side_sd,
-                       protected=["Male", "Female"], neutral=["He", "She", "His", "Her", "Him", "Hers"])
-
-
-def adult_pairs(count: int, seed: int, root: str | None = None) -> pd.DataFrame:
-    """`count` Adult pairs (two rows each, `CounterfactualTabular.pairs`) with distinct texts, drawn with `seed`: a
-    repeated text would repeat its mock draws and tie two studies together."""
-    from fairaudit.data.tabular import CounterfactualTabular
-
-    def draw(n: int) -> CounterfactualTabular:
-        return CounterfactualTabular("adult", n, seed, "sex", "Male", "Female", "Will they earn more than $50K?",
-                                     "{description}\nQuestion: {question} Yes or No.", root)
-
-    available = len(draw(1).rows())
-    pairs = draw(min(available, math.ceil(1.5 * count) + 50)).pairs()
-    text = pairs[pairs["side"] == "alpha"].drop_duplicates("user_message")["pair_id"]
-    if len(text) < count:
-        raise ValueError(f"Adult holds {len(text)} distinct pairs in the draw, fewer than the {count} asked for")
-    return pairs[pairs["pair_id"].isin(set(text.iloc[:count]))].reset_index(drop=True)
 
 
 @quietly
@@ -145,18 +112,6 @@ def run_plant(thinking_gap: float, studies: int, pairs: int, n_boot: int, seed: 
     return out.assign(thinking_gap=thinking_gap, pairs=pairs)
 
 
-def covers(low: float, high: float, truth: float) -> bool:
-    """Whether [low, high] holds `truth` (ends included); an interval with a NaN or an infinite low end (the
-    bootstrap c/b's [inf, inf] without a b pair) holds nothing."""
-    return bool(np.isfinite(low) and not np.isnan(high) and low <= truth <= high)
-
-
-def share(hits: int, n: int) -> dict[str, float]:
-    """A share of n with its 95% Clopper-Pearson interval."""
-    low, high = clopper_pearson(hits, n)
-    return {"share": hits / n, "low": low, "high": high}
-
-
 def summary(rows: pd.DataFrame) -> pd.DataFrame:
     """Per planted gap: the predicted and measured McNemar rejection rate and every interval's coverage."""
     out = []
@@ -189,16 +144,6 @@ def pooled_coverage(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
             hits += sum(covers(lo, hi, truth) for lo, hi in zip(group[f"{name}_ci_low"], group[f"{name}_ci_high"]))
         out[name] = share(hits, len(rows))
     return out
-
-
-def pct(value: float) -> str:
-    """A share in percent, to a tenth of a point."""
-    return f"{100 * value:.1f}"
-
-
-def percent_interval(value: float, low: float, high: float) -> str:
-    """A share and its interval in percent: `94.3 [93.0, 95.4]`."""
-    return f"{pct(value)} [{pct(low)}, {pct(high)}]"
 
 
 def markdown(table: pd.DataFrame, pooled: dict[str, dict[str, float]]) -> str:

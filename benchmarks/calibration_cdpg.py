@@ -160,7 +160,7 @@ def mock_cdpg_truth(plant: Plant) -> dict:
 def cdpg_records(plant: Plant, pairs: pd.DataFrame, seed: int, folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the records the probe analyses, its depth records at K) of `pairs` on the mock: `decisions.paired_records`
     (think against nothink) and `CDPGProbe.depth_records` on a `CachingClient`, as `CDPGProbe.run` gathers them."""
-    from benchmarks.calibration import BLOCK, TRACE, mock_backend
+    from benchmarks.calibration_common import BLOCK, TRACE, mock_backend
     from fairaudit.probes import AuditContext, ModelSpec
     from fairaudit.probes.cdpg import CDPGProbe
     from fairaudit.probes.decisions import analysed, paired_records
@@ -205,8 +205,7 @@ def study_rows(records: pd.DataFrame, depth: pd.DataFrame, order: np.ndarray, pa
 def run_gap(thinking_gap: float, studies: int, pairs: int, seed: int) -> pd.DataFrame:
     """Every study of one planted thinking gap (its mock seeded by `seed` and the gap, apart from the
     counterfactual calibration's)."""
-    from benchmarks.calibration import adult_pairs
-    from benchmarks.calibration_influence import quietly
+    from benchmarks.calibration_common import adult_pairs, quietly
 
     plant = replace(Plant(), thinking_gap=thinking_gap)
     mock_seed = seed * 1000 + round(thinking_gap * 100) + 500
@@ -237,7 +236,7 @@ def summary(rows: pd.DataFrame, draws: int = 2_000_000, drawn: int = 20_000) -> 
     planted mean and the simulated SD of the pair slopes, averaged over studies (`predicted`); and in cell c what the
     plan predicts before any study is drawn (`planned`) and `drawn` studies of as many pairs drawn in numpy
     (`drawn_studies`)."""
-    from benchmarks.calibration import share
+    from benchmarks.calibration_common import share
     from fairaudit.analysis.power import paired_gap_power
 
     out = []
@@ -270,14 +269,14 @@ def _cell_c(plant: Plant, truth: dict, sd: float, pairs: int, drawn: int) -> dic
 
 
 def _trace_and_opener() -> tuple[int, int]:
-    from benchmarks.calibration import TRACE, band_tokens
+    from benchmarks.calibration_common import TRACE, band_tokens
 
     return TRACE, TRACE - band_tokens()
 
 
 def pooled_coverage(table: pd.DataFrame) -> dict[str, dict[str, float]]:
     """Each cell's coverage over every planted gap's studies that report its interval."""
-    from benchmarks.calibration import share
+    from benchmarks.calibration_common import share
 
     out = {}
     for cell, group in table.groupby("cell", sort=True):
@@ -290,7 +289,7 @@ def pooled_coverage(table: pd.DataFrame) -> dict[str, dict[str, float]]:
 def markdown(table: pd.DataFrame) -> str:
     """Cell c's power (interval excludes 0) measured against the plan's and the t-test's at each study's n, and in
     numpy-drawn studies, then every cell's coverage (%)."""
-    from benchmarks.calibration import pct, percent_interval
+    from benchmarks.calibration_common import pct, percent_interval
 
     cell_c = table[table["cell"] == "c"]
     lines = ["| thinking gap (logit) | planted slope in c | SD of pair slopes | mean pairs in c | studies | "

@@ -12,13 +12,13 @@ prediction).
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 
+from benchmarks.calibration_common import quietly
 from benchmarks.calibration_truth import influence_rate, wilson_coverage
 from fairaudit.analysis.power import expected_wilson_width
 from fairaudit.analysis.stats import clopper_pearson
@@ -81,21 +81,6 @@ def study_metrics(probe, client, tokenizer, spec, items: pd.DataFrame) -> dict[s
     return probe.measure(AuditContext(client, tokenizer, spec, data, Arm("think", True, 8)))[2]["metrics"]
 
 
-def quietly(function):
-    """`function` with fairaudit's progress bars off while it runs (a bar per block would bury the table), the console
-    as it was after (a test calling it in-process keeps its error lines)."""
-    @functools.wraps(function)
-    def quiet(*args, **kwargs):
-        from fairaudit.terminal import progress
-
-        before, progress.console.quiet = progress.console.quiet, True
-        try:
-            return function(*args, **kwargs)
-        finally:
-            progress.console.quiet = before
-    return quiet
-
-
 @quietly
 def run_shift(shift: float, studies: int, items: int, seed: int, root: str | None = None) -> pd.DataFrame:
     """One row per study of one planted shift: each rate with its Wilson interval and n."""
@@ -146,7 +131,7 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
 
 def markdown(table: pd.DataFrame) -> str:
     """A row per shift and rate: truth, coverage measured and exact (%), width measured and predicted."""
-    from benchmarks.calibration import percent_interval
+    from benchmarks.calibration_common import percent_interval
 
     lines = ["| planted shift (nats/token) | rate | planted rate | mean measured rate | contrasts | studies | "
              "coverage (%) [95% CI] | Wilson's exact coverage (%) | mean width | predicted width |",

@@ -290,7 +290,7 @@ def study_rows(probe, ctx, variants: pd.DataFrame, questions: int, first: int) -
 def coverage_flags(rows: pd.DataFrame, truth: dict[str, float]) -> pd.DataFrame:
     """`rows` with covers_<interval>, 1.0 where the study's interval holds its planted value (`planted`)
     and 0.0 where not (a NaN interval holds nothing). # rows: <interval>_ci_low, <interval>_ci_high"""
-    from benchmarks.calibration import covers
+    from benchmarks.calibration_common import covers
 
     return rows.assign(**{f"covers_{name}": [float(covers(low, high, truth[key])) for low, high in
                                              zip(rows[f"{name}_ci_low"], rows[f"{name}_ci_high"])]
@@ -300,7 +300,8 @@ def coverage_flags(rows: pd.DataFrame, truth: dict[str, float]) -> pd.DataFrame:
 def run_effect(per_1k_tokens: float, studies: int, questions: int, seed: int, root: str | None = None) -> pd.DataFrame:
     """Every study of one planted growth (per 1,000 tokens), a fresh mock (its own seed) each time the distinct
     questions run out."""
-    from benchmarks.calibration_influence import mcq_variants, quietly
+    from benchmarks.calibration_common import quietly
+    from benchmarks.calibration_influence import mcq_variants
     from fairaudit.probes import AuditContext
     from fairaudit.probes.position import PositionProbe
 
@@ -342,7 +343,7 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
     at the planted rho) and the measured rejection rate at ALPHA (with its Clopper-Pearson interval); each point
     metric's planted value, its mean over studies and that mean's standard error; each interval's coverage (its
     share of studies holding the planted value, with a Clopper-Pearson interval)."""
-    from benchmarks.calibration import share
+    from benchmarks.calibration_common import share
     from fairaudit.probes.position import PositionProbe
 
     words, opener = mock_facts()
@@ -369,7 +370,7 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
 
 def pooled_coverage(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
     """Each interval's coverage over every study of every planted growth, with its 95% Clopper-Pearson interval."""
-    from benchmarks.calibration import share
+    from benchmarks.calibration_common import share
 
     return {name: share(int(rows[f"covers_{name}"].sum()), len(rows)) for name in INTERVALS}
 
@@ -377,7 +378,7 @@ def pooled_coverage(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
 def markdown(table: pd.DataFrame, pooled: dict[str, dict[str, float]]) -> str:
     """The test's power predicted and measured (size at no growth), then each point metric: planted, measured;
     then each interval's coverage (%) per growth and pooled."""
-    from benchmarks.calibration import pct, percent_interval
+    from benchmarks.calibration_common import pct, percent_interval
 
     lines = ["| planted growth (logit / 1k tokens) | planted partial rho | questions | studies | plan predicts (%) | "
              "measured (%) [95% CI] | measured - predicted (points) |", "|---|---|---|---|---|---|---|"]

@@ -48,7 +48,7 @@ class Completion:
     text: the new tokens decoded with special tokens kept (think tags stay visible),
     end-of-sequence and padding removed. token_ids: the new tokens, EOS excluded.
     finish_reason: "stop" (EOS or a stop sequence) or "length" (the max_new_tokens budget cut it).
-    key: the result's store key, set by the client (`fairaudit.client`); backends leave it empty.
+    key: the result's store key, set by the client (`fairaudit.store.client`); backends leave it empty.
     """
 
     text: str

@@ -69,7 +69,7 @@ class SampleView:
 
 @dataclass
 class AuditContext:
-    """Everything a probe runs against. client: the model behind the store (`fairaudit.client.CachingClient`),
+    """Everything a probe runs against. client: the model behind the store (`fairaudit.store.client.CachingClient`),
     None in a dry run, where only prompts are rendered; tokenizer: the model's, which renders every prompt."""
 
     client: Any

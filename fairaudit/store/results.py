@@ -1,4 +1,4 @@
-"""Content-addressed store of every generation and score (`fairaudit.client` puts it in front of a backend).
+"""Content-addressed store of every generation and score (`fairaudit.store.client` puts it in front of a backend).
 
 A result is keyed by (call kind, model fingerprint, exact token ids, decoding parameters,
 backend version) in one table, reached through an SQLAlchemy URL: a sqlite file (WAL mode) on
