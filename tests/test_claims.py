@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 from mlflow.tracking import MlflowClient
 
-from conftest import DATA_ROOT, REPO, benchmark
+from conftest import DATA_ROOT, REPO, benchmark, model_results
 from fairaudit.backends import GenerationRequest
 from fairaudit.processes import identity, is_gone, start_time
 from fairaudit.store.claims import CLAIMS
@@ -228,13 +228,12 @@ def no_deadlock(url: str, folder: Path) -> float:
     """Two processes, each asking for 63 ids of its own, then the one the other asks for last, then that one; chunks
     of 3, claims taken 64 at a time. Each claims its 63 and its own shared id at once, computes them (21 chunks and
     one call: a partial chunk) and then waits for the other's shared id. Each commits its partial chunk before
-    waiting, so both finish in seconds, each id computed once, no claim taken over (the lease is 30 s); without
-    that commit each waited on the other's uncommitted call forever (renewing its lease). Returns the seconds the
-    pair took."""
+    waiting, so both finish in seconds, each id computed once, no claim taken over (that would take the 60 s
+    lease); without that commit each waited on the other's uncommitted call forever (renewing its lease). Returns
+    the seconds the pair took."""
     id_sets = [[*range(100, 163), 0, 1], [*range(200, 263), 1, 0]]
     started = time.time()
-    logs = workers(url, folder, id_sets, {"STORE_WORKER_DELAY": "0.05", "STORE_WORKER_CHUNK": "3",
-                                          "STORE_WORKER_LEASE": "30"}, timeout=25)
+    logs = workers(url, folder, id_sets, {"STORE_WORKER_DELAY": "0.05", "STORE_WORKER_CHUNK": "3"}, timeout=55)
     computed = sorted(i for log in logs for i, _ in log["computed"])
     assert computed == sorted({i for ids in id_sets for i in ids}) and [log["twice"] for log in logs] == [0, 0]
     return time.time() - started - 3
@@ -356,6 +355,46 @@ def test_two_identical_audits_started_together_compute_each_call_once(tmp_path):
     (tmp_path / "alone").mkdir()
     alone, *pair = two_audits_at_once(tmp_path, f"{tmp_path}/pair/store.sqlite")
     print(f"one audit alone: {alone} model calls; the same two at once on one store: {pair}")
+
+
+ISSUE_PAIR = ("backend=mock", "model=tiny_qwen3", "dataset.n=1500", "probe.n_boot=100")
+
+
+def issue_pair(home: Path, store_url: str | None = None, bound: float = 600) -> list[float]:
+    """Two copies of a 1,500-pair `backend=mock` audit at once on one FAIRAUDIT_HOME (its store unless `store_url`):
+    both finish within `bound` seconds with equal metrics, and their model calls, less those computed twice (a
+    lapsed lease), are the store's results: each computed once. Once, 3 tries in 4 hung at 2834/2836 (each process
+    waiting on the other's uncommitted calls). Returns each copy's seconds."""
+    home.mkdir()
+    url = [f"store.url={store_url}"] if store_url else []
+    started, took = time.time(), {}
+    pair = [subprocess.Popen([sys.executable, "-m", "fairaudit", *ISSUE_PAIR, *url], cwd=home,
+                             env={**ENV, "FAIRAUDIT_HOME": str(home)}, stdout=subprocess.DEVNULL,
+                             stderr=(home / f"err{i}.txt").open("w")) for i in range(2)]
+    try:
+        while len(took) < 2 and time.time() < started + bound:
+            took.update({i: time.time() - started for i, proc in enumerate(pair) if i not in took and proc.poll()
+                         is not None})
+            time.sleep(0.5)
+    finally:
+        for proc in pair:
+            proc.kill()
+            proc.wait()
+    errors = [(home / f"err{i}.txt").read_text()[-3000:] for i in range(2)]
+    assert len(took) == 2 and [proc.returncode for proc in pair] == [0, 0], errors
+    runs = metrics_of(home)
+    calls = sum(run["model_calls"] - run.get("model_calls_twice", 0) for run in runs)
+    assert calls == model_results(home / "store.sqlite") if not store_url else calls > 0
+    same = [{k: v for k, v in run.items() if not k.startswith("model_calls")} for run in runs]
+    assert same[0] == same[1]
+    return [round(took[i], 1) for i in range(2)]
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_two_copies_of_a_1500_pair_audit_at_once_never_wait_on_each_other(tmp_path):
+    for attempt in range(2):
+        print(f"try {attempt + 1}: the copies took {issue_pair(tmp_path / f'home{attempt}')} s")
 
 
 def test_the_claims_benchmark_at_a_tiny_size():
