@@ -360,7 +360,7 @@ def test_two_identical_audits_started_together_compute_each_call_once(tmp_path):
 ISSUE_PAIR = ("backend=mock", "model=tiny_qwen3", "dataset.n=1500", "probe.n_boot=100")
 
 
-def issue_pair(home: Path, store_url: str | None = None, bound: float = 600) -> list[float]:
+def issue_pair(home: Path, store_url: str | None = None, bound: float = 1200) -> list[float]:
     """Two copies of a 1,500-pair `backend=mock` audit at once on one FAIRAUDIT_HOME (its store unless `store_url`):
     both finish within `bound` seconds with equal metrics, and their model calls, less those computed twice (a
     lapsed lease), are the store's results: each computed once. Once, 3 tries in 4 hung at 2834/2836 (each process
