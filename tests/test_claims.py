@@ -141,7 +141,7 @@ def test_a_wait_on_a_live_holder_that_makes_no_progress_ends_after_its_lease(tmp
     started = time.time()
     client = CachingClient(ScriptedBackend(), store, chunk_size=2)
     assert [c.text for c in client.generate(wanted)] == ["0 1", "1 2", "2 3", "3 4"]
-    assert 1.0 < time.time() - started < 6  # a lease of no progress, a few polls of at most 2 s
+    assert 1.0 < time.time() - started < 10  # a lease of no progress, a few polls of at most 2 s (a loaded CI)
     assert client.model_calls == 4 and client.twice == 0 and holder.claims._renewing
     assert holder.claims.holders([key]) == {}  # taken over, then released with its result
     assert holder.put_many("generate", "scripted", [(key, {"text": "late"})]) == 0  # the first result stays
