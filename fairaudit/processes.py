@@ -9,13 +9,20 @@ import socket
 from pathlib import Path
 
 
+def stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (state first, start time 20th); [] when it cannot be
+    read (Linux only)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def start_time(pid: int) -> str:
     """The process's start time in clock ticks since boot (Linux), to tell a live pid from a reused one; "" when
     it cannot be read."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
+    fields = stat_fields(pid)
+    return fields[19] if len(fields) > 19 else ""
 
 
 def identity() -> tuple[str, str, str]:
@@ -25,14 +32,20 @@ def identity() -> tuple[str, str, str]:
 
 
 def is_gone(host: str | None, pid: str | None, started: str | None) -> bool:
-    """The process (host, pid, start time) no longer runs: same host, and its pid is not running (or now belongs to
-    another process). A process on another host is never called gone: its liveness cannot be seen from here."""
+    """The process (host, pid, start time) no longer runs: same host, and its pid is not running, is a zombie (it
+    exited, its parent has not reaped it) or now belongs to another process. A process on another host is never
+    called gone: its liveness cannot be seen from here."""
     if host != socket.gethostname() or not pid:
         return False
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return True
-    except PermissionError:
-        return False
-    return bool(started) and start_time(int(pid)) != started
+    except PermissionError:  # another user's process
+        return is_zombie(int(pid))
+    return is_zombie(int(pid)) or (bool(started) and start_time(int(pid)) != started)
+
+
+def is_zombie(pid: int) -> bool:
+    """The process has exited and waits for its parent to reap it (state Z, or X while it is being reaped)."""
+    return stat_fields(pid)[:1] in (["Z"], ["X"])

@@ -1,9 +1,11 @@
 """One of several processes sharing a store: `python tests/store_worker.py URL GO_FILE LOG IDS...`.
 
 Waits for GO_FILE (so all start at once), asks for a generation of each prompt id through
-CachingClient (chunks of 2, each model call slow: $STORE_WORKER_DELAY seconds, default 0.05), and
+CachingClient (chunks of $STORE_WORKER_CHUNK, default 2; each model call slow: $STORE_WORKER_DELAY
+seconds, default 0.05; claims leased for $STORE_WORKER_LEASE seconds, default the store's), and
 writes a JSON log: for every id it computed, when its last store read before that began; for every
-id it committed, when the commit had finished; the texts it got and its model calls.
+id it committed, when the commit had finished; the texts it got, its model calls and how many of
+them another process had stored meanwhile (`twice`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
 
 DELAY = float(os.environ.get("STORE_WORKER_DELAY", "0.05"))
+CHUNK = int(os.environ.get("STORE_WORKER_CHUNK", "2"))
+LEASE = os.environ.get("STORE_WORKER_LEASE")
 
 
 class TimedStore(Store):
@@ -32,8 +36,9 @@ class TimedStore(Store):
         return super().get_many(keys)
 
     def put_many(self, kind, model, items, left=0):
-        super().put_many(kind, model, items, left)
+        added = super().put_many(kind, model, items, left)
         self.committed.update({key: time.time() for key, _ in items})
+        return added
 
 
 class SlowModel(Backend):
@@ -57,13 +62,15 @@ class SlowModel(Backend):
 
 def main(url: str, go_file: str, log: str, ids: list[int]) -> None:
     store = TimedStore(url)
+    if LEASE:
+        store.claims.lease_s = float(LEASE)
     model = SlowModel(store)
-    cached = CachingClient(model, store, chunk_size=2)
+    cached = CachingClient(model, store, chunk_size=CHUNK)
     while not Path(go_file).exists():
         time.sleep(0.01)
     texts = [c.text for c in cached.generate([GenerationRequest(prompt_ids=(i,), max_new_tokens=1) for i in ids])]
     Path(log).write_text(json.dumps({"computed": model.computed, "committed": store.committed, "texts": texts,
-                                     "model_calls": cached.model_calls}))
+                                     "model_calls": cached.model_calls, "twice": cached.twice}))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """No call computed twice: a process claims the calls it is about to compute, others read them when they land; a
-claim is free once released, lapsed or left by a process that is gone. On sqlite here; the same on PostgreSQL in
-the cluster suite (tests/test_cluster.py runs `race` and `two_audits_at_once` on its server)."""
+claim is free once released, lapsed, left by a process that is gone (a zombie too) or stuck for a lease. No two
+processes wait on each other: each commits what it computed before it waits. On sqlite here; the same on
+PostgreSQL in the cluster suite (tests/test_cluster.py runs `race`, `two_audits_at_once` and `no_deadlock` on its
+server)."""
 
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ import pytest
 import sqlalchemy as sa
 from mlflow.tracking import MlflowClient
 
-from conftest import DATA_ROOT, REPO, benchmark
+from conftest import DATA_ROOT, REPO, benchmark, model_results
 from fairaudit.backends import GenerationRequest
+from fairaudit.processes import identity, is_gone, start_time
 from fairaudit.store.claims import CLAIMS
 from fairaudit.store.client import CachingClient, generation_key
 from fairaudit.store.results import RESULTS, Store
@@ -28,6 +31,16 @@ from test_store import ScriptedBackend, requests
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "FAIRAUDIT_DATA": str(DATA_ROOT)}
 WORKER = REPO / "tests" / "store_worker.py"
+
+
+def zombie() -> subprocess.Popen:
+    """A child process that exited and is not reaped yet (state Z); the caller reaps it with .wait()."""
+    proc = subprocess.Popen(["true"])
+    deadline = time.time() + 30
+    while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.time() < deadline
+        time.sleep(0.01)
+    return proc
 
 
 def dead_pid() -> int:
@@ -56,6 +69,20 @@ def test_a_claimed_call_is_free_only_once_released_lapsed_or_its_process_gone(tm
     first.claims.release_all()
     with first.engine.connect() as conn:
         assert conn.execute(sa.select(CLAIMS.c.key, CLAIMS.c.owner)).all() == [("elsewhere", "other-node 1 1 token")]
+
+
+def test_a_zombie_process_counts_as_gone_and_its_claims_are_taken_at_once(tmp_path):
+    """A killed process its parent has not reaped still answers kill(pid, 0); its /proc state Z says it is gone."""
+    store = Store(tmp_path / "s.sqlite")
+    proc = zombie()
+    here = socket.gethostname()
+    try:
+        assert is_gone(here, str(proc.pid), start_time(proc.pid)) and not is_gone(*identity())
+        claim_row(store, "zombie", f"{here} {proc.pid} {start_time(proc.pid)} token", 60)
+        assert store.claims.take(["zombie"]) == {"zombie"}
+    finally:
+        proc.wait()
+    store.claims.release_all()
 
 
 def test_a_live_process_renews_its_claims_past_their_lease(tmp_path):
@@ -103,6 +130,27 @@ def test_calls_another_process_claimed_are_read_when_they_land(tmp_path, capfd):
     assert "another process is computing 1 of these calls (pid" in capfd.readouterr().err
 
 
+def test_a_wait_on_a_live_holder_that_makes_no_progress_ends_after_its_lease(tmp_path, capfd):
+    """A process that renews its claim but never commits (stuck, or waiting on something else) holds up no one for
+    longer than a lease: the waiter takes the call over, says so on one dim line and computes it."""
+    holder, store = Store(tmp_path / "s.sqlite"), Store(tmp_path / "s.sqlite")
+    holder.claims.lease_s = store.claims.lease_s = 1.0
+    wanted = requests(4)
+    key = generation_key("scripted", wanted[2])
+    assert holder.claims.take([key]) == {key}
+    started = time.time()
+    client = CachingClient(ScriptedBackend(), store, chunk_size=2)
+    assert [c.text for c in client.generate(wanted)] == ["0 1", "1 2", "2 3", "3 4"]
+    assert 1.0 < time.time() - started < 10  # a lease of no progress, a few polls of at most 2 s (a loaded CI)
+    assert client.model_calls == 4 and client.twice == 0 and holder.claims._renewing
+    assert holder.claims.holders([key]) == {}  # taken over, then released with its result
+    assert holder.put_many("generate", "scripted", [(key, {"text": "late"})]) == 0  # the first result stays
+    assert store.get_many([key])[key]["text"] == "2 3"
+    holder.claims.release_all()
+    assert "renewed its claims on 1 of these calls but made no progress for 1 s; computing them here" in (
+        " ".join(capfd.readouterr().err.split()))
+
+
 OPEN_STORE = """import sys, time
 from pathlib import Path
 from fairaudit.store.results import Store
@@ -131,34 +179,69 @@ def test_processes_opening_a_new_store_at_once_all_open_it(tmp_path):
     open_at_once(f"sqlite:///{tmp_path}/store.sqlite", tmp_path)
 
 
-def race(url: str, folder: Path, delay: float = 0.05) -> list[dict]:
-    """Four store_worker processes started at once on `url`, each asking for 20 of 35 ids in its own order; their
-    logs. Every id is then stored once with its right value, and each was computed by exactly one process."""
-    id_sets = [list(range(5 * p, 5 * p + 20)) for p in range(4)]
-    for p, ids in enumerate(id_sets):
-        random.Random(p).shuffle(ids)
+def workers(url: str, folder: Path, id_sets: list[list[int]], env: dict[str, str], timeout: float = 300) -> list[dict]:
+    """One store_worker process per id list, started at once on `url` with `env`; their logs, each process's texts
+    checked. Every id is then stored once with its right value, and no claim is left."""
     Store(url)  # the tables exist before the race (their creation is itself serialised)
     go = folder / "go"
     procs = [subprocess.Popen([sys.executable, str(WORKER), url, str(go), str(folder / f"log{p}.json"),
-                               *map(str, ids)], env={**ENV, "STORE_WORKER_DELAY": str(delay)})
-             for p, ids in enumerate(id_sets)]
+                               *map(str, ids)], env={**ENV, **env}) for p, ids in enumerate(id_sets)]
     time.sleep(3)  # every worker imported and waiting
     go.touch()
-    assert [proc.wait(timeout=300) for proc in procs] == [0, 0, 0, 0]
-    logs = [json.loads((folder / f"log{p}.json").read_text()) for p in range(4)]
+    try:
+        assert [proc.wait(timeout=timeout) for proc in procs] == [0] * len(procs)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    logs = [json.loads((folder / f"log{p}.json").read_text()) for p in range(len(procs))]
     for ids, log in zip(id_sets, logs):
         assert log["texts"] == [f"copy {i}" for i in ids]
+    assert_stored_once(url, sorted({i for ids in id_sets for i in ids}))
+    return logs
+
+
+def assert_stored_once(url: str, ids: list[int]) -> None:
+    """The store holds the right value of each id and nothing else, and no claim."""
+    key = {i: generation_key("slow-copy", GenerationRequest(prompt_ids=(i,), max_new_tokens=1)) for i in ids}
+    with Store(url).engine.connect() as conn:
+        assert dict(conn.execute(sa.select(RESULTS.c.key, RESULTS.c.value)).all()) == {
+            key[i]: json.dumps({"text": f"copy {i}", "token_ids": [i], "finish_reason": "stop"}, separators=(",", ":"))
+            for i in ids}
+        assert conn.execute(sa.select(sa.func.count()).select_from(CLAIMS)).scalar_one() == 0
+
+
+def race(url: str, folder: Path, delay: float = 0.05) -> list[dict]:
+    """Four store_worker processes started at once on `url`, each asking for 20 of 35 ids in its own order; their
+    logs. Each id was computed by exactly one process."""
+    id_sets = [list(range(5 * p, 5 * p + 20)) for p in range(4)]
+    for p, ids in enumerate(id_sets):
+        random.Random(p).shuffle(ids)
+    logs = workers(url, folder, id_sets, {"STORE_WORKER_DELAY": str(delay)})
     computed = sorted(i for log in logs for i, _ in log["computed"])
     assert computed == list(range(35)), computed  # each id once, by one process
     assert sum(log["model_calls"] for log in logs) == 35
-    store = Store(url)
-    key = {i: generation_key("slow-copy", GenerationRequest(prompt_ids=(i,), max_new_tokens=1)) for i in range(35)}
-    with store.engine.connect() as conn:
-        assert dict(conn.execute(sa.select(RESULTS.c.key, RESULTS.c.value)).all()) == {
-            key[i]: json.dumps({"text": f"copy {i}", "token_ids": [i], "finish_reason": "stop"}, separators=(",", ":"))
-            for i in range(35)}
-        assert conn.execute(sa.select(sa.func.count()).select_from(CLAIMS)).scalar_one() == 0
     return logs
+
+
+def no_deadlock(url: str, folder: Path) -> float:
+    """Two processes, each asking for 63 ids of its own, then the one the other asks for last, then that one; chunks
+    of 3, claims taken 64 at a time. Each claims its 63 and its own shared id at once, computes them (21 chunks and
+    one call: a partial chunk) and then waits for the other's shared id. Each commits its partial chunk before
+    waiting, so both finish in seconds, each id computed once, no claim taken over (that would take the 60 s
+    lease); without that commit each waited on the other's uncommitted call forever (renewing its lease). Returns
+    the seconds the pair took."""
+    id_sets = [[*range(100, 163), 0, 1], [*range(200, 263), 1, 0]]
+    started = time.time()
+    logs = workers(url, folder, id_sets, {"STORE_WORKER_DELAY": "0.05", "STORE_WORKER_CHUNK": "3"}, timeout=55)
+    computed = sorted(i for log in logs for i, _ in log["computed"])
+    assert computed == sorted({i for ids in id_sets for i in ids}) and [log["twice"] for log in logs] == [0, 0]
+    return time.time() - started - 3
+
+
+def test_two_processes_each_holding_a_partial_chunk_commit_it_before_waiting(tmp_path):
+    took = no_deadlock(f"sqlite:///{tmp_path}/store.sqlite", tmp_path)
+    print(f"the pair took {took:.1f} s")
 
 
 @pytest.mark.slow
@@ -192,6 +275,44 @@ def test_a_killed_process_claims_are_taken_over_at_once_on_its_host(tmp_path):
                                               for i in range(6)])]
     assert texts == [f"copy {i}" for i in range(6)] and client.model_calls == 6 - committed
     assert time.time() - started < 30  # not the minute of a lapsing lease
+
+
+def test_a_process_paused_past_its_lease_keeps_what_it_can_and_counts_what_it_computed_twice(tmp_path):
+    """A worker stopped (SIGSTOP) while it holds 20 claims, past its 1 s lease: another process takes them over and
+    computes them. Resumed, the worker finishes the chunk it was in (at most 2 calls computed twice: inserted where
+    absent, the first result kept), computes none of the others again, reads them, and says how many it computed
+    twice."""
+    url = f"sqlite:///{tmp_path}/store.sqlite"
+    Store(url)
+    (tmp_path / "go").touch()
+    worker = subprocess.Popen([sys.executable, str(WORKER), url, str(tmp_path / "go"), str(tmp_path / "log.json"),
+                               *map(str, range(20))], stderr=subprocess.PIPE, text=True,
+                              env={**ENV, "STORE_WORKER_DELAY": "0.1", "STORE_WORKER_LEASE": "1"})
+    from store_worker import SlowModel, TimedStore
+
+    timed = TimedStore(url)
+    deadline = time.time() + 120
+    while time.time() < deadline and timed.count() < 2:  # its first chunk committed
+        time.sleep(0.02)
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        timed.claims.lease_s = 1.0
+        other = SlowModel(timed)
+        client = CachingClient(other, timed, chunk_size=2)
+        texts = [c.text for c in client.generate([GenerationRequest(prompt_ids=(i,), max_new_tokens=1)
+                                                  for i in range(20)])]
+        assert texts == [f"copy {i}" for i in range(20)]
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+    err = worker.communicate(timeout=120)[1]
+    assert worker.returncode == 0, err[-3000:]
+    log = json.loads((tmp_path / "log.json").read_text())
+    assert log["texts"] == [f"copy {i}" for i in range(20)]
+    twice = {i for i, _ in log["computed"]} & {i for i, _ in other.computed}
+    assert log["twice"] == len(twice) <= 2 and log["model_calls"] + client.model_calls == 20 + len(twice)
+    assert (f"{len(twice)} of the calls computed here had been stored by another process meanwhile" in err) == (
+        len(twice) > 0)
+    assert_stored_once(url, list(range(20)))
 
 
 def metrics_of(folder: Path) -> list[dict]:
@@ -234,6 +355,46 @@ def test_two_identical_audits_started_together_compute_each_call_once(tmp_path):
     (tmp_path / "alone").mkdir()
     alone, *pair = two_audits_at_once(tmp_path, f"{tmp_path}/pair/store.sqlite")
     print(f"one audit alone: {alone} model calls; the same two at once on one store: {pair}")
+
+
+ISSUE_PAIR = ("backend=mock", "model=tiny_qwen3", "dataset.n=1500", "probe.n_boot=100")
+
+
+def issue_pair(home: Path, store_url: str | None = None, bound: float = 1200) -> list[float]:
+    """Two copies of a 1,500-pair `backend=mock` audit at once on one FAIRAUDIT_HOME (its store unless `store_url`):
+    both finish within `bound` seconds with equal metrics, and their model calls, less those computed twice (a
+    lapsed lease), are the store's results: each computed once. Once, 3 tries in 4 hung at 2834/2836 (each process
+    waiting on the other's uncommitted calls). Returns each copy's seconds."""
+    home.mkdir()
+    url = [f"store.url={store_url}"] if store_url else []
+    started, took = time.time(), {}
+    pair = [subprocess.Popen([sys.executable, "-m", "fairaudit", *ISSUE_PAIR, *url], cwd=home,
+                             env={**ENV, "FAIRAUDIT_HOME": str(home)}, stdout=subprocess.DEVNULL,
+                             stderr=(home / f"err{i}.txt").open("w")) for i in range(2)]
+    try:
+        while len(took) < 2 and time.time() < started + bound:
+            took.update({i: time.time() - started for i, proc in enumerate(pair) if i not in took and proc.poll()
+                         is not None})
+            time.sleep(0.5)
+    finally:
+        for proc in pair:
+            proc.kill()
+            proc.wait()
+    errors = [(home / f"err{i}.txt").read_text()[-3000:] for i in range(2)]
+    assert len(took) == 2 and [proc.returncode for proc in pair] == [0, 0], errors
+    runs = metrics_of(home)
+    calls = sum(run["model_calls"] - run.get("model_calls_twice", 0) for run in runs)
+    assert calls == model_results(home / "store.sqlite") if not store_url else calls > 0
+    same = [{k: v for k, v in run.items() if not k.startswith("model_calls")} for run in runs]
+    assert same[0] == same[1]
+    return [round(took[i], 1) for i in range(2)]
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_two_copies_of_a_1500_pair_audit_at_once_never_wait_on_each_other(tmp_path):
+    for attempt in range(2):
+        print(f"try {attempt + 1}: the copies took {issue_pair(tmp_path / f'home{attempt}')} s")
 
 
 def test_the_claims_benchmark_at_a_tiny_size():

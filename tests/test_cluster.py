@@ -22,7 +22,7 @@ from fairaudit.store.client import CachingClient
 from fairaudit.store.results import RESULTS, Store
 from tests.conftest import REPO, model_results, probe_metric_names, run_app
 from tests.servers import MlflowServer, have
-from tests.test_claims import open_at_once, race, two_audits_at_once
+from tests.test_claims import issue_pair, no_deadlock, open_at_once, race, two_audits_at_once
 from tests.test_store import ScriptedBackend, requests
 
 pytestmark = pytest.mark.cluster
@@ -87,6 +87,14 @@ def test_four_processes_on_overlapping_keys_compute_each_call_once(tmp_path, pg_
 def test_two_identical_audits_at_once_on_postgres_compute_each_call_once(tmp_path, pg_url):
     alone, *pair = two_audits_at_once(tmp_path, pg_url)
     print(f"one audit alone: {alone} model calls; the same two at once on PostgreSQL: {pair}")
+
+
+def test_two_processes_each_holding_a_partial_chunk_on_postgres_never_wait_on_each_other(tmp_path, pg_url):
+    print(f"the pair took {no_deadlock(pg_url, tmp_path):.1f} s")
+
+
+def test_two_copies_of_a_1500_pair_audit_at_once_on_postgres_never_wait_on_each_other(tmp_path, pg_url):
+    print(f"the copies took {issue_pair(tmp_path / 'home', pg_url)} s")
 
 
 def test_damaged_value_on_postgres_is_recomputed(pg_url, capfd):

@@ -24,8 +24,9 @@ from fairaudit.backends import (
     missing,
 )
 from fairaudit.backends.common import encode_texts, tokenizer_digest
+from fairaudit.store.claims import Stalls, owner_name
 from fairaudit.store.results import Store, call_key
-from fairaudit.terminal.output import console
+from fairaudit.terminal.output import console, warn
 from fairaudit.terminal.progress import progress
 
 
@@ -80,8 +81,9 @@ class CachingClient:
     them all at once. Either way results are committed every chunk of arrivals and, when a call
     fails, before the failure propagates, so a re-run resumes. Before each batch its calls are
     claimed in the store and read again: what another job committed meanwhile is served, and what
-    another job is computing is read when it lands, never computed twice (`Calls`). `model_calls`
-    counts the results the model produced here.
+    another job is computing is read when it lands, never computed twice (`Calls`) unless a claim
+    lapsed or was taken over. `model_calls` counts the results the model produced here; `twice`, those
+    of them another process had stored meanwhile (metric `model_calls_twice`, logged when not 0).
     """
 
     def __init__(self, backend: Backend, store: Store, chunk_size: int = 8):
@@ -92,6 +94,7 @@ class CachingClient:
         self.tokenizer = backend.tokenizer
         self.chunk_size = max(1, self.capabilities.chunk_size or chunk_size)
         self.model_calls = 0
+        self.twice = 0
         self._tokenizer_digest: str | None = None
 
     def require(self, capability: str) -> None:
@@ -165,8 +168,10 @@ class CachingClient:
         return [found[keys[t]] for t in texts]
 
     def metrics(self) -> dict[str, float]:
-        """Model calls made through this client, and the backend's own figures."""
-        return {"model_calls": self.model_calls, **self.backend.metrics()}
+        """Model calls made through this client (those computed twice when there were any), and the backend's own
+        figures."""
+        twice = {"model_calls_twice": self.twice} if self.twice else {}
+        return {"model_calls": self.model_calls, **twice, **self.backend.metrics()}
 
     def _read(self, keys: Sequence[str], convert: Callable) -> dict:
         """convert(value) of each key the store holds, read a chunk at a time (so parsed JSON never piles up)."""
@@ -187,10 +192,11 @@ class CachingClient:
 
 class Calls:
     """One batch of calls through the store (`CachingClient._cached`). The calls the store lacks are claimed
-    CLAIM_AHEAD at a time (`store.claims`), computed a chunk at a time and committed every chunk of results and,
-    when a call fails, before the failure propagates; those another process claimed first are read as they land,
-    or claimed and computed here once that process's claim is free (released without results, lapsed, or its
-    process gone)."""
+    CLAIM_AHEAD at a time (`store.claims`), computed a chunk at a time and committed every chunk of results, at the
+    end of each claimed group (so nothing computed here waits uncommitted while this process waits on another's)
+    and, when a call fails, before the failure propagates; those another process claimed first are read as they
+    land, or claimed and computed here once that process's claim is free (released without results, lapsed, its
+    process gone) or its process made no progress for a lease."""
 
     def __init__(self, client: CachingClient, kind: str, keys: list[str], items: Sequence, method: Callable,
                  extra: tuple, to_json: Callable, convert: Callable):
@@ -200,6 +206,7 @@ class Calls:
         self.pending: list[tuple[str, object]] = []
         self.todo: list[int] = []
         self.computed = 0
+        self.twice = 0
         self.step = client.chunk_size
         self.advance: Callable[[int], None] = lambda n: None
 
@@ -219,19 +226,33 @@ class Calls:
             finally:
                 self.commit()
                 self.store.claims.release_all()  # those not computed, should a call have failed
+        if self.twice:
+            warn(f"{label}: {self.twice} of the calls computed here had been stored by another process meanwhile "
+                 "(computed twice: this process's claims lapsed or were taken over while it was paused or stuck); "
+                 "the first result stored is kept")
         return [self.found[k] for k in self.keys]
 
     def claim_and_compute(self, idx: list[int], look_first: bool = False) -> list[int]:
-        """Claim the calls `idx` and compute, a chunk at a time, those the store still lacks once claimed (a result
-        committed before its claim was released is read instead); returns those another process holds."""
+        """Claim the calls `idx`, compute a chunk at a time those the store still lacks once claimed (a result
+        committed before its claim was released is read instead) and commit them all; returns those another
+        process holds (those taken from this process meanwhile included)."""
         held = self.store.claim([self.keys[i] for i in idx], look_first)
         mine = [i for i in idx if self.keys[i] in held]
         landed = self.land(mine)
         self.store.claims.release(landed)
         missing = [i for i in mine if self.keys[i] not in self.found]
+        lost: list[int] = []
         for start in range(0, len(missing), self.step):
-            self.compute(missing[start:start + self.step])
-        return [i for i in idx if self.keys[i] not in held]
+            lost += self.compute_held(missing[start:start + self.step])
+        self.commit()  # before this process waits on any other
+        return [i for i in idx if self.keys[i] not in held] + lost
+
+    def compute_held(self, idx: list[int]) -> list[int]:
+        """Compute the calls `idx` this process claimed, less those another process took meanwhile (this process
+        paused past its lease); returns those."""
+        lost = self.store.claims.lost([self.keys[i] for i in idx])
+        self.compute([i for i in idx if self.keys[i] not in lost])
+        return [i for i in idx if self.keys[i] in lost]
 
     def land(self, idx: list[int]) -> list[str]:
         """Read the calls `idx` from the store; returns the keys that were there (their progress advanced)."""
@@ -245,20 +266,32 @@ class Calls:
         and computed here as soon as a claim is free."""
         if idx:
             holders = self.store.claims.holders([self.keys[i] for i in idx]).values()
-            owners = sorted({"pid {1} on {0}".format(*owner.split(" ")) for owner, _ in holders})
+            owners = sorted({owner_name(owner) for owner, _ in holders})
             shown = f" ({', '.join(owners)})" if owners else ""
             console.print(f"[dim]{label}: another process is computing {len(idx)} of these calls{shown}; reading "
                           "them as they land[/dim]", highlight=False)
-        delay = POLL_S[0]
+        delay, stalls = POLL_S[0], Stalls(self.store.claims)
         while idx:
             self.land(idx)
             waiting = [i for i in idx if self.keys[i] not in self.found]
             idx = self.claim_and_compute(waiting, look_first=True) if waiting else []
-            if idx and len(idx) == len(waiting):
+            if idx and len(idx) == len(waiting) and not self.take_over(idx, stalls, label):
                 time.sleep(delay)
                 delay = min(2 * delay, POLL_S[1])
             else:
                 delay = POLL_S[0]
+
+    def take_over(self, idx: list[int], stalls: Stalls, label: str) -> bool:
+        """Claim those of the calls `idx` whose holders made no progress for a lease, though they renew it (one dim
+        line); whether any was taken (they are computed on the next round of `wait_for`)."""
+        keys = [self.keys[i] for i in idx]
+        stuck = stalls.stuck(keys)
+        taken = self.store.claims.take_over(keys, stuck) if stuck else set()
+        if taken:
+            owners = ", ".join(sorted(owner_name(owner) for owner in stuck))
+            console.print(f"[dim]{label}: {owners} renewed its claims on {len(taken)} of these calls but made no "
+                          f"progress for {self.store.claims.lease_s:g} s; computing them here[/dim]", highlight=False)
+        return bool(taken)
 
     def compute(self, idx: list[int]) -> None:
         """One backend call on the items `idx` (a streaming backend's results arrive one by one)."""
@@ -284,5 +317,8 @@ class Calls:
     def commit(self) -> None:
         """Commit the results computed since the last commit (`left`: those of the batch not computed yet)."""
         if self.pending:
-            self.store.put_many(self.kind, self.client.fingerprint, self.pending, left=len(self.todo) - self.computed)
+            added = self.store.put_many(self.kind, self.client.fingerprint, self.pending,
+                                        left=len(self.todo) - self.computed)
+            self.twice += len(self.pending) - added
+            self.client.twice += len(self.pending) - added
             self.pending.clear()

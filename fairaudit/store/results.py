@@ -154,16 +154,17 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(RESULTS.delete().where(RESULTS.c.key == row.key, RESULTS.c.value == row.value))
 
-    def put_many(self, kind: str, model: str, items: Sequence[tuple[str, object]], left: int = 0) -> None:
-        """Insert results and commit at once; a key already stored keeps its first value. `left`: how many more
-        the caller has to compute (named with the space they need, should the disk be full)."""
+    def put_many(self, kind: str, model: str, items: Sequence[tuple[str, object]], left: int = 0) -> int:
+        """Insert results and commit at once; a key already stored keeps its first value; returns how many keys were
+        new. `left`: how many more the caller has to compute (named with the space they need, should the disk be
+        full)."""
         now = time.time()
         rows = []
         for key, value in items:
             text = json.dumps(value, separators=(",", ":"))
             rows.append({"key": key, "kind": kind, "model": model, "value": text, "checksum": checksum(key, text),
                          "created": now})
-        self.put_rows(rows, left)
+        return self.put_rows(rows, left)
 
     def put_rows(self, rows: Sequence[dict], left: int = 0) -> int:
         """Insert whole rows (checksums included) and give up this process's claims on them in the same commit;
