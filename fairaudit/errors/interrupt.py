@@ -65,12 +65,13 @@ def command_line() -> str:
     return " ".join([head, *(shlex.quote(redact(arg)) for arg in sys.argv[1:])])
 
 
-def environment_note() -> str:
-    """For a command that reads a credential from the environment (`store.url=${oc.env:FAIRAUDIT_STORE_URL}`, as
-    one typed on the command line is kept): which variables a new shell must export before the command runs."""
+def environment_note(command: str | None = None) -> str:
+    """For a command (this process's, or `command`) that reads a credential from the environment
+    (`store.url=${oc.env:FAIRAUDIT_STORE_URL}`, as one typed on the command line is kept): which variables a new
+    shell must export before it runs."""
     from fairaudit.errors.secrets import environment_read
 
-    names = environment_read(sys.argv[1:])
+    names = environment_read(sys.argv[1:] if command is None else [command])
     return f" (with {' and '.join(names)} exported: the values typed before; docs/scale.md, Passwords)" if names \
         else ""
 
