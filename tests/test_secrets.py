@@ -89,6 +89,8 @@ REFUSED = {  # what each command line is refused with, in one line
                                  "tracking.uri: the password in this URL holds '#' unencoded"),
     "a sweep over passwords": (["-m", f"{store_url('9')},{store_url('8').split('=', 1)[1]}x"],
                                "a sweep over values that hold passwords"),
+    "a sweep over passwords, one quoted": (["-m", f"{store_url('9')},'{store_url('8').split('=', 1)[1]}x'"],
+                                           "a sweep over values that hold passwords"),
     "--cfg job": (["--cfg", "job", store_url("!")], "Hydra's override grammar reads this value only in quotes"),
     "--info": ([URL_AS_GROUP, "--info"], "a URL is a value of it: tracking.uri=URL"),
 }

@@ -47,19 +47,31 @@ def into_environment(argv: list[str]) -> list[str]:
     (`store.url=${oc.env:FAIRAUDIT_STORE_URL}`): Hydra's overrides, the folders and launcher files it makes of
     them, and the resume line name the variable, never the value. The same key set twice: the last wins, as
     in Hydra."""
+    out = []
+    for arg in argv:
+        value = secret_value(arg)
+        if value is None:
+            out.append(arg)
+            continue
+        key = arg.split("=", 1)[0]
+        os.environ[environment_name(key)] = value
+        out.append(f"{key}=${{oc.env:{environment_name(key)}}}")
+    return out
+
+
+def secret_value(arg: str) -> str | None:
+    """The value of an override that sets one plain value holding a credential, as Hydra reads it (quotes
+    removed); None for anything else (a flag, a sweep, a list, a deletion, an override Hydra does not read)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parser, out = OverridesParser.create(), []
-    for arg in argv:
-        if arg.startswith("-") or "=" not in arg or not holds_secret(arg):
-            out.append(arg)
-            continue
-        (override,) = parser.parse_overrides([arg])
-        if override.is_sweep_override() or override.is_delete() or override.value() is None:
-            out.append(arg)
-            continue
-        name = environment_name(override.key_or_group)
-        os.environ[name] = str(override.value())
-        out.append(f"{arg.split('=', 1)[0]}=${{oc.env:{name}}}")
-    return out
+    if arg.startswith("-") or "=" not in arg or not holds_secret(arg):
+        return None
+    try:
+        (override,) = OverridesParser.create().parse_overrides([arg])
+    except Exception:  # not an override Hydra reads: left to Hydra to say so
+        return None
+    value = override.value()
+    if override.is_sweep_override() or override.is_delete() or not isinstance(value, (str, int, float)):
+        return None
+    return str(value)
 

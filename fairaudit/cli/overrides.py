@@ -79,7 +79,10 @@ def credential_line(override) -> str | None:
     if override.is_delete() or override.value() is None or (
             override.is_sweep_override() and not override.is_choice_sweep()):
         return None
-    return credential_problem(override.key_or_group.lstrip("+~"), values_of(override), override.is_sweep_override())
+    sweep = override.is_sweep_override()
+    values = [str(getattr(value, "text", value)) for value in override.value().list] if sweep else \
+        [str(override.value())]  # a quoted value's text
+    return credential_problem(override.key_or_group.lstrip("+~"), values, sweep)
 
 
 def job_line(override) -> str:
