@@ -8,6 +8,7 @@ import sys
 import tempfile
 
 from fairaudit.cli.completion import complete
+from fairaudit.cli.credentials import into_environment
 from fairaudit.cli.listing import list_configs
 from fairaudit.cli.overrides import MULTIRUN_FLAGS
 from fairaudit.errors.secrets import redact
@@ -73,22 +74,30 @@ def hydra_command(module: str, argv: list[str], config_name: str = "config") -> 
     import importlib
 
     from fairaudit.cli.overrides import check, sweeps_itself, tracking_database
+    from fairaudit.errors.secrets import redact_override_dirname
 
     problem = check(config_name, argv)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
+        print(redact(f"error: {problem}"), file=sys.stderr)
         return 2
     argv = tracking_database((["-m"] if config_name == "config" and sweeps_itself(argv) else []) + argv)
+    argv = argv if prints_config(argv) else into_environment(argv)
+    redact_override_dirname()
     with scratch_outputs(argv) as argv, redacted_printout(argv):
         sys.argv = hoist_multirun_flag([sys.argv[0]] + argv)
         importlib.import_module(module).main()
     return 0
 
 
+def prints_config(argv: list[str]) -> bool:
+    """The command prints its config and runs nothing (--cfg job, --info): nothing written, no credential moved."""
+    return any(arg in CONFIG_PRINTS or arg.startswith(("--cfg=", "--info=")) for arg in argv)
+
+
 @contextlib.contextmanager
 def redacted_printout(argv: list[str]):
     """Hydra's --cfg and --info print the composed config themselves: what they print passes through `redact`."""
-    if not any(arg in CONFIG_PRINTS or arg.startswith(("--cfg=", "--info=")) for arg in argv):
+    if not prints_config(argv):
         yield
         return
     printed = io.StringIO()
@@ -123,9 +132,9 @@ def plan_command(argv: list[str]) -> int:
         return 0
     problem = check("config", [PLAN, *argv])
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
+        print(redact(f"error: {problem}"), file=sys.stderr)
         return 2
-    return plan_main([arg for arg in argv if arg not in MULTIRUN_FLAGS])
+    return plan_main(into_environment([arg for arg in argv if arg not in MULTIRUN_FLAGS]))
 
 
 def report_command(argv: list[str]) -> int:
@@ -138,13 +147,12 @@ COMMANDS = {"list": list_configs, "data": data_command, "store": store_command, 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `fairaudit` console script."""
-    import os
-
     from fairaudit.errors import interrupt
-    from fairaudit.errors.secrets import redact_logs, remember
+    from fairaudit.errors.secrets import redact_logs, remember, remember_environment
 
     argv = sys.argv[1:] if argv is None else argv
-    remember([*argv, os.environ.get("MLFLOW_TRACKING_URI", "")])  # hidden in whatever this process prints or logs
+    remember(argv)  # hidden in whatever this process prints or logs, as the environment's credentials are
+    remember_environment()
     redact_logs()
     if argv and argv[0] in ("-h", "--help", "help"):
         print(HELP, end="")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fairaudit import CONF_DIR
 from fairaudit.catalog import registry
+from fairaudit.cli.credentials import credential_problem, holds_secret
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
@@ -45,6 +46,10 @@ def group_problem(override, options: list[str] | None = None) -> str | None:
         return (f"{override.input_line}: {group} takes one option; to run several, sweep them without brackets: "
                 f"-m {group}={','.join(map(str, override.value()))}")
     for value in values_of(override):
+        if "://" in value and ours:  # tracking=http://...: a URL is a value of the group's config, not an option
+            keys = sorted({k for name in options for k in registry.settings(group, name) if k in ("uri", "url")})
+            return (f"{override.input_line}: {group} picks one of {', '.join(options)}; a URL is a value of it: "
+                    f"{' or '.join(f'{group}.{k}=URL' for k in keys) or 'see fairaudit list'}")
         if value not in options:
             listed = " (`fairaudit list` shows them all)" if ours else ""
             return f"{override.input_line}: there is no {group} named {value!r}{nearest(value, options)}{listed}"
@@ -69,6 +74,17 @@ def key_problem(key: str, composed) -> str | None:
     return None
 
 
+def credential_line(override) -> str | None:
+    """`credentials.credential_problem` of one override (a value, or a list of values to sweep)."""
+    if override.is_delete() or override.value() is None or (
+            override.is_sweep_override() and not override.is_choice_sweep()):
+        return None
+    sweep = override.is_sweep_override()
+    values = [str(getattr(value, "text", value)) for value in override.value().list] if sweep else \
+        [str(override.value())]  # a quoted value's text
+    return credential_problem(override.key_or_group.lstrip("+~"), values, sweep)
+
+
 def job_line(override) -> str:
     """The override as one job of a sweep sees it: a sweep at its first value."""
     if not override.is_sweep_override():
@@ -79,11 +95,15 @@ def job_line(override) -> str:
 def check(config_name: str, argv: list[str]) -> str | None:
     """The one error line for overrides that Hydra would not parse (with the fix: `key=value` without spaces, a
     quoted value, -m for a list), that name an unknown option or key, or a list of values without -m (None when
-    they compose; command lines with Hydra's own flags, --cfg or -sc, are left to Hydra)."""
+    they compose). A command that prints its config (--cfg job, --info) is checked on its overrides; one with
+    Hydra's other flags (-sc, -cn, ...) is left to Hydra."""
     args = [a for a in argv if a not in MULTIRUN_FLAGS]
     problem = flag_problem(args)
-    if problem or not args or any(a.startswith("-") for a in args):
+    if problem or not args:
         return problem
+    args = printed_overrides(args) if any(a.startswith("-") for a in args) else args
+    if not args:
+        return None
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
@@ -91,7 +111,7 @@ def check(config_name: str, argv: list[str]) -> str | None:
         overrides = OverridesParser.create().parse_overrides(args)
     except OverrideParseException as error:
         return parse_problem(args, error)
-    problem = repeated_problem(overrides)
+    problem = next((p for p in map(credential_line, overrides) if p), None) or repeated_problem(overrides)
     if problem:
         return problem
     groups = [o for o in overrides if group_options(o.key_or_group) is not None]
@@ -99,7 +119,30 @@ def check(config_name: str, argv: list[str]) -> str | None:
         problem = group_problem(override)
         if problem:
             return problem
-    return compose_problem(config_name, overrides) or list_problem(config_name, argv, overrides)
+    sweep = [a for a in argv if a in MULTIRUN_FLAGS]
+    return compose_problem(config_name, overrides) or list_problem(config_name, sweep + args, overrides)
+
+
+PRINT_FLAGS = {"--cfg": ("job", "hydra", "all"), "-c": ("job", "hydra", "all"), "--package": None, "-p": None,
+                 "--info": ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath"), "--resolve": ()}
+PRINT_FLAGS["-i"] = PRINT_FLAGS["--info"]  # Hydra's flags that print the config, and the values they take
+
+
+def printed_overrides(args: list[str]) -> list[str]:
+    """The overrides of a command that prints its config (--cfg job, --info, ...: checked as a run's are, so Hydra's
+    own multi-line error never repeats them); none for a command with Hydra's other flags (left to Hydra)."""
+    out, skip = [], False
+    for num, arg in enumerate(args):
+        name, then = arg.split("=", 1)[0], args[num + 1] if num + 1 < len(args) else ""
+        if skip or not arg.startswith("-"):
+            out += [] if skip else [arg]
+            skip = False
+            continue
+        if name not in PRINT_FLAGS:
+            return []
+        values = PRINT_FLAGS[name]
+        skip = "=" not in arg and (values is None or then in (values or ()))
+    return out
 
 
 HYDRA_FLAGS = ("--cfg", "-c", "--package", "-p", "--info", "-i", "--help", "-h", "--hydra-help", "--resolve",
@@ -146,8 +189,10 @@ def parse_problem(args: list[str], error: Exception) -> str:
         key, value = arg.split("=", 1)
         if not parses(parser, f"{key}=x"):
             return key_grammar_problem(arg, key, value)
+        secret = "; better, keep the password off the command line (docs/scale.md, Passwords)" if \
+            holds_secret(arg) else ""
         return (f"{arg}: Hydra's override grammar reads this value only in quotes: write "
-                f"'{key}=\"{value}\"' (the shell keeps the inner quotes for Hydra)")
+                f"'{key}=\"{value}\"' (the shell keeps the inner quotes for Hydra){secret}")
     return " ".join(str(error).split())
 
 
@@ -256,7 +301,8 @@ def tracking_database(argv: list[str]) -> list[str]:
     out = []
     for arg in argv:
         key, _, value = arg.partition("=")
-        if key.lstrip("+") == "tracking.uri" and value and ("://" not in value or value.startswith("file://")):
+        folder = value and not value.startswith("${") and ("://" not in value or value.startswith("file://"))
+        if key.lstrip("+") == "tracking.uri" and folder:
             path = Path(value.removeprefix("file://")).expanduser().absolute()
             database = path if path.suffix in (".db", ".sqlite") else path / "mlflow.db"
             arg = f"{key}=sqlite:///{database}"

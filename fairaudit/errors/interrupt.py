@@ -65,16 +65,28 @@ def command_line() -> str:
     return " ".join([head, *(shlex.quote(redact(arg)) for arg in sys.argv[1:])])
 
 
+def environment_note(command: str | None = None) -> str:
+    """For a command (this process's, or `command`) that reads a credential from the environment
+    (`store.url=${oc.env:FAIRAUDIT_STORE_URL}`, as one typed on the command line is kept): which variables a new
+    shell must export before it runs."""
+    from fairaudit.errors.secrets import environment_read
+
+    names = environment_read(sys.argv[1:] if command is None else [command])
+    return f" (with {' and '.join(names)} exported: the values typed before; docs/scale.md, Passwords)" if names \
+        else ""
+
+
 def message(kept: int | None, job: int | None = None) -> str:
     """The one line printed on a stop; `job`: the sweep job that was running (finished ones are in the store too)."""
     stopped = "interrupted" if cause() == "Ctrl-C" else f"interrupted by {cause()}"
+    note = environment_note()
     if kept is None:  # not known here: whatever was computed was committed as it came
-        return (f"{stopped}: every result computed so far is kept in the store; the same command resumes: "
+        return (f"{stopped}: every result computed so far is kept in the store; the same command resumes{note}: "
                 f"{command_line()}")
     where = f" in job {job}" if job is not None else ""
     others = " (and finished jobs' results)" if job is not None else ""
     if not kept:
         return f"{stopped}{where} before it computed any result{others and '; finished jobs are kept'}; " \
-               f"start it again with: {command_line()}"
+               f"start it again{note} with: {command_line()}"
     return (f"{stopped}{where}: its {kept} results{others} are kept in the store; the same command resumes from "
-            f"them: {command_line()}")
+            f"them{note}: {command_line()}")

@@ -10,8 +10,11 @@ two is hidden, so a password typed without percent-encoding is hidden too.
 
 Text from other programs (a driver's error message) may hold a password bare, outside any URL: the strong
 passwords this process has seen (`remember`: at least 8 characters, not letters alone) are hidden there as whole
-tokens. Hydra's own copies of a job's config are rewritten through `redact` (`redact_hydra_files`); to keep a
-password off the command line altogether, see docs/reliability.md.
+tokens. Hydra's own copies of a job's config are rewritten through `redact` (`redact_hydra_files`), and the folder
+names Hydra makes of a job's overrides (`${hydra.job.override_dirname}`) are redacted as Hydra makes them.
+
+A password never needs the command line: `store.url` and `tracking.uri` default to `$FAIRAUDIT_STORE_URL` and
+`$FAIRAUDIT_TRACKING_URI` (`ENVIRONMENT`), and libpq's and MLflow's own variables work as ever (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ URL = re.compile(rf"(?<![A-Za-z0-9+.-])(?P<scheme>{SCHEME})(?P<rest>(?:(?!{SCHEM
 SETTING = re.compile(r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]*)(?P<sep>\\?=|:[ \t]+)(?P<value>[^\s'\"&;]+)")
 OVERRIDE = re.compile(r"(?P<name>[+~]{0,2}[A-Za-z_][\w.@/-]*)=(?P<value>.*)", re.S)  # a whole command-line override
 PARAMETER = re.compile(r"(?P<name>[^?&;#=]+)=(?P<value>[^&;#]*)")
+ENVIRONMENT = {"store.url": "FAIRAUDIT_STORE_URL", "tracking.uri": "FAIRAUDIT_TRACKING_URI"}  # where each URL may be
+CREDENTIAL_VARIABLES = ("PGPASSWORD", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_URI",
+                        *ENVIRONMENT.values())  # the environment's credentials (and URLs holding them)
+ENVIRONMENT_READ = re.compile(r"\$\\?\{oc\.env\\?:(?P<name>\w+)\\?\}")  # ${oc.env:NAME}, or as a sweep escapes it
+UNENCODED = "@#?/"  # in a URL's password: where some reader of it ends the password (or the host begins)
 _SEEN: set[str] = set()
 
 
@@ -101,6 +109,42 @@ def remember(texts: Iterable[Any]) -> None:
             _SEEN.update(s for s in (secret, unquote(secret)) if len(s) >= STRONG and not s.isalpha())
 
 
+def remember_environment() -> None:
+    """`remember` the credentials this process's environment holds (`CREDENTIAL_VARIABLES`)."""
+    for name in CREDENTIAL_VARIABLES:
+        value = os.environ.get(name, "")
+        remember([value if "://" in value else f"password={value}"] if value else [])
+
+
+def environment_name(key: str) -> str:
+    """The environment variable a setting's secret value is kept in: `FAIRAUDIT_STORE_URL` for store.url,
+    `FAIRAUDIT_TRACKING_URI` for tracking.uri, `FAIRAUDIT_BACKEND_API_KEY` for backend.api_key."""
+    key = key.lstrip("+~")
+    return ENVIRONMENT.get(key) or "FAIRAUDIT_" + re.sub(r"\W", "_", key).upper()
+
+
+def environment_read(argv: Iterable[str]) -> list[str]:
+    """The environment variables a command line reads values from (`key=${oc.env:NAME}`), in order."""
+    return list(dict.fromkeys(m["name"] for m in ENVIRONMENT_READ.finditer(" ".join(argv))))
+
+
+def unencoded_problem(key: str, url: str) -> str | None:
+    """A URL whose password holds '@', '#', '?' or '/' as typed: SQLAlchemy ends the password at its first '@',
+    urllib at the first '#', '?' or '/', so the URL means another host, or a port that is part of the password,
+    and the error naming them would show that part. One line naming neither."""
+    for match in URL.finditer(url):
+        login = re.match(r"(?P<user>[^:/@?#]*):(?P<password>[^@]*)@(?P<host>[^/?#]*)", match["rest"])
+        if not login or re.fullmatch(r"\d*", login["password"]) or re.match(r"\d+[/?#]", login["password"]):
+            continue  # no password, or host:port/...: no login
+        found = sorted({c for c in login["password"] + ("@" if "@" in login["host"] else "") if c in UNENCODED})
+        if found:
+            encoded = " ".join(f"{c!r} as %{ord(c):02X}" for c in found)
+            return (f"{key}: the password in this URL holds {' and '.join(map(repr, found))} unencoded, which ends "
+                    f"it early for some readers: percent-encode it ({encoded}), or keep it off the command line "
+                    f"in {environment_name(key)}, PGPASSWORD or ~/.pgpass (docs/scale.md, Passwords)")
+    return None
+
+
 def _differences(original: str, shown: str) -> list[str]:
     """The pieces of `original` that `shown` replaced by MASK."""
     pattern = "^" + "(.*?)".join(map(re.escape, shown.split(MASK))) + "$"
@@ -154,6 +198,7 @@ def redact_hydra_files(cfg: Any) -> None:
     from hydra.types import RunMode
 
     remember_config(cfg)
+    remember_environment()
     redact_logs()  # in a sweep's worker processes too
     hydra = HydraConfig.get()
     files = []
@@ -163,6 +208,23 @@ def redact_hydra_files(cfg: Any) -> None:
         files.append(Path(hydra.sweep.dir) / "multirun.yaml")
     for path in files:
         redact_yaml_file(path)
+
+
+def redact_override_dirname() -> None:
+    """Hydra's `${hydra.job.override_dirname}` (folder names made of a job's overrides) made redacted, and without
+    the overrides that read a value from the environment (`key=${oc.env:NAME}`: that value names no job)."""
+    from hydra._internal import config_loader_impl as loader
+
+    if getattr(loader.get_overrides_dirname, "redacts", False):
+        return
+
+    def dirname(overrides, exclude_keys, item_sep, kv_sep) -> str:  # Hydra's, each override redacted
+        lines = sorted(redact(o.input_line) for o in overrides
+                       if o.key_or_group not in exclude_keys and not ENVIRONMENT_READ.search(o.input_line))
+        return item_sep.join(lines).replace("=", kv_sep)
+
+    dirname.redacts = True
+    loader.get_overrides_dirname = dirname
 
 
 def _plain(node: Any) -> Any:

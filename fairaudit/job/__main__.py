@@ -21,4 +21,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from fairaudit.errors.secrets import redact_override_dirname
+
+    redact_override_dirname()  # as the `fairaudit` command does: folders named by overrides show no secret
     main()

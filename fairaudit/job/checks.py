@@ -29,6 +29,7 @@ from fairaudit.errors.rules import (
     template_fields,
     text,
 )
+from fairaudit.errors.secrets import unencoded_problem
 from fairaudit.prompts.yesno import ANSWER_SOURCES, P_YES_READINGS, THINKING_STYLES
 from fairaudit.tracking.location import EXPERIMENT_NAME, sqlite_problem, tracking_problem
 
@@ -156,7 +157,8 @@ def validate(cfg: DictConfig) -> None:
         problems = value_problems(cfg)
     except Exception as error:  # an interpolation that does not resolve, a malformed node
         raise AuditError(f"config does not resolve: {' '.join(str(error).split())}") from None
-    if not problems:
-        problems = [p for p in (store_problem(cfg.store.url), tracking_problem(cfg.tracking.uri)) if p]
+    places = (("store.url", cfg.store.url, store_problem), ("tracking.uri", cfg.tracking.uri, tracking_problem))
+    if not problems:  # a password cut short first: the reader's error would name a piece of it
+        problems = [p for key, url, check in places for p in [unencoded_problem(key, url) or check(url)] if p]
     if problems:
         raise AuditError("; ".join(problems))

@@ -21,7 +21,7 @@ from fairaudit.catalog import registry
 from fairaudit.errors import AuditError, audit_cause
 from fairaudit.errors.contracts import require_complete
 from fairaudit.job.checks import validate
-from fairaudit.job.grid import swept_in
+from fairaudit.job.grid import swept_in, task_overrides
 from fairaudit.models.checks import check_model_folder
 from fairaudit.models.files import ModelFiles, ModelMissing
 from fairaudit.probes import ModelSpec, Probe
@@ -45,7 +45,7 @@ class Place:
         from hydra.types import RunMode
 
         hydra = HydraConfig.get()
-        overrides = list(hydra.overrides.task)
+        overrides = task_overrides(hydra)
         if hydra.mode != RunMode.MULTIRUN:
             return cls(dict(hydra.runtime.choices), overrides, [o.lstrip("+~").split("=", 1)[0] for o in overrides])
         return cls(dict(hydra.runtime.choices), overrides, list(swept_in(hydra.sweep.dir)), str(hydra.sweep.dir),

@@ -18,6 +18,12 @@ def git_commit(cwd: str | Path = ".") -> str:
     return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
+def task_overrides(hydra) -> list[str]:
+    """The command line's overrides as typed (`hydra.overrides.task`), never resolved: an override that reads a
+    credential from the environment (`store.url=${oc.env:FAIRAUDIT_STORE_URL}`) stays the name of its variable."""
+    return OmegaConf.to_container(hydra.overrides.task, resolve=False)
+
+
 def swept(overrides: list[str], params: dict | None = None) -> dict[str, str]:
     """The sweep's swept keys and their values ("dataset" -> "adult,compas"), from the command line and
     hydra.sweeper.params."""
@@ -31,7 +37,7 @@ def swept(overrides: list[str], params: dict | None = None) -> dict[str, str]:
 def swept_of(hydra) -> dict[str, str]:
     """`swept` of a sweep's `hydra` config node (its task overrides and sweeper params)."""
     params = hydra.sweeper.get("params")
-    return swept(list(hydra.overrides.task), OmegaConf.to_container(params) if params else None)
+    return swept(task_overrides(hydra), OmegaConf.to_container(params) if params else None)
 
 
 def swept_in(sweep_dir: str | Path) -> dict[str, str]:
@@ -47,7 +53,7 @@ def sweep_jobs(hydra) -> list[list[str]]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     params = hydra.sweeper.get("params") or {}
-    lines = [f"{key}={value}" for key, value in params.items()] + list(hydra.overrides.task)
+    lines = [f"{key}={value}" for key, value in params.items()] + task_overrides(hydra)
     parsed = OverridesParser.create().parse_overrides(lines)
     return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 

@@ -11,6 +11,7 @@ import pandas as pd
 
 from fairaudit.analysis.study import AXES
 from fairaudit.errors import AuditError
+from fairaudit.errors.interrupt import environment_note
 from fairaudit.tracking import tags as t
 from fairaudit.tracking.runs import finite_metrics, parent_run_id
 from fairaudit.tracking.scratch import scratch
@@ -197,7 +198,7 @@ def unfinished_sweep(client, parent_id: str) -> str | None:
     ended = "has not ended (it runs, or its process died)" if parent.info.status == "RUNNING" else \
         f"ended {parent.info.status}"
     return (f"sweep {parent.info.run_name!r} ({parent_id}) {ended}: {len(left)} of {len(jobs) or len(status)} jobs "
-            f"did not finish: {', '.join(left)}; resume it with: {command}")
+            f"did not finish: {', '.join(left)}; resume it{environment_note(command)} with: {command}")
 
 
 def left_out_summary(left_out: pd.DataFrame) -> str:

@@ -5,13 +5,15 @@ stores.
     export FILE [--store URL]     the store's sound results into a local sqlite file
     import FILE [--store URL]     a local sqlite file's sound results into the store
 
-URL is an SQLAlchemy URL or a sqlite file path (default: $FAIRAUDIT_HOME/store.sqlite, as `store.url`).
+URL is an SQLAlchemy URL or a sqlite file path (default, as `store.url`'s: $FAIRAUDIT_STORE_URL, else
+$FAIRAUDIT_HOME/store.sqlite).
 A key already present in the destination keeps its value. Exit 0, or 1 when damage was found.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -20,7 +22,7 @@ import sqlalchemy as sa
 from fairaudit import home
 from fairaudit.errors import AuditError, OneLineParser
 from fairaudit.errors.locks import holders, is_locked, locked_error
-from fairaudit.errors.secrets import redact
+from fairaudit.errors.secrets import ENVIRONMENT, redact
 from fairaudit.store.results import Store, damage
 from fairaudit.terminal.output import print_error, warn
 
@@ -85,8 +87,9 @@ def parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
         if name != "verify":
             sub.add_argument("file", help="the local sqlite file")
-        sub.add_argument("--store", default=str(home() / "store.sqlite"),
-                         help="SQLAlchemy URL or sqlite path (default $FAIRAUDIT_HOME/store.sqlite, as store.url)")
+        sub.add_argument("--store", default=os.environ.get(ENVIRONMENT["store.url"]) or str(home() / "store.sqlite"),
+                         help="SQLAlchemy URL or sqlite path (default, as store.url's: $FAIRAUDIT_STORE_URL, else "
+                              "$FAIRAUDIT_HOME/store.sqlite)")
     return parser
 
 

@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 
 from fairaudit.errors import AuditError
 from fairaudit.errors.locks import LOCK_WAIT_S, is_locked, locked_error
+from fairaudit.errors.secrets import unencoded_problem
 from fairaudit.errors.rules import text
 from fairaudit.tracking.database import server_problem
 
@@ -93,6 +94,7 @@ def validate_tracking(uri: Any, experiment: Any) -> None:
     """The tracking location alone (a sweep checks it before opening its parent run)."""
     rules = (("tracking.uri", uri, text()), ("tracking.experiment", experiment, text(longest=EXPERIMENT_NAME)))
     problems = [f"{key}={value!r} {p}" for key, value, check in rules for p in [check(value)] if p]
-    problems += [p for p in [None if problems else tracking_problem(uri)] if p]
+    problems += [p for p in [None if problems else unencoded_problem("tracking.uri", uri) or tracking_problem(uri)]
+                 if p]
     if problems:
         raise AuditError("; ".join(problems))
