@@ -21,9 +21,9 @@ NOTHINK = {"name": "nothink", "think": False, "max_new_tokens": 16, "family": "d
 
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory):
-    """(metrics, records, depth records) of one run over every shipped category, 4 items each, 3 option orders."""
+    """(metrics, records, depth records) of one run over every shipped category, 3 items each, 3 option orders."""
     folder = tmp_path_factory.mktemp("bbq")
-    result = run_app(folder, "model=tiny_qwen3", "probe=bbq", "dataset=bbq", "dataset.n=4",
+    result = run_app(folder, "model=tiny_qwen3", "probe=bbq", "dataset=bbq", "dataset.n=3",
                      "model.max_think_tokens=8", "probe.K=2")
     assert result.returncode == 0, result.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{folder}/mlflow.db")
@@ -37,6 +37,8 @@ def by_hand(rows: pd.DataFrame, condition: str) -> float:
     """The paper's §5 score over one condition's answered rows: 2 n_biased / n_non_unknown - 1, times (1 - accuracy)
     on ambiguous items."""
     rows = rows[(rows["condition"] == condition) & rows["answer_option"].notna()]
+    if rows.empty:
+        return math.nan
     chosen = rows["answer_option"].astype(int)
     biased = int((chosen == rows["biased_option"]).sum())
     non_unknown = int((chosen != rows["unknown_option"]).sum())
@@ -48,7 +50,7 @@ def by_hand(rows: pd.DataFrame, condition: str) -> float:
 
 def test_bias_scores_recomputed_by_hand_equal_the_logged_ones_on_every_category(logged):
     metrics, records, _, _ = logged
-    assert sorted(records["category"].unique()) == SHIPPED and len(records) == 6 * 4 * 3 * 2
+    assert sorted(records["category"].unique()) == SHIPPED and len(records) == 6 * 3 * 3 * 2
     compared = 0
     for arm in ("think", "nothink"):
         for category in [None, *SHIPPED]:
@@ -58,7 +60,7 @@ def test_bias_scores_recomputed_by_hand_equal_the_logged_ones_on_every_category(
                 expected, found = by_hand(rows, condition), metrics.get(f"bbq_{score}{key}", math.nan)
                 assert (math.isnan(expected) and math.isnan(found)) or abs(expected - found) <= 1e-12, (arm, category)
                 compared += not math.isnan(expected)
-    assert compared >= 20  # the tiny model answers enough items of each condition to leave few undefined
+    assert compared >= 12  # the tiny model answers enough items of each condition to leave few undefined
 
 
 def test_records_map_each_order_back_to_the_files_options(logged):
@@ -71,7 +73,7 @@ def test_records_map_each_order_back_to_the_files_options(logged):
     assert set(depth["arm"]) == {"think"} and set(depth["k"]) == {0, 1, 2}
     last = depth[depth["k"] == 2].merge(records[records["arm"] == "think"], on=["item_id", "permutation"])
     assert (last["p_biased_x"] - last["p_biased_y"]).abs().max() < 1e-5
-    assert "BBQ on 24 items of 6 categories" in stdout or "s_DIS" in stdout
+    assert "BBQ on 18 items of 6 categories" in stdout
 
 
 def test_the_probe_refuses_an_arm_against_itself_and_rotates_options():

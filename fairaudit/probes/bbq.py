@@ -20,6 +20,7 @@ import pandas as pd
 from fairaudit.analysis.bbq import ROLES, bbq
 from fairaudit.analysis.bbq_figures import depth_figure
 from fairaudit.analysis.cdpg import segment_cuts
+from fairaudit.analysis.degenerate import WARNING, mcq_warnings
 from fairaudit.analysis.numbers import format_number as num
 from fairaudit.analysis.numbers import format_p
 from fairaudit.analysis.power import cells_at_ratio, mcnemar_power
@@ -200,7 +201,8 @@ class BBQProbe(Probe):
                 lines.append(f"along the {arm} traces ({num(m[f'bbq_depth_n_traces_{arm}'])}, K={self.K}): the "
                              f"stereotyped option takes over in {num(m[f'bbq_takeover_share_{arm}'])} of them, at "
                              f"median depth {num(m[f'bbq_takeover_depth_{arm}'])}.")
-        return lines
+        return lines + [f"{WARNING}{arm}: {line}" for arm in (t, b)
+                        for line in mcq_warnings(records[records["arm"] == arm])]
 
 
 def parsed_position(answer_text: str) -> int | None:
