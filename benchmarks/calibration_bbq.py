@@ -55,10 +55,10 @@ def planted_answers(items: pd.DataFrame, bias: float, unknown: float, spread: fl
 def study(items: pd.DataFrame, n: int, bias: float, unknown: float, spread: float, seed: int) -> dict[str, float]:
     """One study: `n` items per category, planted answers, the probe's scores."""
     rng = np.random.default_rng(seed)
-    drawn = items.groupby("category", group_keys=False).apply(
-        lambda part: part.iloc[np.sort(rng.choice(len(part), size=min(n, len(part)), replace=False))])
-    return arm_metrics(with_roles(planted_answers(drawn.reset_index(drop=True), bias, unknown, spread, rng)),
-                       "planted")
+    parts = [part.iloc[np.sort(rng.choice(len(part), size=min(n, len(part)), replace=False))]
+             for _, part in items.groupby("category", sort=True)]
+    drawn = pd.concat(parts, ignore_index=True)
+    return arm_metrics(with_roles(planted_answers(drawn, bias, unknown, spread, rng)), "planted")
 
 
 def coverage(items: pd.DataFrame, studies: int, n: int, bias: float, unknown: float, spread: float,
@@ -68,7 +68,7 @@ def coverage(items: pd.DataFrame, studies: int, n: int, bias: float, unknown: fl
     planted = truth(bias, unknown)
     runs = [study(items, n, bias, unknown, spread, seed * 100_003 + i) for i in range(studies)]
     rows = []
-    for scope in ["all", *SHIPPED]:
+    for scope in ["all", *sorted(items["category"].unique())]:
         suffix = "_planted" if scope == "all" else f"_{scope.lower()}_planted"
         for score, value in planted.items():
             name = f"bbq_{score}{suffix}"
@@ -84,9 +84,9 @@ def coverage(items: pd.DataFrame, studies: int, n: int, bias: float, unknown: fl
     return pd.DataFrame(rows)
 
 
-def shipped_items(root: str | None = None) -> pd.DataFrame:
-    """Every shipped BBQ item (the columns the analysis reads)."""
-    return BBQDataset("bbq", None, 0, SHIPPED, root=root).items()
+def shipped_items(root: str | None = None, categories: list[str] = SHIPPED) -> pd.DataFrame:
+    """Every item of the shipped BBQ categories (the columns the analysis reads)."""
+    return BBQDataset("bbq", None, 0, categories, root=root).items()
 
 
 def main(argv: list[str] | None = None) -> int:
