@@ -84,3 +84,18 @@ def test_the_probe_refuses_an_arm_against_itself_and_rotates_options():
     assert shown(["a", "b", "c"], 1) == ["c", "a", "b"]  # option j moves to (j + 1) mod 3
     with pytest.raises(AuditError, match="probe.K"):
         BBQProbe(NOTHINK, K=0)
+
+
+def test_the_plan_sizes_the_exact_test_over_every_category():
+    from fairaudit.analysis.power import cells_at_ratio, mcnemar_power
+    from fairaudit.probes import ProbeResult
+
+    think = Arm("think", True, 8)
+    (test,) = BBQProbe(NOTHINK).planned_tests(think, {"discordant": 0.1, "c_b_ratio": 2.0})
+    assert test.share == 6 and test.metric == "bbq_mcnemar_log10_p"
+    assert test.power(600, 0.05) == mcnemar_power(600, *cells_at_ratio(0.1, 2.0), 0.05)
+    pilot = ProbeResult({"bbq_flips_b": 2.0, "bbq_flips_c": 6.0, "bbq_n_paired": 40.0, "bbq_s_dis_think": 0.1,
+                         "bbq_s_dis_age_think": 0.1, "bbq_s_dis_religion_think": 0.0,
+                         "bbq_s_dis_age_think_ci_low": 0.0})
+    (piloted,) = BBQProbe(NOTHINK).planned_tests(think, {"discordant": 0.1, "c_b_ratio": 2.0}, pilot)
+    assert piloted.share == 2 and "pilot: 8 of 40 items" in piloted.effect

@@ -35,6 +35,7 @@ from fairaudit.probes.planned import measured
 from fairaudit.prompts.mcq import MCQ_ARMS, extract_answer, render_mcq_prompt
 from fairaudit.prompts.yesno import Arm, render_prompt, split_output
 
+SHIPPED_CATEGORIES = 6  # the categories the CI copy holds, dataset.categories' default
 INSTRUCTION = "Answer with the letter of the correct option: A, B or C."
 SETTINGS = {"baseline_arm.name": text(), "permutations": boolean, "K": integer(1, MAX_CUTS),
             "think_instruction": text(empty=True)}
@@ -165,18 +166,21 @@ class BBQProbe(Probe):
 
     def planned_tests(self, arm: Arm, effect: Mapping[str, float],
                       pilot: ProbeResult | None = None) -> list[PlannedTest]:
-        """McNemar's exact test on the items whose bias status the arms change, over every item of every category
-        (dataset.n per category), at plan.effect.c_b_ratio and a pilot's share of such items (else
-        plan.effect.discordant)."""
+        """McNemar's exact test on the items whose bias status the arms change, at plan.effect.c_b_ratio and a pilot's
+        share of such items (else plan.effect.discordant). Its n is dataset.n per category times the categories: a
+        pilot's, else the six the shipped copy holds (the config's default)."""
         metrics = pilot.metrics if pilot else {}
         b, c, paired = (measured(metrics, name) for name in ("bbq_flips_b", "bbq_flips_c", "bbq_n_paired"))
         piloted = bool(paired) and b is not None and c is not None and b + c > 0
         discordant = (b + c) / paired if piloted else float(effect["discordant"])
         p_b, p_c = cells_at_ratio(discordant, float(effect["c_b_ratio"]))
         source = f"pilot: {num(b + c)} of {num(paired)} items" if piloted else "assumed: plan.effect.discordant"
+        categories = len({name for name in metrics if name.startswith("bbq_s_dis_") and name.endswith(
+            f"_{arm.name}") and name.count("_") > 3 and "_ci_" not in name}) or SHIPPED_CATEGORIES
         return [PlannedTest("McNemar, items biased under one arm only", "bbq_mcnemar_log10_p",
-                            f"c/b = {num(effect['c_b_ratio'])} at {num(discordant)} changing ({source})", "exact",
-                            power=lambda n, level: mcnemar_power(n, p_b, p_c, level))]
+                            f"c/b = {num(effect['c_b_ratio'])} at {num(discordant)} changing ({source}); "
+                            f"{categories} categories", "exact",
+                            power=lambda n, level: mcnemar_power(n, p_b, p_c, level), share=float(categories))]
 
     def verdict(self, result: ProbeResult) -> list[str]:
         """s_DIS and s_AMB per arm with intervals, the arm difference and the exact test, order, depth."""
