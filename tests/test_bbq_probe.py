@@ -99,3 +99,19 @@ def test_the_plan_sizes_the_exact_test_over_every_category():
                          "bbq_s_dis_age_think_ci_low": 0.0})
     (piloted,) = BBQProbe(NOTHINK).planned_tests(think, {"discordant": 0.1, "c_b_ratio": 2.0}, pilot)
     assert piloted.share == 2 and "pilot: 8 of 40 items" in piloted.effect
+
+
+def test_the_report_sections_recompute_the_run(logged):
+    from fairaudit.probes.bbq_report import bbq_sections
+    from fairaudit.views.sections import Report
+
+    metrics, records, depth, _ = logged
+    runs = pd.DataFrame([{"run_id": "r1", "model": "tiny_qwen3", "dataset": "bbq"}])
+    frames = {"records": {"r1": records}, "depth_records": {"r1": depth}}
+    report = Report()
+    bbq_sections(report, runs, lambda ids, name="records": frames[name], {"bbq": {"digits": 3}})
+    categories, arms = report.section("bbq_categories").table, report.section("bbq_arms").table
+    overall = categories[(categories["arm"] == "think") & (categories["category"] == "all")].iloc[0]
+    assert overall["s_dis"] == pytest.approx(metrics["bbq_s_dis_think"], abs=1e-12, nan_ok=True)
+    assert len(categories) == 2 * 7 and arms.iloc[0]["bbq_flips_c"] == metrics["bbq_flips_c"]
+    assert list(report.figures) == ["bbq_depth_tiny_qwen3_bbq"]
