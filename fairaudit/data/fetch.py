@@ -2,8 +2,9 @@
 
 Each data set lists the files its loader reads, where each comes from and how it is converted
 (credit's .xls to CSV; hub MCQ parquet to the loader's lettered JSONL). Source hosts can be
-redirected, e.g. to a mirror: FAIRAUDIT_UCI_URL, FAIRAUDIT_PROPUBLICA_URL and HF_ENDPOINT.
-A file with a published checksum (files.CHECKSUMS) must match it. Where there is none, or it
+redirected, e.g. to a mirror: FAIRAUDIT_UCI_URL, FAIRAUDIT_PROPUBLICA_URL, FAIRAUDIT_BBQ_URL and HF_ENDPOINT.
+A file with a published checksum (files.CHECKSUMS) must match it, and one with a published git blob id
+(files.GIT_BLOBS: BBQ's categories) must match that. Where there is none, or it
 is of a different rendering of the source (MMLU: a subset; credit: a spreadsheet export), fetch
 records the file's sha256 and source in the data root's FETCHED.json manifest, which the loaders
 and `data check` then hold the file to.
@@ -26,7 +27,8 @@ from typing import Callable
 
 import pandas as pd
 
-from fairaudit.data.files import CHECKSUMS, MANIFEST, accepted_checksums, data_root, sha256_of
+from fairaudit.data.bbq import CATEGORIES, category_file
+from fairaudit.data.files import CHECKSUMS, GIT_BLOBS, MANIFEST, accepted_checksums, data_root, git_blob_id, sha256_of
 from fairaudit.data.mcq import format_options, parse_questions
 from fairaudit.errors import OneLineParser
 from fairaudit.prompts.mcq import LETTERS
@@ -34,6 +36,7 @@ from fairaudit.prompts.mcq import LETTERS
 UCI = ("FAIRAUDIT_UCI_URL", "https://archive.ics.uci.edu/ml/machine-learning-databases")
 PROPUBLICA = ("FAIRAUDIT_PROPUBLICA_URL", "https://raw.githubusercontent.com/propublica/compas-analysis/master")
 HUB = ("HF_ENDPOINT", "https://huggingface.co")
+BBQ = ("FAIRAUDIT_BBQ_URL", "https://raw.githubusercontent.com/nyu-mll/BBQ/main")
 
 
 def base_url(host: tuple[str, str]) -> str:
@@ -106,6 +109,7 @@ DATASETS: dict[str, tuple[Download, ...]] = {
     "arc": (Download("arc/test.jsonl", HUB, hub("allenai/ai2_arc", "ARC-Challenge/test-00000-of-00001.parquet"),
                      lettered_jsonl),),
     "gpqa": (Download("gpqa/gpqa_diamond.csv", HUB, hub("Idavidrein/gpqa", "gpqa_diamond.csv"), token=True),),
+    "bbq": tuple(Download(category_file(c), BBQ, f"data/{c}.jsonl") for c in CATEGORIES),
 }
 
 
@@ -142,6 +146,10 @@ def fetch(item: Download, root: Path) -> str:
     except Exception as err:  # a converter meets whatever the source serves
         raise FetchError(f"{item.url()}: cannot convert to {item.target}: {err.__class__.__name__}: {err}") from None
     digest = hashlib.sha256(data).hexdigest()
+    blob = GIT_BLOBS.get(item.target)
+    if blob and git_blob_id(data) != blob:
+        raise FetchError(f"{item.url()}: {item.target} would have git blob id {git_blob_id(data)}, expected {blob}; "
+                         "not written")
     expected = CHECKSUMS.get(item.target) if item.published else None
     if expected and digest != expected:
         raise FetchError(f"{item.url()}: {item.target} would have sha256 {digest}, expected {expected}; not written")
@@ -200,9 +208,9 @@ def fetch_command(names: list[str], root: Path, missing_only: bool = False) -> i
     return 1 if failures else 0
 
 
-def shipped(name: str) -> bool:
-    """A data set of the shipped copy (its files have published checksums); ARC and GPQA are not shipped."""
-    return any(item.target in CHECKSUMS for item in DATASETS[name])
+def shipped(item: Download) -> bool:
+    """A file of the shipped copy (it has a published checksum); ARC, GPQA and five BBQ categories are not shipped."""
+    return item.target in CHECKSUMS
 
 
 def check_command(names: list[str], root: Path, named: bool = True) -> int:
@@ -214,7 +222,7 @@ def check_command(names: list[str], root: Path, named: bool = True) -> int:
     for name in names:
         for item in DATASETS[name]:
             status = file_status(root, item)
-            if status == "missing" and not named and not shipped(name):
+            if status == "missing" and not named and not shipped(item):
                 status = "not shipped"
             if status == "ok" and item.subset and sha256_of(root / item.target) == CHECKSUMS.get(item.target):
                 status = "ok, subset"
