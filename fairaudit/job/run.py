@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig
 
+from fairaudit.backends import Backend
 from fairaudit.errors import AuditError, failure_line, interrupt
 from fairaudit.errors.disk import artifacts_full
 from fairaudit.errors.interrupt import Interrupted
@@ -19,6 +20,7 @@ from fairaudit.errors.secrets import redact_hydra_files
 from fairaudit.job.config import Job, build_backend, model_folder, read_job
 from fairaudit.job.dry_run import preview
 from fairaudit.job.tags import engine_label, engine_params, job_run_name, job_tags
+from fairaudit.job.workers import WORKERS_LOG, helpers
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
@@ -39,10 +41,7 @@ def run(cfg: DictConfig) -> ProbeResult | None:
 
 def audit(job: Job) -> ProbeResult:
     """Load the job's model behind the store, run its probe and log the run; its verdict and metrics printed."""
-    model_dir = model_folder(job)  # its files checked before anything opens
-    store = Store(job.store_url)  # a database server that refuses: one line before the backend reads the model
-    backend = build_backend(job, model_dir)
-    client = CachingClient(backend, store, chunk_size=job.model["batch_size"])
+    store, backend, client = open_client(job)
     uri, experiment = job.tracking
     tracker = Tracker(uri, experiment)
     batch_size = job.model["batch_size"]
@@ -54,8 +53,11 @@ def audit(job: Job) -> ProbeResult:
     run_id = tracker.start(run_name, tags, params, parent)
     ended = False
     try:
-        result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
+        with helpers(job, output_folder() / WORKERS_LOG) as others:
+            result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
         result.metrics.update(client.metrics())
+        if others:
+            log_workers(tracker, result, client.model_calls, others.calls)
         verdict = job.probe.verdict(result)
         log_run(tracker, job, result, verdict, run_name)
         ended = True
@@ -73,6 +75,34 @@ def audit(job: Job) -> ProbeResult:
     refresh_jobs_view(tracker.client, tracker.experiment_id)  # the experiment's page opens on its jobs side by side
     print_summary(run_name, result, verdict, run_id, tracker.experiment_id, uri)
     return result
+
+
+def open_client(job: Job) -> tuple[Store, Backend, CachingClient]:
+    """The job's store, backend and the client between them: the model's files checked first, then the store opened
+    (a database server that refuses: one line before the backend reads the model)."""
+    model_dir = model_folder(job)
+    store = Store(job.store_url)
+    backend = build_backend(job, model_dir)
+    return store, backend, CachingClient(backend, store, chunk_size=job.model["batch_size"])
+
+
+def log_workers(tracker: Tracker, result: ProbeResult, own: int, helpers_calls: list[int]) -> None:
+    """A job run over several processes: `model_calls` counts every process's computed calls, `workers` how many
+    processes ran it, and `worker_model_calls` each one's (its step the worker's number, 0 for this process)."""
+    result.metrics["model_calls"] = own + sum(helpers_calls)
+    result.metrics["workers"] = 1 + len(helpers_calls)
+    tracker.log_steps("worker_model_calls", [own, *helpers_calls])
+
+
+def output_folder() -> Path:
+    """This job's Hydra output folder (a temporary one outside a Hydra run)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="fairaudit-job-"))
 
 
 def fault_of(error: BaseException, uri: str, store: Store, tracker: Tracker) -> AuditError | None:
