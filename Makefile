@@ -123,10 +123,17 @@ test-long: $(STAMP)
 test-paper: $(STAMP)
 	$(PY) -m pytest -m paper $(ARGS)
 
-# Real servers on loopback: PostgreSQL, an MLflow server, a one-node SLURM (docs/scale.md).
+# Real servers on loopback: PostgreSQL, an MLflow server, a one-node SLURM, a Ray head (docs/scale.md).
 # Runs as root; needs `apt-get install postgresql slurm-wlm munge`.
 CLUSTER_DIR ?= /tmp/fairaudit-slurm
-test-cluster: $(STAMP)
+RAY_STAMP := $(VENV)/.ray-installed
+# Ray and Hydra's Ray launcher (the `ray` extra), for the cluster suite's Ray tests: the packages alone, so the
+# editable install (which writes the source tree) is not redone beside other suites.
+$(RAY_STAMP): $(STAMP)
+	$(PY) -m pip install -q 'ray[default]>=2.40,<3' 'hydra-ray-launcher>=1.2.2'
+	touch $(RAY_STAMP)
+
+test-cluster: $(STAMP) $(RAY_STAMP)
 	CLUSTER_DIR=$(CLUSTER_DIR) scripts/cluster.sh up
 	SLURM_CONF=$(CLUSTER_DIR)/slurm.conf $(PY) -m pytest -m cluster $(ARGS); rc=$$?; \
 	CLUSTER_DIR=$(CLUSTER_DIR) scripts/cluster.sh down; exit $$rc

@@ -79,6 +79,17 @@ def pg_server():
 
 
 @pytest.fixture(scope="session")
+def local_smoke(tmp_path_factory) -> Path:
+    """The cluster suite's reference: the smoke study on the tiny Qwen3 (its nine jobs) swept locally, with its own
+    store and tracking database in the folder returned, so a sweep elsewhere (SLURM, Ray) is compared with it."""
+    folder = tmp_path_factory.mktemp("local-smoke")
+    local = run_app(folder, "+experiment=thinking_fairness_smoke", "hydra.sweeper.params.model=tiny_qwen3", "-m",
+                    in_tmp=True, timeout=1800)
+    assert local.returncode == 0, local.stderr[-3000:]
+    return folder
+
+
+@pytest.fixture(scope="session")
 def data_root() -> Path:
     if not (DATA_ROOT / "adult" / "adult.data").exists():
         pytest.fail(f"test data not found under {DATA_ROOT}; set FAIRAUDIT_DATA")

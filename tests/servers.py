@@ -123,3 +123,51 @@ class MlflowServer:
 
 def have(command: str) -> bool:
     return shutil.which(command) is not None
+
+
+# Ray on loopback alone: its nodes and drivers use 127.0.0.1 (else Ray resolves a loopback address to the host's
+# network address), and no usage statistics are sent.
+RAY_LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+class RayHead:
+    """`ray start --head --block` on a loopback port, its own temp dir; stopped with its whole process group."""
+
+    def __init__(self, num_cpus: int = 2):
+        ray = Path(sys.executable).with_name("ray")
+        if not ray.exists():
+            pytest.skip("Ray is not installed in this environment (pip install -e '.[ray]')")
+        self.root = Path(tempfile.mkdtemp(prefix="fa-ray-"))  # short: Ray's sockets live under it
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.log = open(self.root / "ray-head.log", "ab")
+        token = self.root / "auth_token"  # Ray's token authentication, its token in a file only this test reads
+        token.write_text(secrets.token_hex(16))
+        token.chmod(0o600)
+        self.env = {**RAY_LOOPBACK, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
+                    "RAY_ADDRESS": self.address}
+        self.proc = subprocess.Popen(
+            [str(ray), "start", "--head", "--block", f"--port={self.port}", "--node-ip-address=127.0.0.1",
+             f"--num-cpus={num_cpus}", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+             f"--temp-dir={self.root}"], stdout=self.log, stderr=self.log, start_new_session=True,
+            env={**os.environ, **self.env})
+        wait_until(self._up, 180, "ray head")
+
+    def _up(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"ray head exited: see {self.root / 'ray-head.log'}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """The head and every process it started (raylets, workers), by its process group."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -160,14 +160,11 @@ def test_joblib_sweep_reports_to_the_mlflow_server(tmp_path, mlflow_server):
 
 
 @pytest.mark.skipif(not slurm_up(), reason="no SLURM here: scripts/cluster.sh up, then export SLURM_CONF=...")
-def test_smoke_study_on_slurm_matches_a_local_run(tmp_path, mlflow_server):
+def test_smoke_study_on_slurm_matches_a_local_run(tmp_path, mlflow_server, local_smoke):
     """Every job of the smoke study a SLURM job reporting to the server, under one parent, with the
     metrics of the same sweep run locally (each sweep with its own store, so both compute everything). On the tiny
     Qwen3 alone: its nine jobs are every data set and probe of the study, each a SLURM job of its own."""
-    (tmp_path / "local").mkdir()
     (tmp_path / "slurm").mkdir()
-    local = run_app(tmp_path / "local", *SMOKE, "-m", in_tmp=True, timeout=1800)
-    assert local.returncode == 0, local.stderr[-3000:]
     slurm = run_app(tmp_path / "slurm", *SMOKE, "tracking=server",
                     f"tracking.uri={mlflow_server.uri}", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null",
                     "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=3", "hydra.launcher.timeout_min=30",
@@ -176,7 +173,7 @@ def test_smoke_study_on_slurm_matches_a_local_run(tmp_path, mlflow_server):
                     env={"OMP_NUM_THREADS": "1"})
     assert slurm.returncode == 0, slurm.stderr[-3000:]
 
-    _, expected = job_metrics(MlflowClient(f"sqlite:///{tmp_path}/local/mlflow.db"), "thinking_fairness_smoke")
+    _, expected = job_metrics(MlflowClient(f"sqlite:///{local_smoke}/mlflow.db"), "thinking_fairness_smoke")
     client = MlflowClient(mlflow_server.uri)
     found, got = job_metrics(client, "thinking_fairness_smoke")
     (parent,) = [r for r in found if r.data.tags.get("fairaudit.kind") == "sweep"]

@@ -9,7 +9,7 @@ about as they grow). It says how many hours a study is, within a factor of about
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Mapping, Sequence
 
 UNITS = ((86400.0, "d"), (3600.0, "h"), (60.0, "min"), (1.0, "s"))
 
@@ -37,3 +37,23 @@ def format_duration(seconds: float) -> str:
         if whole >= size:
             return f"{int(whole // size)} {name} {int(whole % size // smaller):02d} {label}"
     return f"{whole} s"
+
+
+def whole_jobs_wall(seconds: Sequence[float], gpus: int) -> float:
+    """Wall time of jobs that each run whole on one of `gpus` accelerators, longest first onto the one free
+    soonest (the time a sweep's launcher takes when it starts a job wherever one is free)."""
+    ends = [0.0] * max(int(gpus), 1)
+    for job in sorted(seconds, reverse=True):
+        ends[ends.index(min(ends))] += job
+    return max(ends)
+
+
+def split_jobs_wall(seconds: Sequence[float], gpus: int, load_seconds: float = 0.0) -> float:
+    """Wall time of the same jobs with each split over every accelerator (`job.workers`): their work shared evenly,
+    each worker paying `load_seconds` (loading the model) per job."""
+    return sum(seconds) / max(int(gpus), 1) + load_seconds * len(seconds)
+
+
+def gpu_hours(wall_seconds: float, gpus: int) -> float:
+    """What renting `gpus` accelerators for `wall_seconds` costs in accelerator-hours (idle ones included)."""
+    return wall_seconds * max(int(gpus), 1) / 3600.0

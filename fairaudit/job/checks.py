@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # omegaconf is imported where a whole config is read: check_f
     from omegaconf import DictConfig
 
 DEFAULT_CHECKPOINT = "base"    # the label of a model's own weights (model.path / model.revision)
+MAX_WORKERS = 1024             # processes one job may be split over
 
 
 def value_rules(max_context: Any) -> dict[str, Check]:
@@ -56,7 +57,7 @@ def value_rules(max_context: Any) -> dict[str, Check]:
         "dataset.question": text(), "dataset.path": text(null=True),
         "dataset.user_template": template_fields({"description", "question"}, {"description"}),
         "store.url": text(), "tracking.uri": text(), "tracking.experiment": text(longest=EXPERIMENT_NAME),
-        "data.root": text(null=True),
+        "data.root": text(null=True), "job.workers": integer(1, MAX_WORKERS), "job.workers_on": one_of("local", "ray"),
     }
     rules.update({f"arm.{key}": check for key, check in arm.items()})
     return rules

@@ -22,6 +22,7 @@ from fairaudit.errors import AuditError, audit_cause
 from fairaudit.errors.contracts import require_complete
 from fairaudit.job.checks import validate
 from fairaudit.job.grid import swept_in, task_overrides
+from fairaudit.job.ray_tasks import workers_problem
 from fairaudit.models.checks import check_model_folder
 from fairaudit.models.files import ModelFiles, ModelMissing
 from fairaudit.probes import ModelSpec, Probe
@@ -205,7 +206,7 @@ def read_job(cfg: DictConfig, place: Place | None = None, here: bool = True) -> 
     dataset.check()
     if not job.dry_run:  # a dry run talks to no server, and says itself what its model lacks, after the pairs
         job.backend_class.reach(job.backend_settings)
-        problem = job.source.problem(weights=True)
+        problem = job.source.problem(weights=True) or workers_problem(settings.get("job", {}))
         if problem:
             raise AuditError(problem)
     return job

@@ -17,6 +17,7 @@ from fairaudit.errors import AuditError, input_error_line
 from fairaudit.job.checks import value_problems
 from fairaudit.job.config import ModelSource, Place, backend_of, read_job
 from fairaudit.job.grid import job_label, sweep_jobs
+from fairaudit.job.ray_tasks import address_of, cluster_problem, launcher_is_ray
 from fairaudit.terminal.output import print_error, print_failure
 from fairaudit.tracking.location import validate_tracking
 
@@ -46,9 +47,18 @@ def grid_jobs(config: DictConfig) -> list[GridJob]:
 
 
 def on_a_cluster(config: DictConfig) -> bool:
-    """A SLURM sweep: its jobs run on nodes that may mount data, models and caches where this host does not and reach
-    servers this host cannot (each job still checks them before its run opens)."""
-    return "submitit" in str(config.hydra.launcher.get("_target_", ""))
+    """A SLURM sweep, or a sweep on a Ray cluster: its jobs run on nodes that may mount data, models and caches
+    where this host does not and reach servers this host cannot (each job still checks them before its run opens)."""
+    launcher = config.hydra.launcher
+    return "submitit" in str(launcher.get("_target_", "")) or (launcher_is_ray(launcher) and bool(address_of(
+        launcher.get("ray", {}).get("init"))))
+
+
+def launcher_problem(config: DictConfig) -> str | None:
+    """Why the sweep's launcher cannot start its jobs, found before any starts (a Ray cluster that does not answer)."""
+    if not launcher_is_ray(config.hydra.launcher):
+        return None
+    return cluster_problem(OmegaConf.to_container(config.hydra.launcher.get("ray", {}).get("init") or {}))
 
 
 def each_job(jobs: list[GridJob], problem: Callable[[GridJob], str | None],
@@ -154,6 +164,9 @@ def sweep_problems(config: DictConfig) -> list[str]:
         validate_tracking(config.tracking.uri, config.tracking.experiment)
     except AuditError as error:
         return [str(error)]
+    launcher = launcher_problem(config)
+    if launcher:
+        return [launcher]
     jobs = grid_jobs(config)
     found = each_job(jobs, value_line) or repeats(jobs) or each_job(jobs, setting_line)
     if found or on_a_cluster(config):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from fairaudit.backends import Backend
 from fairaudit.errors import AuditError, failure_line, interrupt
 from fairaudit.errors.disk import artifacts_full
 from fairaudit.errors.interrupt import Interrupted
@@ -13,6 +14,7 @@ from fairaudit.errors.locks import is_locked, locked_error
 from fairaudit.job.config import Job, build_backend, read_job
 from fairaudit.job.dry_run import preview
 from fairaudit.job.tags import run_identity
+from fairaudit.job.workers import WORKERS_LOG, helpers
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
@@ -34,17 +36,17 @@ def audit(job: Job) -> ProbeResult:
     """Load the job's model behind the store, run its probe and log the run; its verdict and metrics printed. The run
     meets tracking at three stages: its run opened (`Tracker.start`), its outcome logged and the run closed
     (`Tracker.finish`), or the run closed KILLED or FAILED with its one line (`Tracker.end`)."""
-    model_dir = job.source.folder()  # its files checked before anything opens
-    store = Store(job.store_url)  # a database server that refuses: one line before the backend reads the model
-    backend = build_backend(job, model_dir)
-    client = CachingClient(backend, store, chunk_size=job.model["batch_size"])
+    store, backend, client = open_client(job)
     run_name, tags, params, parent = run_identity(job, backend)
     tracker = Tracker(*job.tracking)
     run_id = tracker.start(run_name, tags, params, parent, job.settings)
     ended = False
     try:
-        result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
+        with helpers(job, output_folder() / WORKERS_LOG) as others:
+            result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
         result.metrics.update(client.metrics())
+        if others:
+            log_workers(tracker, result, client.model_calls, others.calls)
         verdict = job.probe.verdict(result)
         title_figures(result.figures, f"{job.spec.name}, {job.dataset.name}: {' vs '.join(a.name for a in job.arms)}")
         tracker.finish(job.settings, job.place.overrides, (job.dataset.name, data_source(job.dataset)), result,
@@ -76,6 +78,34 @@ def stopped(error: BaseException, kept: int, store: Store, tracker: Tracker) -> 
     if isinstance(error, KeyboardInterrupt):
         return Interrupted(kept)
     return fault_of(error, tracker.uri, store, tracker) or error
+
+
+def open_client(job: Job) -> tuple[Store, Backend, CachingClient]:
+    """The job's store, backend and the client between them: the model's files checked first, then the store opened
+    (a database server that refuses: one line before the backend reads the model)."""
+    model_dir = job.source.folder()  # its files checked before anything opens
+    store = Store(job.store_url)
+    backend = build_backend(job, model_dir)
+    return store, backend, CachingClient(backend, store, chunk_size=job.model["batch_size"])
+
+
+def log_workers(tracker: Tracker, result: ProbeResult, own: int, helpers_calls: list[int]) -> None:
+    """A job run over several processes: `model_calls` counts every process's computed calls, `workers` how many
+    processes ran it, and `worker_model_calls` each one's (its step the worker's number, 0 for this process)."""
+    result.metrics["model_calls"] = own + sum(helpers_calls)
+    result.metrics["workers"] = 1 + len(helpers_calls)
+    tracker.log_steps("worker_model_calls", [own, *helpers_calls])
+
+
+def output_folder() -> Path:
+    """This job's Hydra output folder (a temporary one outside a Hydra run)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="fairaudit-job-"))
 
 
 def fault_of(error: BaseException, uri: str, store: Store, tracker: Tracker) -> AuditError | None:

@@ -11,7 +11,13 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from fairaudit.analysis import power
-from fairaudit.analysis.cost import accelerator_seconds, format_duration
+from fairaudit.analysis.cost import (
+    accelerator_seconds,
+    format_duration,
+    gpu_hours,
+    split_jobs_wall,
+    whole_jobs_wall,
+)
 from fairaudit.analysis.numbers import format_number
 from fairaudit.errors import AuditError
 from fairaudit.errors.rules import check_fields, integer, list_of, number, one_of, optional, text
@@ -37,7 +43,8 @@ from fairaudit.terminal.results import print_result, summary_frame_table
 
 CALL_KINDS = ("generate", "choice_probs", "depth_choice_probs", "target_nll")  # the store's kinds of model call
 RULES = {"sample": integer(2), "exact_prompts": optional(integer(1)), "pilot": optional(number(0, 1, lo_open=True)),
-         "csv": optional(text()), "speeds": optional(text()),
+         "csv": optional(text()), "speeds": optional(text()), "gpus": list_of(integer(1), nonempty=False),
+         "load_s": number(0),
          "alpha": number(0, 0.5, lo_open=True), "correction": one_of(*power.CORRECTIONS),
          "family": list_of(text(), nonempty=False), "power": number(0, 0.999, lo_open=True)}
 
@@ -197,17 +204,37 @@ def sized(test, units: int, level: float, settings: dict) -> dict:
             "units_needed": math.ceil(need / test.share) if need and test.share else None}
 
 
-def show(plans: list[JobPlan], frame: pd.DataFrame, tests: pd.DataFrame, accelerators: dict) -> None:
-    """The three tables on stdout, with what stands in for what under them."""
+def show(plans: list[JobPlan], frame: pd.DataFrame, tests: pd.DataFrame, accelerators: dict,
+         gpus: list[int] = (), load_s: float = 0.0) -> None:
+    """The tables on stdout, with what stands in for what under them."""
     print_result(summary_frame_table("plan: the work each job asks of its model", work_table(plans, frame),
                                      notes_of(plans)))
     times = pd.DataFrame([{"accelerator": name, "time (estimate)": format_duration(frame[f"seconds_{name}"].sum()),
                            "source": speeds["source"]} for name, speeds in accelerators.items()])
     print_result(summary_frame_table("plan: the whole grid on one accelerator", times))
+    if gpus:
+        print_result(summary_frame_table("plan: the grid on several accelerators, jobs whole or split over them "
+                                         "(job.workers)", rented_table(frame, accelerators, gpus, load_s)))
     if len(tests):
         print_result(summary_frame_table("plan: each test at the planned units", tests_table(tests)))
     else:
         console.print("plan: no probe of this grid declares a test to size")
+
+
+def rented_table(frame: pd.DataFrame, accelerators: dict, gpus: list[int], load_s: float) -> pd.DataFrame:
+    """Per accelerator and count: the grid's wall time and accelerator-hours with each job whole on one of them (a
+    sweep's launcher), and with each job split over all of them (`job.workers`, each worker loading the model once
+    per job in `load_s`)."""
+    rows = []
+    for name in accelerators:
+        seconds = frame[f"seconds_{name}"].tolist()
+        for count in gpus:
+            whole, split = whole_jobs_wall(seconds, count), split_jobs_wall(seconds, count, load_s)
+            rows.append({"accelerator": name, "count": count, "wall, jobs whole": format_duration(whole),
+                         "hours, jobs whole": format_number(gpu_hours(whole, count)),
+                         "wall, jobs split": format_duration(split),
+                         "hours, jobs split": format_number(gpu_hours(split, count))})
+    return pd.DataFrame(rows)
 
 
 def work_table(plans: list[JobPlan], frame: pd.DataFrame) -> pd.DataFrame:
@@ -270,7 +297,7 @@ def main(overrides: list[str]) -> int:
         return 2
     accelerators = {name: dict(speeds) for name, speeds in settings["accelerators"].items()}
     frame, tests = jobs_frame(plans, accelerators), test_rows(plans, settings)
-    show(plans, frame, tests, accelerators)
+    show(plans, frame, tests, accelerators, settings["gpus"], settings["load_s"])
     if settings["csv"]:
         frame.to_csv(settings["csv"], index=False)
         console.print(f"plan: {len(frame)} jobs written to {settings['csv']}")

@@ -251,6 +251,11 @@ class Tracker:
         for name, figure in figures.items():
             self.mlflow.log_figure(figure, f"figures/{name}.png")
 
+    def log_steps(self, name: str, values: list[float]) -> None:
+        """One metric's values as its steps 0, 1, ... (e.g. each worker's computed calls)."""
+        for step, value in enumerate(values):
+            self.mlflow.log_metric(name, value, step=step)
+
     def set_tags(self, tags: dict[str, str]) -> None:
         self.mlflow.set_tags(redact(tags, by_name=False))
 

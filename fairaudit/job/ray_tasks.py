@@ -1,0 +1,93 @@
+"""Ray, for a sweep's jobs (`hydra/launcher=ray`, hydra-ray-launcher) and a job's workers (`job.workers_on=ray`):
+which cluster (`RAY_ADDRESS`, or the launcher's `ray.init.address`; none: a local Ray started for the sweep),
+whether it answers before anything starts, and a job's worker as a Ray task.
+
+Ray is an optional extra (`pip install -e '.[ray]'`), imported only here and only when asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any, Mapping
+
+REACH_TIMEOUT_S = 5.0   # a Ray cluster's head must accept a connection within this
+INSTALL = "pip install -e '.[ray]'"
+
+
+def launcher_is_ray(launcher: Mapping) -> bool:
+    """A sweep's `hydra.launcher` config is hydra-ray-launcher's."""
+    return "hydra_ray_launcher" in str(launcher.get("_target_", ""))
+
+
+def address_of(init: Mapping | None) -> str | None:
+    """The cluster Ray will join: `init.address`, else RAY_ADDRESS, else None (a local Ray started here)."""
+    return (init or {}).get("address") or os.environ.get("RAY_ADDRESS") or None
+
+
+def head_of(address: str) -> tuple[str, int] | None:
+    """(host, port) of a cluster address (`host:port` or `ray://host:port`); None for `auto` / `local`."""
+    text = address.split("://", 1)[-1]
+    if text in ("auto", "local") or ":" not in text:
+        return None
+    host, _, port = text.rpartition(":")
+    return (host.strip("[]"), int(port)) if port.isdigit() else None
+
+
+def cluster_problem(init: Mapping | None) -> str | None:
+    """Why a Ray sweep or worker could not start, in one line, before anything starts: Ray not installed, or a
+    cluster address that is malformed or whose head does not answer."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return f"Ray is not installed in this environment: {INSTALL} (hydra-ray-launcher and ray[default])"
+    address = address_of(init)
+    if not address:
+        return None
+    head = head_of(address)
+    if head is None and address.split("://", 1)[-1] not in ("auto", "local"):
+        return f"Ray cluster address {address!r} is not host:port or ray://host:port (RAY_ADDRESS or ray.init.address)"
+    if head is None:
+        return None
+    try:
+        with socket.create_connection(head, timeout=REACH_TIMEOUT_S):
+            return None
+    except OSError as error:
+        return (f"the Ray cluster at {address} does not answer ({error.strerror or error}) within "
+                f"{REACH_TIMEOUT_S:g} s: start it (`ray start --head`) or set RAY_ADDRESS to one that runs")
+
+
+def workers_problem(job: Mapping) -> str | None:
+    """Why a job's workers could not start on Ray (`job.workers_on=ray`), in one line; None when they can or run
+    here."""
+    if int(job.get("workers", 1)) > 1 and job.get("workers_on") == "ray":
+        return cluster_problem(None)
+    return None
+
+
+def connect(init: Mapping | None = None) -> None:
+    """Join the cluster (or start a local Ray) unless this process already has; a cluster that cannot be joined is
+    one AuditError line."""
+    import ray
+
+    from fairaudit.errors import AuditError
+
+    problem = cluster_problem(init)
+    if problem:
+        raise AuditError(problem)
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address_of(init), log_to_driver=False, configure_logging=False)
+    except ConnectionError as error:  # a head that answers a port but is no Ray, or not reachable from its nodes
+        raise AuditError(f"cannot join the Ray cluster at {address_of(init)}: {error}") from None
+
+
+def remote_worker(resources: Mapping[str, Any]):
+    """A job's worker (`fairaudit.job.workers.work`) as a Ray remote function asking `resources` (num_gpus, num_cpus,
+    memory, ...)."""
+    import ray
+
+    from fairaudit.job.workers import work
+
+    return ray.remote(**dict(resources))(work) if resources else ray.remote(work)
