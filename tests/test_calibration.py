@@ -32,6 +32,7 @@ from benchmarks import calibration as bench  # noqa: E402
 from benchmarks import calibration_cdpg as cdpg_bench  # noqa: E402
 from benchmarks import calibration_influence as influence_bench  # noqa: E402
 from benchmarks import calibration_position as position_bench  # noqa: E402
+from benchmarks import exact_coverage  # noqa: E402
 from benchmarks.calibration_truth import (  # noqa: E402
     Plant,
     cells,
@@ -153,6 +154,17 @@ def test_wilsons_exact_coverage_by_hand_at_two_contrasts():
     Rate 0.2: k = 2's interval [0.342, 1] misses it, so the coverage is 1 - 0.2^2."""
     assert wilson_coverage(2, 0.5) == pytest.approx(1.0)
     assert wilson_coverage(2, 0.2) == pytest.approx(1 - 0.04)
+
+
+def test_the_coverage_table_is_each_intervals_exact_coverage_per_n():
+    """Wilson at 25 contrasts covers 91.1 to 97.9% over the 97 rates (16 outside 93-97%), the same sums as
+    `wilson_coverage`; the exact c/b interval never covers less than 95% at any number of discordant pairs."""
+    wilson = exact_coverage.wilson_row(25)
+    assert len(wilson) == 97 and (round(100 * wilson.min(), 1), round(100 * wilson.max(), 1)) == (91.1, 97.9)
+    assert wilson[30] == pytest.approx(wilson_coverage(25, exact_coverage.RATES[30]), rel=1e-12)
+    assert ((wilson < 0.93) | (wilson > 0.97)).sum() == 16
+    assert all(exact_coverage.ratio_row(n).min() >= 0.95 for n in (3, 10, 25))
+    assert exact_coverage.markdown([5]).splitlines()[2].startswith("| Wilson 95% | 5 | ")
 
 
 def test_a_few_dozen_real_influence_studies_land_on_the_planted_rate(data_root):
