@@ -45,6 +45,16 @@ def ratio_row(n: int) -> np.ndarray:
                      for share, ratio in zip(RATES, ratios)])
 
 
+def ratio_study_coverage(pairs: int, p_b: float, p_c: float) -> float:
+    """The exact c/b interval's coverage of p_c / p_b over a study of `pairs` pairs, its b + c random:
+    `ratio_row`'s sum at each d ~ Binomial(pairs, p_b + p_c), a study without a discordant pair a miss."""
+    share, ratio = p_c / (p_b + p_c), p_c / p_b
+    d = np.arange(1, pairs + 1)
+    given = [coverage(int(n), share, lambda c, n=int(n): ratio_interval_exact(c, n - c)[0] <= ratio
+                      <= ratio_interval_exact(c, n - c)[1]) for n in d]
+    return float(np.dot(st.binom.pmf(d, pairs, p_b + p_c), given))
+
+
 def markdown(ns: list[int]) -> str:
     """A row per interval and n: lowest, mean, highest coverage (%) and rates outside the band."""
     lines = ["| interval | n | lowest (%) | mean (%) | highest (%) | rates outside 93-97% |",

@@ -139,6 +139,9 @@ def test_the_table_shows_prediction_measurement_and_coverage():
     assert lines[0].startswith("| thinking gap (logit) | p_b | p_c | pairs | studies | predicted (%)")
     assert lines[2].startswith("| 0 | 0.1338 | 0.1338 | 50 | 2 | 2.6 | 50.0 [1.3, 98.7] | +47.4 |")
     assert lines[-1].startswith("| all | 0.0 [0.0, 84.2] | 0.0 [0.0, 84.2] | 100.0 [15.8, 100.0] |")
+    exact = exact_coverage.ratio_study_coverage(50, table["p_b"][0], table["p_c"][0])
+    assert 0.95 * (1 - (1 - 2 * table["p_b"][0]) ** 50) <= exact < 1   # Clopper-Pearson's floor, given b + c > 0
+    assert lines[-2].endswith(f"(truth 1; exact {100 * exact:.1f}) |")   # what the exact interval should cover
 
 
 def test_the_influence_truth_is_a_half_without_a_shift_and_agrees_with_a_simulation():
