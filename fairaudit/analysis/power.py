@@ -31,7 +31,7 @@ from fairaudit.analysis.stats import wilson_interval
 
 CORRECTIONS = ("none", "holm", "bh")
 LARGEST_N = 1_000_000  # the inverse searches no further: a target it cannot reach there is reported as None
-HOLM_MOST = 200  # hypotheses `holm_power` sums over exactly (its work grows as their cube); past it, Bonferroni's bound
+HOLM_MOST = 100  # hypotheses `holm_power` sums over exactly (its work grows as their cube); past it, Bonferroni's bound
 
 
 def family_alpha(alpha: float, tests: int, correction: str) -> float:
@@ -187,15 +187,14 @@ def holm_power(cdf, tests: int, alpha: float) -> float:
     j <= r, that is when the count N_j of p at or below the j-th threshold is at least j: the law of N_j, step by
     step over the thresholds, sums P(R >= j)."""
     thresholds = alpha / (tests - np.arange(tests))
-    alive, below, total = np.zeros(tests + 1), 0.0, 0.0
-    alive[0] = 1.0
+    counts = np.arange(tests + 1)
+    alive, below, total = (counts == 0).astype(float), 0.0, 0.0
     for j, threshold in enumerate(thresholds, start=1):
         at = cdf(threshold)
-        share = (at - below) / (1.0 - below) if below < 1.0 else 0.0
-        moved = np.zeros(tests + 1)
-        for count in np.flatnonzero(alive):
-            rest = tests - count
-            moved[count:] += alive[count] * stats.binom.pmf(np.arange(rest + 1), rest, min(max(share, 0.0), 1.0))
+        share = min(max((at - below) / (1.0 - below), 0.0), 1.0) if below < 1.0 else 0.0
+        # [count so far, count now]: the rest's new ones at this threshold, each with chance `share`
+        steps = stats.binom.pmf(counts[None, :] - counts[:, None], tests - counts[:, None], share)
+        moved = alive @ np.nan_to_num(steps)
         moved[:j] = 0.0
         alive, below, total = moved, at, total + moved.sum()
     return float(total / tests)

@@ -239,15 +239,17 @@ def test_rows(plans: list[JobPlan], settings: dict) -> pd.DataFrame:
     family = Counter((hypothesis(plan.job), test.metric) for plan, test in tests if test.metric in settings["family"])
     alike = len({(int(plan.units * test.share), test.effect, family[(hypothesis(plan.job), test.metric)])
                  for plan, test in tests if test.metric in settings["family"]}) <= 1
-    rows = []
+    rows, known = [], {}  # a family's alike tests are sized once
     for plan, test in tests:
         corrected = test.metric in settings["family"]
         rule = Rule(family[(hypothesis(plan.job), test.metric)], len(family), settings["alpha"],
                     settings["correction"], alike) if corrected else Rule(1, 1, settings["alpha"], "none")
         level = power.family_alpha(settings["alpha"], rule.tests, rule.correction)
+        key = (test.name, test.effect, test.method, test.share, plan.units, rule)
+        if key not in known:
+            known[key] = sized(test, plan.units, rule, settings)
         rows.append({"job": plan.label, "test": test.name, "effect": test.effect, "method": test.method + rule.says(),
-                     "level": level, "replicates": rule.replicates, "n": int(plan.units * test.share),
-                     **sized(test, plan.units, rule, settings)})
+                     "level": level, "replicates": rule.replicates, "n": int(plan.units * test.share), **known[key]})
     return pd.DataFrame(rows)
 
 
