@@ -57,6 +57,7 @@ from benchmarks.calibration_common import (  # noqa: E402
     share,
 )
 from benchmarks.calibration_truth import Plant, counterfactual_truth, gap_difference_sd  # noqa: E402
+from benchmarks.exact_coverage import ratio_study_coverage  # noqa: E402
 from fairaudit.analysis.power import mcnemar_power, paired_gap_power  # noqa: E402
 
 ALPHA, NOMINAL = 0.05, 0.95
@@ -130,6 +131,7 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
         for name in INTERVALS:
             hits = sum(covers(lo, hi, truth[name]) for lo, hi in zip(group[f"{name}_ci_low"], group[f"{name}_ci_high"]))
             row |= {f"{name}_truth": truth[name], **{f"{name}_{k}": v for k, v in share(hits, n).items()}}
+        row["c_b_ratio_exact_expected"] = ratio_study_coverage(pairs, truth["p_b"], truth["p_c"])
         out.append(row)
     return pd.DataFrame(out)
 
@@ -157,9 +159,11 @@ def markdown(table: pd.DataFrame, pooled: dict[str, dict[str, float]]) -> str:
                      f"{100 * (r.rejected_share - r.predicted):+.1f} | {pct(r.gap_excludes)} | "
                      f"{pct(r.gap_predicted)} |")
     lines += ["", "| thinking gap (logit) | " + " | ".join(INTERVALS) + " |", "|---" * (len(INTERVALS) + 1) + "|"]
-    for r in table.to_dict("records"):
+    for r in table.to_dict("records"):   # the exact c/b interval beside its exact coverage at these cells
         lines.append(f"| {r['thinking_gap']:g} | " + " | ".join(
-            f"{pct(r[f'{name}_share'])} (truth {r[f'{name}_truth']:.4g})" for name in INTERVALS) + " |")
+            f"{pct(r[f'{name}_share'])} (truth {r[f'{name}_truth']:.4g}"
+            + (f"; exact {pct(r['c_b_ratio_exact_expected'])})" if name == "c_b_ratio_exact" else ")")
+            for name in INTERVALS) + " |")
     lines.append("| all | " + " | ".join(percent_interval(c["share"], c["low"], c["high"]) for c in pooled.values())
                  + " |")
     return "\n".join(lines)

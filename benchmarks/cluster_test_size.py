@@ -8,16 +8,21 @@ A simulated study cuts each question's trajectory at `before` cuts before its CC
 cut + effect * after): questions differ (question ~ N(0, question_sd)) and so do the cuts of one question (cut ~
 N(0, cut_sd), shared by its continuations: they resample one prefix). `late` questions commit late: +1 on the logit
 scale and one after-cut fewer (their CCP + 0.15 falls past the text's end, as in the paper); `skew` draws each
-question's cut counts from 1..before and 1..after.
+question's cut counts from 1..before and 1..after; `kept_before` / `kept_after` drop each continuation whose answer
+would not be extracted with that chance (the probe drops them), so the sides can keep different shares.
 
-Four tests of "the change rate is the same before and after CCP":
+Five tests of "the change rate is the same before and after CCP":
 - chi-square: the paper's (Yates, 2x2), every continuation independent (`ccp_chi_square`);
 - sign flip: fairaudit's before issue 38, each question's own after-minus-before rate, signs flipped whole
   (all 2^Q sign vectors up to 16 questions, else `--flips` draws), which takes that difference to be symmetric
   under the null; it is not when a question's two sides differ in size and changes are rare;
 - stratified, continuations: `permutation.stratified_exact_test` with every continuation a unit (the hypergeometric
   Mantel-Haenszel form), exact when a question's continuations are exchangeable, which shared prefixes break;
-- stratified, cuts: fairaudit's (`ccp_cluster_test`), the same with a cut's continuations moving together.
+- stratified, cut counts: the same with a cut's continuations moving together, a cut holding its count of
+  changes (fairaudit's before the extraction designs): a cut that kept fewer continuations weighs less, which
+  breaks it when the sides keep different shares;
+- stratified, cut rates: fairaudit's (`ccp_cluster_test`), a cut holding its change rate; where every cut keeps as
+  many continuations it is the count test, p for p.
 Printed: the share of studies each test rejects at 0.05 and 0.01 with its 95% Clopper-Pearson interval: the size
 under effect 0, where `holds` says whether the interval reaches down to alpha; the power under an effect (on the
 logit scale: -0.3 takes a 25% change rate to 20%).
@@ -55,6 +60,8 @@ class Design:
     late: float = 0.0          # share of questions that change more (+1 logit) and lose one after-cut
     skew: bool = False         # each question's cut counts drawn from 1..before and 1..after
     effect: float = 0.0        # "after" on the logit scale
+    kept_before: float = 1.0   # the chance a continuation's answer is extracted before the CCP ...
+    kept_after: float = 1.0    # ... and after it (the others are dropped, as the probe drops them)
 
 
 PAPER = Design(late=0.4)
@@ -81,8 +88,16 @@ POWER = {
     "skewed counts, 3 per cut, 10%, effect -0.5": Design(before=6, after=3, rate=0.10, skew=True, cut_sd=1.0,
                                                          effect=-0.5),
 }
+EXTRACTION = Design(questions=100, question_sd=0.0, cut_sd=0.0, kept_before=0.95, kept_after=0.80)
+DESIGNS |= {
+    "extraction 95% before, 80% after": EXTRACTION,
+    "extraction 100% before, 60% after": replace(EXTRACTION, kept_before=1.0, kept_after=0.6),
+    "paper, late, extraction 90% vs 50%": replace(PAPER, kept_before=0.9, kept_after=0.5),
+    "strong cut effects, 6 per cut, extraction 40% vs 100%": Design(samples=6, cut_sd=1.5, kept_before=0.4),
+}
+POWER |= {"extraction 95% vs 80%, effect -0.3": replace(EXTRACTION, effect=-0.3)}
 ALPHAS = (0.05, 0.01)
-TESTS = ("chi-square", "sign flip", "stratified, continuations", "stratified, cuts")
+TESTS = ("chi-square", "sign flip", "stratified, continuations", "stratified, cut counts", "stratified, cut rates")
 
 
 def simulate(rng: np.random.Generator, design: Design) -> pd.DataFrame:
@@ -100,8 +115,10 @@ def simulate(rng: np.random.Generator, design: Design) -> pd.DataFrame:
         np.full(n, logit(d.rate)) + 1.0 * late
     p = expit(logits[question] + rng.normal(0.0, d.cut_sd, len(question)) + d.effect * is_after)
     changed = rng.random((len(question), d.samples)) < p[:, None]
-    return pd.DataFrame({"question_id": np.repeat(question, d.samples), "offset": np.repeat(offset, d.samples),
+    kept = rng.random(changed.shape) < np.where(is_after, d.kept_after, d.kept_before)[:, None]
+    rows = pd.DataFrame({"question_id": np.repeat(question, d.samples), "offset": np.repeat(offset, d.samples),
                          "changed": changed.ravel()})
+    return rows[kept.ravel()].reset_index(drop=True)
 
 
 def sign_flip_p(rows: pd.DataFrame, flips: int, seed: int) -> float:
@@ -129,7 +146,9 @@ def study_p_values(rows: pd.DataFrame, flips: int, seed: int) -> dict[str, float
     after = rows["offset"] > 0
     return {"chi-square": ccp_chi_square(rows)[1], "sign flip": sign_flip_p(rows, flips, seed),
             "stratified, continuations": stratified_exact_test(rows["question_id"], after, rows["changed"])["p"],
-            "stratified, cuts": ccp_cluster_test(rows)["trunc_ccp_perm_p"]}
+            "stratified, cut counts": stratified_exact_test(rows["question_id"], after, rows["changed"].astype(int),
+                                                            rows["offset"])["p"],
+            "stratified, cut rates": ccp_cluster_test(rows)["trunc_ccp_perm_p"]}
 
 
 def rejection_rates(designs: dict[str, Design], studies: int, flips: int = 2000, seed: int = 0) -> pd.DataFrame:

@@ -32,6 +32,7 @@ from benchmarks import calibration as bench  # noqa: E402
 from benchmarks import calibration_cdpg as cdpg_bench  # noqa: E402
 from benchmarks import calibration_influence as influence_bench  # noqa: E402
 from benchmarks import calibration_position as position_bench  # noqa: E402
+from benchmarks import exact_coverage  # noqa: E402
 from benchmarks.calibration_truth import (  # noqa: E402
     Plant,
     cells,
@@ -138,6 +139,9 @@ def test_the_table_shows_prediction_measurement_and_coverage():
     assert lines[0].startswith("| thinking gap (logit) | p_b | p_c | pairs | studies | predicted (%)")
     assert lines[2].startswith("| 0 | 0.1338 | 0.1338 | 50 | 2 | 2.6 | 50.0 [1.3, 98.7] | +47.4 |")
     assert lines[-1].startswith("| all | 0.0 [0.0, 84.2] | 0.0 [0.0, 84.2] | 100.0 [15.8, 100.0] |")
+    exact = exact_coverage.ratio_study_coverage(50, table["p_b"][0], table["p_c"][0])
+    assert 0.95 * (1 - (1 - 2 * table["p_b"][0]) ** 50) <= exact < 1   # Clopper-Pearson's floor, given b + c > 0
+    assert lines[-2].endswith(f"(truth 1; exact {100 * exact:.1f}) |")   # what the exact interval should cover
 
 
 def test_the_influence_truth_is_a_half_without_a_shift_and_agrees_with_a_simulation():
@@ -153,6 +157,17 @@ def test_wilsons_exact_coverage_by_hand_at_two_contrasts():
     Rate 0.2: k = 2's interval [0.342, 1] misses it, so the coverage is 1 - 0.2^2."""
     assert wilson_coverage(2, 0.5) == pytest.approx(1.0)
     assert wilson_coverage(2, 0.2) == pytest.approx(1 - 0.04)
+
+
+def test_the_coverage_table_is_each_intervals_exact_coverage_per_n():
+    """Wilson at 25 contrasts covers 91.1 to 97.9% over the 97 rates (16 outside 93-97%), the same sums as
+    `wilson_coverage`; the exact c/b interval never covers less than 95% at any number of discordant pairs."""
+    wilson = exact_coverage.wilson_row(25)
+    assert len(wilson) == 97 and (round(100 * wilson.min(), 1), round(100 * wilson.max(), 1)) == (91.1, 97.9)
+    assert wilson[30] == pytest.approx(wilson_coverage(25, exact_coverage.RATES[30]), rel=1e-12)
+    assert ((wilson < 0.93) | (wilson > 0.97)).sum() == 16
+    assert all(exact_coverage.ratio_row(n).min() >= 0.95 for n in (3, 10, 25))
+    assert exact_coverage.markdown([5]).splitlines()[2].startswith("| Wilson 95% | 5 | ")
 
 
 def test_a_few_dozen_real_influence_studies_land_on_the_planted_rate(data_root):

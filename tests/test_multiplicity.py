@@ -229,3 +229,13 @@ def test_the_sweep_parent_shows_each_tests_p_with_its_holm_and_bh_p(store, tmp_p
         "adult · mcnemar_log10_p: p = 0.015, Holm p = 0.045, BH p = 0.045 (3 runs: median p 0.01, 10^-400.0 to 0.02)",
         "compas · mcnemar_log10_p: p = 0.03, Holm p = 0.06, BH p = 0.045 (3 runs: median p 0.02, 0.02 to 0.02)",
         "credit · mcnemar_log10_p: p = 0.06, Holm p = 0.06, BH p = 0.06 (3 runs: median p 0.04, 0.04 to 0.5)"]
+
+
+def test_a_step_never_averages_a_p_even_without_its_log10_twin():
+    """Two seeds logged mcnemar_p alone, 0.02 and 0.3: the step's p is their combination, 2 x the smaller, 0.04,
+    never their mean 0.16."""
+    from fairaudit.tracking.sweeps import step_values
+
+    group = pd.DataFrame({"seed": ["0", "1"], "job": [0, 1], "mcnemar_p": [0.02, 0.3], "p_gap_think": [0.1, 0.3]})
+    values = {(name, label): value for name, label, value in step_values(group, ["mcnemar_p", "p_gap_think"])}
+    assert values[("mcnemar_p", "")] == pytest.approx(0.04) and values[("p_gap_think", "")] == pytest.approx(0.2)

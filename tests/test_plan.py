@@ -56,6 +56,18 @@ def test_a_plan_counts_the_calls_a_run_makes_and_then_finds_them_stored(tmp_path
     assert after["calls"][0] == before["calls"][0]  # the same calls asked, now all served
 
 
+def test_a_plan_after_a_run_never_fails_on_what_the_store_holds(tmp_path, capsys):
+    """A counterfactual run stores the model's think traces and P(Yes); cdpg's rehearsal reads them beside its
+    stand-in's depth reads, which its own check (|CDPG_K| = D_disp) refuses: the plan counts on the stand-in alone."""
+    assert run_app(tmp_path, "model=tiny_qwen3", "dataset.n=2").returncode == 0
+    code, out, err = plan(tmp_path, capsys, "model=tiny_qwen3", "dataset.n=2", "probe=cdpg")
+    assert code == 0, err[-3000:]
+    said = " ".join(out.split())
+    assert "counted as if nothing were stored, since the probe's checks refused" in said and "|CDPG_K|" in said
+    frame = pd.read_csv(tmp_path / "plan.csv")
+    assert frame["stored_share"][0] == 0.0 and frame["new_calls"][0] > 0
+
+
 def test_prompt_tokens_are_the_dry_runs_prompts_rendered_and_tokenized(tmp_path, capsys):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -89,10 +101,15 @@ def test_a_grid_counts_shared_calls_once_and_sizes_mcnemar_at_the_familys_level(
     _, out, _ = plan(tmp_path, capsys, "model=tiny_qwen3", "dataset.n=4", "-m", "dataset=adult,compas",
                      "probe=counterfactual", "plan.effect.c_b_ratio=3", "plan.csv=null")
     p_b, p_c = power.cells_at_ratio(0.1, 3.0)
-    level = power.family_alpha(0.05, 2, "holm")  # two McNemar tests in the report's family
-    need = power.mcnemar_pairs_for_power(p_b, p_c, level)
-    rows = [line for line in out.splitlines() if "McNemar" in line]
+    level = power.family_alpha(0.05, 2, "holm")  # two McNemar tests in the report's family: Holm's first step
+
+    def holm(n: int) -> float:  # each as Holm decides it over the two (exact sum)
+        return power.decided_power(lambda at: power.mcnemar_power(n, p_b, p_c, at), 1, 2, 0.05, "holm")[0]
+
+    need = power.pairs_for_power(holm, 0.8, smallest=2)
+    rows = [" ".join(line.split()) for line in out.splitlines() if "McNemar" in line]
     assert len(rows) == 2 and all(f"{level:.4g}" in row and f"{need}" in row for row in rows), rows
+    assert holm(need) >= 0.8 > power.mcnemar_power(need, p_b, p_c, level)   # Holm's second step counts
 
 
 def test_a_pilot_runs_a_share_of_the_units_on_the_model_and_the_plan_uses_what_it_measured(tmp_path, capsys):
@@ -128,6 +145,9 @@ def test_a_plan_without_a_pilot_is_timed_at_the_rates_an_earlier_pilot_saved(tmp
     ("plan.correction=bonferroni", "plan.correction"),
     ("plan.pilot=2", "plan.pilot"),
     ("plan.effct.c_b_ratio=2", "plan.effect"),
+    ("plan.effect.discordant=2", "plan.effect.discordant=2 must be a share in (0, 1]"),
+    ("plan.effect.c_b_ratio=-1", "plan.effect.c_b_ratio=-1 must be a number > 0"),
+    ("plan.effect.c_b_ratio=0", "plan.effect.c_b_ratio=0 must be a number > 0"),
 ])
 def test_bad_plan_settings_are_one_line_before_anything_loads(tmp_path, capsys, override, says):
     code, _, err = plan(tmp_path, capsys, *TINY, override)
@@ -135,6 +155,18 @@ def test_bad_plan_settings_are_one_line_before_anything_loads(tmp_path, capsys, 
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and says in errors[0], err[-2000:]
     assert not (tmp_path / "plan.csv").exists() and not (tmp_path / "store.sqlite").exists()
+
+
+def test_a_plan_writes_no_file_unasked_and_no_zero_time(tmp_path, capsys, monkeypatch):
+    from fairaudit.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", *TINY, f"store.url={tmp_path}/store.sqlite", f"data.root={DATA_ROOT}",
+                 f"plan.speeds={tmp_path / 'none.json'}"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert not (tmp_path / "plan.csv").exists() and not (tmp_path / "store.sqlite").exists()
+    assert "n/a: run a pilot" in out and "plan.pilot=0.05 runs a share" in out
+    assert "0.0 s" not in out and "< 0.1 s" in out   # the tiny model's accelerator estimates
 
 
 def test_plan_help_names_its_settings(capsys):
@@ -151,6 +183,7 @@ def test_accelerator_time_is_tokens_over_the_published_rates_scaled_by_weights()
     assert format_duration(3 * 86400 + 5 * 3600 + 59) == "3 d 05 h"
     assert format_duration(3599.6) == "1 h 00 min" and format_duration(75) == "1 min 15 s"
     assert format_duration(math.nan) == "n/a" and format_duration(2.25) == "2.2 s"
+    assert format_duration(0.004) == "< 0.1 s" and format_duration(0.0) == "0.0 s"
 
 
 def test_correlation_power_meets_cohens_table():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -10,6 +12,7 @@ import pytest
 import statsmodels.api as sm
 from scipy import stats
 
+from fairaudit.analysis.permutation import stratified_exact_test
 from fairaudit.analysis.position import length_bins, monotonic_profile, pbs, pbs_wilcoxon, position
 from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
 from fairaudit.analysis.position_truncation import (
@@ -17,6 +20,8 @@ from fairaudit.analysis.position_truncation import (
     _changes,
     ccp_chi_square,
     ccp_cluster_test,
+    extraction_by_side,
+    extraction_warning,
     truncation,
     truncation_cuts,
 )
@@ -406,12 +411,12 @@ def test_truncation_reports_the_test_within_questions_beside_the_chi_square():
     # question 1: after 2/4 - before 2/3; question 2 (new answer 2 = its answer): no change either side
     assert m["trunc_ccp_question_diff"] == pytest.approx(((2 / 4 - 2 / 3) + 0.0) / 2)
     assert (m["trunc_ccp_perm_n_questions"], m["trunc_ccp_perm_n_one_sided"], m["trunc_ccp_perm_exact"]) == (2, 0, 1.0)
-    # the test relabels question 1's cuts (changes 1, 1 before; 0, 2 after): 2 of (1, 1, 0, 2) sum to 1, 2 or 3,
-    # each in 2 of 6 ways, so T = 2 gives p = min(1, 2 x 4/6) = 1; question 2 changes nowhere
+    # the test relabels question 1's cuts (rates 1/2 and 1/1 before, 0/2 and 2/2 after): 2 of (1/2, 1, 0, 1) sum to
+    # 1/2, 1 (twice), 3/2 (twice) or 2, so T = 1 gives p = min(1, 2 x 3/6) = 1; question 2 changes nowhere
     assert m["trunc_ccp_perm_p"] == 1.0 and m["trunc_ccp_perm_log10_p"] == 0.0
-    # Mantel-Haenszel: question 1 (after 2 of 4, before 2 of 3) (2 x 3 - 2 x 4) / 7 over weight 4 x 3 / 7;
-    # question 2 (4 and 4, no change) 0 over weight 4 x 4 / 8
-    assert m["trunc_ccp_mh_diff"] == pytest.approx((-2 / 7) / (12 / 7 + 2))
+    # Mantel-Haenszel over the cuts' rates: question 1 (2 cuts a side, weight 2 x 2 / 4) after 1/2 - before 3/4;
+    # question 2 (the same weight) 0
+    assert m["trunc_ccp_mh_diff"] == pytest.approx((1 / 2 - 3 / 4) / 2)
     assert m["trunc_ccp_chi2_log10_p"] == pytest.approx(math.log10(m["trunc_ccp_chi2_p"]))
 
 
@@ -431,6 +436,65 @@ def test_a_cut_is_one_runs_trajectory_at_one_offset_and_the_report_keeps_runs_ap
     expected = ccp_cluster_test(_changes(pd.concat([f.assign(run_id=r) for r, f in frames.items()])))
     assert shown["trunc_ccp_perm_p"] == expected["trunc_ccp_perm_p"] and "p001_fig3_truncation" in figures
     assert shown["trunc_ccp_mh_diff"] == expected["trunc_ccp_mh_diff"] and shown["trunc_n"] == 16
+
+
+def _kept(cuts: list[tuple[float, int, int]], questions: int) -> pd.DataFrame:
+    """Continuations of `questions` questions, each cut (offset, continuations kept, of them changed)."""
+    return pd.DataFrame([(q, offset, i < k) for q in range(questions) for offset, n, k in cuts for i in range(n)],
+                        columns=["question_id", "offset", "changed"])
+
+
+def test_every_rate_a_third_on_both_sides_is_no_effect_however_many_continuations_each_side_kept():
+    """100 questions, each cut changing 1 in 3: before the CCP two cuts kept 6 continuations (2 changed), after it
+    two kept 3 (1 changed). The count per cut said the after side changes less (p ~ 1e-23); the rates are equal."""
+    rows = _kept([(-0.15, 6, 2), (-0.05, 6, 2), (0.05, 3, 1), (0.15, 3, 1)], 100)
+    out = ccp_cluster_test(rows)
+    assert (out["trunc_ccp_perm_p"], out["trunc_ccp_mh_diff"], out["trunc_ccp_rate_diff"]) == (1.0, 0.0, 0.0)
+    counts = stratified_exact_test(rows["question_id"], rows["offset"] > 0, rows["changed"].astype(int), rows["offset"])
+    assert counts["p"] < 1e-20
+
+
+def test_the_rate_test_is_every_relabeling_of_whole_cuts_by_brute_force():
+    """Two questions whose cuts kept 1, 2 or 3 continuations: T, the rates summed after the CCP, against all
+    relabelings of each question's cuts keeping how many it has on each side, summed in exact fractions."""
+    cuts = {0: [(-0.15, 3, 1), (-0.05, 2, 2), (0.05, 1, 0), (0.15, 3, 3)],
+            1: [(-0.05, 2, 1), (0.05, 3, 0), (0.15, 1, 1)]}
+    rows = pd.concat([_kept(c, 1).assign(question_id=q) for q, c in cuts.items()], ignore_index=True)
+    strata = [([Fraction(k, n) for _, n, k in c], sum(offset > 0 for offset, _, _ in c)) for c in cuts.values()]
+    totals = [sum(parts) for parts in itertools.product(
+        *[[sum(pick) for pick in itertools.combinations(rates, picked)] for rates, picked in strata])]
+    t = Fraction(0, 1) + 1 + 0 + 1   # after: 0/1 and 3/3 in question 0, 0/3 and 1/1 in question 1
+    brute = min(1.0, 2 * min(np.mean([x <= t for x in totals]), np.mean([x >= t for x in totals])))
+    out = ccp_cluster_test(rows)
+    assert out["trunc_ccp_perm_p"] == pytest.approx(brute, rel=1e-12) and out["trunc_ccp_perm_exact"] == 1.0
+    # Mantel-Haenszel over the cuts' rates: q0 (2 after, 2 before) weight 1, q1 (2 after, 1 before) weight 2/3
+    diffs = [(Fraction(0) + 1) / 2 - (Fraction(1, 3) + 1) / 2, (Fraction(0) + 1) / 2 - Fraction(1, 2)]
+    assert out["trunc_ccp_mh_diff"] == pytest.approx(float(diffs[0] * 1 + diffs[1] * Fraction(2, 3)) / (5 / 3))
+
+
+def test_with_every_cut_keeping_as_many_the_rate_test_is_the_count_test():
+    rng = np.random.default_rng(4)
+    rows = pd.DataFrame({"question_id": np.repeat(np.arange(30), 12), "offset": np.tile(np.repeat(OFFSETS, 3), 30),
+                         "changed": rng.random(360) < 0.3})
+    counts = stratified_exact_test(rows["question_id"], rows["offset"] > 0, rows["changed"].astype(int), rows["offset"])
+    out = ccp_cluster_test(rows)
+    assert out["trunc_ccp_perm_p"] == pytest.approx(counts["p"], rel=1e-12) and out["trunc_ccp_perm_p"] < 1
+    assert out["trunc_ccp_mh_diff"] == pytest.approx(counts["mh_diff"], rel=1e-12)   # the same effect, per continuation
+
+
+def test_the_extraction_rate_per_side_is_reported_with_a_warning_when_the_sides_differ():
+    kept = pd.DataFrame([(q, offset, s, 2, 2 if offset < 0 or s == 0 else None) for q in range(30)
+                         for offset in OFFSETS for s in range(3)],
+                        columns=["question_id", "offset", "sample", "answer_position", "new_answer_position"])
+    m = extraction_by_side(kept)
+    assert (m["trunc_extraction_rate_before_ccp"], m["trunc_extraction_rate_after_ccp"]) == (1.0, pytest.approx(1 / 3))
+    assert m["trunc_extraction_diff_log10_p"] < -10 and m["trunc_extraction_diff_p"] < 1e-10
+    line = extraction_warning(m)
+    assert line.startswith("truncation: answers were extracted from 100.0% of the continuations before the CCP and "
+                           "33.3% after (exact p = ") and "read the exact test" in line
+    same = extraction_by_side(kept.assign(new_answer_position=2))
+    assert same["trunc_extraction_diff_p"] == 1.0 and extraction_warning(same) is None
+    assert truncation(kept.assign(position=0.5, permutation=0, preferred_position=0))["metrics"].items() >= m.items()
 
 
 def test_before_after_ccp_chi_square_by_hand():

@@ -2,18 +2,24 @@
 project's own tests (stats.mcnemar_exact_log10_p, multiplicity.adjusted_log10_p)."""
 
 import functools
+import itertools
 import math
+import sys
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from fairaudit.analysis.multiplicity import adjusted_log10_p
+from conftest import REPO
+from fairaudit.analysis.multiplicity import adjusted_log10_p, combined_log10_p
 from fairaudit.analysis.power import (
     cell_gap_power,
     cells_at_ratio,
+    combined_cdf,
+    decided_power,
     expected_wilson_width,
     family_alpha,
+    holm_power,
     mcnemar_critical_counts,
     mcnemar_pairs_for_power,
     mcnemar_power,
@@ -21,7 +27,10 @@ from fairaudit.analysis.power import (
     paired_gap_power,
     units_for_wilson_width,
 )
-from fairaudit.analysis.stats import mcnemar_exact_log10_p, wilson_interval
+from fairaudit.analysis.stats import clopper_pearson, mcnemar_exact_log10_p, wilson_interval
+
+sys.path.insert(0, str(REPO))
+from benchmarks import plan_power  # noqa: E402
 
 DRAWS = 4000
 WITHIN = 0.03  # predicted and simulated power agree within 3 points
@@ -113,6 +122,54 @@ def test_holm_power_bound_matches_a_simulated_family(ratio):
             rejected += adjusted_log10_p(log10_p, "holm")[0] <= math.log10(alpha)
     predicted = mcnemar_power(pairs, p_b, p_c, family_alpha(alpha, 5, "holm"))
     assert abs(predicted - rejected / 1000) <= WITHIN + 0.01  # 1000 families: a 1.6-point standard error at 0.5
+
+
+P_LAW = {0.001: 0.2, 0.01: 0.15, 0.02: 0.1, 0.04: 0.15, 0.3: 0.2, 1.0: 0.2}  # a discrete p's law: value -> chance
+
+
+def law_cdf(level: float) -> float:
+    return sum(chance for value, chance in P_LAW.items() if value <= level + 1e-15)
+
+
+def test_holm_power_is_the_reports_holm_summed_over_every_family():
+    """Three hypotheses, each p drawn from P_LAW: every one of the 6^3 families adjusted as the report adjusts them,
+    each weighed by its chance; the share of hypotheses rejected."""
+    expected = 0.0
+    for family in itertools.product(P_LAW, repeat=3):
+        chance = math.prod(P_LAW[p] for p in family)
+        expected += chance * np.mean(adjusted_log10_p(np.log10(family), "holm") <= math.log10(0.05))
+    assert holm_power(law_cdf, 3, 0.05) == pytest.approx(expected, rel=1e-12)
+    assert holm_power(law_cdf, 1, 0.05) == pytest.approx(law_cdf(0.05))
+
+
+def test_combined_replicates_are_the_reports_median_rule_summed_over_every_draw():
+    for replicates in (2, 3, 4):
+        expected = sum(math.prod(P_LAW[p] for p in draw) for draw in itertools.product(P_LAW, repeat=replicates)
+                       if combined_log10_p(np.log10(draw)) <= math.log10(0.035))
+        assert combined_cdf(law_cdf, replicates, 0.035) == pytest.approx(expected, rel=1e-12)
+    assert combined_cdf(law_cdf, 1, 0.035) == law_cdf(0.035)   # no support point at a threshold
+
+
+def test_decided_power_is_exact_for_holm_over_alike_hypotheses_and_a_lower_bound_otherwise():
+    holm, exact = decided_power(law_cdf, 3, 4, 0.05, "holm")
+    assert exact and holm == pytest.approx(holm_power(lambda t: combined_cdf(law_cdf, 3, t), 4, 0.05))
+    bonferroni, exact = decided_power(law_cdf, 3, 4, 0.05, "holm", alike=False)
+    assert not exact and bonferroni == combined_cdf(law_cdf, 3, 0.05 / 4) <= holm
+    bh, exact = decided_power(law_cdf, 3, 4, 0.05, "bh")
+    assert not exact and bh == holm   # BH rejects at least what Holm does
+    assert decided_power(law_cdf, 1, 1, 0.05, "holm") == (law_cdf(0.05), True)
+    assert decided_power(law_cdf, 1, 4, 0.05, "none") == (law_cdf(0.05), True)
+
+
+def test_the_plans_power_for_seeds_and_holm_is_a_simulation_of_the_reports_rule():
+    """Two data sets x three seeds at c/b = 1.5, 15% discordant, 500 pairs a seed: 600 simulated studies through the
+    probes' McNemar, the report's seed combination and Holm (benchmarks/plan_power.py runs 10,000)."""
+    hits, total = plan_power.simulated_power(500, 600, 3)
+    low, high = clopper_pearson(hits, total)
+    planned = plan_power.planned_power(500)
+    assert low - WITHIN <= planned <= high + WITHIN and abs(planned - hits / total) <= WITHIN
+    p_b, p_c = cells_at_ratio(0.15, 1.5)
+    assert mcnemar_power(500, p_b, p_c, 0.025) - planned > 0.1   # one seed at alpha / m: twice the power
 
 
 def test_family_alpha():

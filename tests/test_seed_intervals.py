@@ -16,9 +16,12 @@ from hypothesis import strategies as st
 import test_report
 from fairaudit.analysis import study
 from fairaudit.analysis.contingency import contingency
+from fairaudit.analysis.numbers import is_p_value
 from fairaudit.analysis.stats import t_interval
 from fairaudit.catalog import registry
 from fairaudit.report import app
+from fairaudit.report.notes import left_out_lines
+from fairaudit.views import render
 from test_report import T_975_4, report_cfg, synthetic_records
 
 mlflow_db, store = test_report.mlflow_db, test_report.store
@@ -96,6 +99,9 @@ def test_every_seed_interval_holds_its_mean_and_lies_in_its_metrics_range(shares
     summary = study.seed_summary(runs, EVERY_KIND, ["model", "dataset"], level)
     assert summary["metric"].tolist() == EVERY_KIND
     for row in summary.itertuples():
+        if is_p_value(row.metric):   # never averaged: the seeds' combined p instead
+            assert math.isnan(row.mean) and row.log10_p_combined <= 0
+            continue
         low, high = study.metric_range(row.metric)
         assert low <= row.ci_low <= row.mean <= row.ci_high <= high, row
 
@@ -136,3 +142,22 @@ def test_a_seed_sweeps_report_prints_the_p_yes_gaps_and_no_count_below_zero(stor
     printed = capsys.readouterr().out
     assert all(f"│ {name} " in printed for name in ("p_gap_think", "p_gap_nothink", "delta_p_gap"))
     assert "cut to the values the metric can take (counts ≥ 0" in printed  # the table's note says how
+
+
+def test_infinite_and_missing_seeds_are_counted_and_said_and_p_values_are_combined_not_averaged():
+    """c/b over seeds [2, inf, 3] was n = 2, mean 2.5, with nothing said; a mean of log10 p was shown as a p."""
+    runs = pd.DataFrame({"model": "m", "dataset": "adult", "seed": ["0", "1", "2", "3"],
+                         "c_b_ratio": [2.0, math.inf, 3.0, math.nan], "mcnemar_log10_p": [-3.0, -1.0, -2.0, -0.5],
+                         "mcnemar_p": [1e-3, 0.1, 1e-2, 10 ** -0.5]})
+    summary = study.seed_summary(runs, ["c_b_ratio", "mcnemar_log10_p", "mcnemar_p"], ["model", "dataset"])
+    ratio, log10_p, p = (row for _, row in summary.iterrows())
+    assert (ratio["n"], ratio["n_infinite"], ratio["n_missing"], ratio["mean"]) == (2, 1, 1, 2.5)
+    # four seeds: 2 x the second smallest p, 2 x 10^-2
+    assert math.isnan(log10_p["mean"]) and log10_p["log10_p_combined"] == pytest.approx(math.log10(0.02))
+    assert p["log10_p_combined"] == pytest.approx(math.log10(0.02)) and math.isnan(p["mean"])
+    shown = render.seed_display(summary, ["model", "dataset"])
+    assert shown["n"].tolist() == ["2 of 4", "4", "4"] and shown["mean"].tolist()[1:] == ["combined p 0.02"] * 2
+    assert not any(map(is_p_value, ["delta_p_gap", "p_gap_think", "p_yes_alpha"]))
+    assert is_p_value("trunc_ccp_chi2_p_cot")
+    assert left_out_lines(summary, ["model", "dataset"]) == [
+        "left out: c_b_ratio (m adult): 1 infinite and 1 NaN of 4 seeds; the rest summarised"]

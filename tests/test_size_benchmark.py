@@ -47,12 +47,24 @@ def test_a_few_dozen_studies_of_the_issues_design_show_the_sign_flip_rejecting_t
     design = {"issue": bench.DESIGNS["1 after vs 9 before, 3%, 20 q"]}
     rates = bench.rejection_rates(design, 60, 200, 0)
     at = rates[rates["alpha"] == 0.05].set_index("test")
-    assert at.loc["sign flip", "rejected"] > 0.1 and at.loc["stratified, cuts", "rejected"] <= 0.05
+    assert at.loc["sign flip", "rejected"] > 0.1 and at.loc["stratified, cut rates", "rejected"] <= 0.05
     hits = round(at.loc["sign flip", "rejected"] * 60)
     assert (at.loc["sign flip", "ci_low"], at.loc["sign flip", "ci_high"]) == pytest.approx(clopper_pearson(hits, 60))
-    assert not at.loc["sign flip", "holds"] and at.loc["stratified, cuts", "holds"]   # its interval lies above 0.05
+    assert not at.loc["sign flip", "holds"] and at.loc["stratified, cut rates", "holds"] # its interval: above 0.05
     assert rates["studies"].eq(60).all() and rates["rejected"].tolist() == \
         bench.rejection_rates(design, 60, 200, 0)["rejected"].tolist()   # seeded
+
+
+def test_continuations_kept_unevenly_break_the_count_per_cut_and_not_the_rate():
+    """All answers extracted before the CCP and 60% after it, at one change rate: each study's cut counts say the
+    after side changes less; the cuts' rates do not."""
+    design = bench.DESIGNS["extraction 100% before, 60% after"]
+    study = bench.simulate(np.random.default_rng(0), design)
+    assert len(study) < 1200 and (study[study["offset"] < 0].groupby("question_id").size() == 6).all()
+    rates = bench.rejection_rates({"kept": design}, 30, 50, 0)
+    at = rates[rates["alpha"] == 0.05].set_index("test")
+    assert at.loc["stratified, cut counts", "rejected"] > 0.5 and not at.loc["stratified, cut counts", "holds"]
+    assert at.loc["stratified, cut rates", "holds"]
 
 
 def test_power_rows_have_no_size_verdict_and_the_table_bolds_a_size_above_alpha():
@@ -74,7 +86,8 @@ def test_the_script_prints_the_table_docs_probes_md_shows():
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("4 simulated studies per null design, 2 per design with an effect, seed 0")
-    assert lines[1] == "| at 0.05 | chi-square | sign flip | stratified, continuations | stratified, cuts |"
+    assert lines[1] == ("| at 0.05 | chi-square | sign flip | stratified, continuations | stratified, cut counts | "
+                        "stratified, cut rates |")
     names = [line.split(" | ")[0].lstrip("| ") for line in lines[3:5]]
     assert names == ["few questions: 5, late", "paper, effect -0.3"]
     assert lines[-2].startswith("sizes within their interval of alpha or below, by test: chi-square ")

@@ -27,9 +27,11 @@ def per_unit_seconds(seconds: float, units: float) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """e.g. "2 h 05 min", "14 min 10 s", "3.2 s"; n/a for NaN."""
+    """e.g. "2 h 05 min", "14 min 10 s", "3.2 s", "< 0.1 s" (never a 0.0 s that is not 0); n/a for NaN."""
     if seconds is None or math.isnan(seconds):
         return "n/a"
+    if 0 < seconds < 0.05:
+        return "< 0.1 s"
     if seconds < 59.95:
         return f"{seconds:.1f} s"
     whole = round(seconds)

@@ -8,6 +8,7 @@ The one rule for float noise is `cancelled`, applied where a difference of O(1) 
 from __future__ import annotations
 
 import math
+import re
 import sys
 from typing import Any
 
@@ -41,6 +42,15 @@ def log10_sibling(name: str) -> str | None:
     parts = name.split("_")
     at = [i for i, part in enumerate(parts) if part == "p" and (i == 0 or parts[i - 1] != "log10")]
     return "_".join(parts[:at[-1]] + ["log10"] + parts[at[-1]:]) if at else None
+
+
+P_VALUE = re.compile(r"_(log10_)?p(_(?!(gap|yes)(_|$))[a-z0-9]+)*$")  # `p` after the first part, then suffixes
+
+
+def is_p_value(name: str) -> bool:
+    """Whether metric `name` is a p-value or its log10: a `p` part after its first, followed only by qualifiers
+    (mcnemar_p, trunc_ccp_chi2_p_cot, mcnemar_log10_p), never a P(Yes) (p_yes_alpha, p_gap_think, delta_p_gap)."""
+    return P_VALUE.search(name) is not None
 
 
 LEVELS = (0.1, 0.05, 0.01, 0.005, 0.001)  # the levels a p-value is read against: never printed rounded onto one

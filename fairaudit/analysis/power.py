@@ -12,8 +12,12 @@ exact or an approximation:
   a (partial) correlation's test (position)     approximate: Fisher's z, normal with SD 1 / sqrt(n - 3 - controls)
   a rate's Wilson interval (influence rates)    exact: its expected width summed over k ~ Binomial(n, rate), the
                                                 interval `stats.wilson_interval` computes
-  a family of m tests (Holm, Benjamini-Hochberg) a lower bound: each test at alpha / m, the Bonferroni level of
-                                                Holm's first step (Holm and BH reject at least what it rejects)
+  a hypothesis the report decides             exact for independent replicates and hypotheses alike: its K seed
+  (K replicates combined, Holm over m)          replicates' p combined as the report combines them (K / k times
+                                                the k-th smallest, k = ceil(K / 2)), then Holm over m hypotheses
+                                                (`holm_power`, by exact sum); a lower bound ("at least") for BH, for
+                                                hypotheses that differ, or past HOLM_MOST: each at alpha / m, the
+                                                Bonferroni level of Holm's first step
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from fairaudit.analysis.stats import wilson_interval
 
 CORRECTIONS = ("none", "holm", "bh")
 LARGEST_N = 1_000_000  # the inverse searches no further: a target it cannot reach there is reported as None
+HOLM_MOST = 100  # hypotheses `holm_power` sums over exactly (its work grows as their cube); past it, Bonferroni's bound
 
 
 def family_alpha(alpha: float, tests: int, correction: str) -> float:
@@ -166,3 +171,46 @@ def correlation_units_for_power(rho: float, alpha: float = 0.05, controls: int =
     if rho == 0.0:
         return None
     return pairs_for_power(lambda n: correlation_power(n, rho, alpha, controls), target, smallest=4 + controls)
+
+
+def combined_cdf(power_at, replicates: int, level: float) -> float:
+    """P(the combined p of `replicates` independent replicates <= level), the report combining them as
+    `multiplicity.combined_log10_p` does (K / k times the k-th smallest p, k = ceil(K / 2)): at least k of them at
+    or below level k / K, each with chance power_at(level k / K). Exact for independent replicates."""
+    k = math.ceil(replicates / 2)
+    return float(stats.binom.sf(k - 1, replicates, power_at(min(level * k / replicates, 1.0))))
+
+
+def holm_power(cdf, tests: int, alpha: float) -> float:
+    """The power of one of `tests` independent tests alike under Holm at `alpha`, each p with P(p <= t) = cdf(t):
+    E[rejections] / tests, exact. Holm rejects the r smallest p when p_(j) <= alpha / (tests - j + 1) for every
+    j <= r, that is when the count N_j of p at or below the j-th threshold is at least j: the law of N_j, step by
+    step over the thresholds, sums P(R >= j)."""
+    thresholds = alpha / (tests - np.arange(tests))
+    counts = np.arange(tests + 1)
+    alive, below, total = (counts == 0).astype(float), 0.0, 0.0
+    for j, threshold in enumerate(thresholds, start=1):
+        at = cdf(threshold)
+        share = min(max((at - below) / (1.0 - below), 0.0), 1.0) if below < 1.0 else 0.0
+        # [count so far, count now]: the rest's new ones at this threshold, each with chance `share`
+        steps = stats.binom.pmf(counts[None, :] - counts[:, None], tests - counts[:, None], share)
+        moved = alive @ np.nan_to_num(steps)
+        moved[:j] = 0.0
+        alive, below, total = moved, at, total + moved.sum()
+    return float(total / tests)
+
+
+def decided_power(power_at, replicates: int, tests: int, alpha: float, correction: str,
+                  alike: bool = True) -> tuple[float, bool]:
+    """(power, exact) of one hypothesis as the report decides it: its `replicates` p combined (`combined_cdf`), then
+    `correction` over `tests` hypotheses. Exact (`holm_power`) for Holm over hypotheses `alike` (independent, each
+    with this power) up to HOLM_MOST, and for `none`; else Bonferroni's level alpha / tests, a lower bound (Holm
+    and BH reject at least what it rejects; BH at least what Holm does, so Holm's exact power bounds BH's)."""
+    def cdf(level: float) -> float:
+        return combined_cdf(power_at, replicates, level)
+
+    if correction == "none" or tests == 1:
+        return cdf(alpha), True
+    if alike and tests <= HOLM_MOST:
+        return holm_power(cdf, tests, alpha), correction == "holm"
+    return cdf(family_alpha(alpha, tests, correction)), False

@@ -18,6 +18,8 @@ import pandas as pd
 
 from fairaudit.analysis import ranges
 from fairaudit.analysis.contingency import contingency
+from fairaudit.analysis.multiplicity import combined_log10_p
+from fairaudit.analysis.numbers import is_p_value
 from fairaudit.analysis.ranges import COUNT
 from fairaudit.analysis.stats import p_value, sign_test_log10_p, t_interval
 
@@ -151,11 +153,15 @@ def metric_range(name: str) -> tuple[float, float]:
 
 
 def seed_summary(runs: pd.DataFrame, metrics: Sequence[str], axes: Sequence[str], level: float = 0.95) -> pd.DataFrame:
-    """Per cell (`axes`, seed excluded) and metric: n seeds, mean, SD (ddof=1) and a t-based `level` interval cut
-    to the metric's range (`t_interval`, `metric_range`).
+    """Per cell (`axes`, seed excluded) and metric: n seeds with a finite value, how many were infinite and how many
+    missing (NaN: undefined or not logged), both left out of the rest; mean, SD (ddof=1) and a t-based `level`
+    interval cut to the metric's range (`t_interval`, `metric_range`). A p-value or its log10 is never averaged
+    (a mean of p-values is no p-value): its row holds the seeds' combined p instead, as the family combines them
+    (`multiplicity.combined_log10_p`, K / ceil(K / 2) x their median), its mean, SD and interval NaN.
 
     runs: one row per seed run with `axes` and metric columns. Returns columns
-    *axes, metric, n, mean, sd, ci_low, ci_high (long format, one row per cell x metric).
+    *axes, metric, n, n_infinite, n_missing, mean, sd, ci_low, ci_high, log10_p_combined (long format, one row per
+    cell x metric).
     """
     rows = []
     present = [m for m in metrics if m in runs]
@@ -165,10 +171,19 @@ def seed_summary(runs: pd.DataFrame, metrics: Sequence[str], axes: Sequence[str]
         key = key if isinstance(key, tuple) else (key,)
         for metric in present:
             values = group[metric].to_numpy(dtype=float)
-            mean, sd, low, high = t_interval(values, level, metric_range(metric))
-            rows.append({**dict(zip(axes, key)), "metric": metric, "n": int(np.isfinite(values).sum()),
-                         "mean": mean, "sd": sd, "ci_low": low, "ci_high": high})
-    return pd.DataFrame(rows, columns=[*axes, "metric", "n", "mean", "sd", "ci_low", "ci_high"])
+            counts = {"n": int(np.isfinite(values).sum()), "n_infinite": int(np.isinf(values).sum()),
+                      "n_missing": int(np.isnan(values).sum())}
+            if is_p_value(metric):
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    logs = values if "log10" in metric.split("_") else np.log10(values)
+                shown = {"mean": math.nan, "sd": math.nan, "ci_low": math.nan, "ci_high": math.nan,
+                         "log10_p_combined": combined_log10_p(logs)}
+            else:
+                mean, sd, low, high = t_interval(values, level, metric_range(metric))
+                shown = {"mean": mean, "sd": sd, "ci_low": low, "ci_high": high, "log10_p_combined": math.nan}
+            rows.append({**dict(zip(axes, key)), "metric": metric, **counts, **shown})
+    return pd.DataFrame(rows, columns=[*axes, "metric", "n", "n_infinite", "n_missing", "mean", "sd", "ci_low",
+                                       "ci_high", "log10_p_combined"])
 
 
 def sign_comparisons(runs: pd.DataFrame, greater: str, than: str | float) -> pd.DataFrame:

@@ -40,7 +40,7 @@ usage: fairaudit plan [OVERRIDES...] [-m]
   The run or study the same overrides describe (+experiment=NAME, -m sweeps), planned before any weights load:
   per job its prompts and their tokens, model calls and the store's share of them, new tokens read and generated,
   time on the accelerators of conf/plan/default.yaml (and here, with a pilot), and each probe's tests' power.
-  Nothing is logged; the jobs' table is also written to plan.csv. Settings (plan.KEY=VALUE):
+  Nothing is logged or written (plan.csv=FILE: the jobs' table also as CSV). Settings (plan.KEY=VALUE):
   plan.effect.*   the effects tests are sized at (c_b_ratio, discordant, p_gap, cdpg_slope, length_rho, ...)
   plan.pilot      e.g. 0.05: run that share of each job on the model first (through the store), project the rest
   plan.correction holm | bh | none; plan.power, plan.alpha, plan.sample, plan.exact_prompts, plan.csv

@@ -117,6 +117,7 @@ class JobPlan:
     pilot: Pilot | None = None
     seconds_here: float = math.nan
     time_source: str | None = None  # whose rates timed it (`Speeds.rates`); None: none did
+    refused: str | None = None  # why its rehearsal counted nothing as stored (Planner.rehearsed); None: it did not
 
 
 def compose(overrides: list[str]) -> tuple[DictConfig, list[GridJob]]:

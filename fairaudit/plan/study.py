@@ -1,11 +1,14 @@
 """`fairaudit plan`'s command: the grid composed and checked, each job planned (`rehearsal`), then on stdout one table
 of the jobs' work and time, one of the time on the documented accelerators, one of the tests' power; the jobs' table
-also as CSV (`plan.csv`). Nothing is logged; only a pilot (`plan.pilot`) loads weights and writes to the store."""
+also as CSV where `plan.csv` names a file. Nothing is logged; only a pilot (`plan.pilot`) loads weights and writes to
+the store."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -49,9 +52,32 @@ RULES = {"sample": integer(2), "exact_prompts": optional(integer(1)), "pilot": o
          "family": list_of(text(), nonempty=False), "power": number(0, 0.999, lo_open=True)}
 
 
+def effect_in(low: float | None, high: float | None, what: str, high_in: bool = False):
+    """A plan.effect value above `low` and below `high` (or at it, `high_in`; None: no bound), `what` it is said in
+    the error."""
+    def check(value) -> str | None:
+        fine = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and \
+            (low is None or value > low) and (high is None or value < high or (high_in and value == high))
+        return None if fine else f"must be {what}"
+    return check
+
+
+EFFECTS = {  # the shipped probes' effects (a researcher's probe may read keys of its own, unchecked here)
+    "c_b_ratio": effect_in(0, None, "a number > 0 (flips created per flip resolved; 1 is no effect)"),
+    "discordant": effect_in(0, 1, "a share in (0, 1] (of the pairs, in cell b or c)", high_in=True),
+    "p_gap": effect_in(None, None, "a finite number"), "cdpg_slope": effect_in(None, None, "a finite number"),
+    **{key: effect_in(0, None, "a number > 0 (a standard deviation)") for key in ("p_gap_sd", "cdpg_slope_sd")},
+    "length_rho": effect_in(-1, 1, "a correlation in (-1, 1)"),
+    "influence_rate": effect_in(0, 1, "a rate in (0, 1)"),
+    "influence_width": effect_in(0, 1, "a width in (0, 1]", high_in=True),
+}
+
+
 def check_plan(settings: dict) -> None:
-    """plan.* values of the right kinds (effects and accelerators are read where they are used)."""
-    check_fields("plan", {key: settings[key] for key in RULES}, RULES)
+    """plan.* values of the right kinds, the shipped probes' effects among them (accelerators are read where they
+    are used)."""
+    check_fields("plan", {key: settings[key] for key in RULES} | {"effect": settings["effect"]},
+                 RULES | {f"effect.{key}": check for key, check in EFFECTS.items()})
 
 
 def open_store(url: str, pilot: bool) -> Store | None:
@@ -121,12 +147,28 @@ class Planner:
             self.censuses[key] = prompt_census(job, self.hands[hand_key], self.settings["exact_prompts"])
         trace, source = trace_length(pilot, job.arm)
         hand = self.hands[hand_key]
-        tally, scale, units = rehearse(job, hand, self.settings["sample"], trace, self.store, self.met, self.encoded)
+        (tally, scale, units), refused = self.rehearsed(job, hand, trace)
         work = job_work(tally, scale, self.stored_rows(hand.fingerprint), self.speeds.fill(job))
-        plan = JobPlan(job, label, hand, units, *self.censuses[key], work, trace, source, pilot)
+        plan = JobPlan(job, label, hand, units, *self.censuses[key], work, trace, source, pilot, refused=refused)
         plan.seconds_here = self.speeds.seconds_for(job, work)
         plan.time_source = self.speeds.rates(job)[2]
         return plan
+
+
+    def rehearsed(self, job, hand, trace: float) -> tuple[tuple, str | None]:
+        """`rehearse`'s (tally, scale, units), and None; or, where the probe's own checks refused the store's
+        results mixed with the rehearsal's stand-in answers (a depth read of the mock's against a stored P(Yes) of
+        the model's), the rehearsal again on the stand-in alone, nothing counted as stored, and the check's line."""
+        known = set(self.met)
+        try:
+            return rehearse(job, hand, self.settings["sample"], trace, self.store, self.met, self.encoded), None
+        except AuditError as error:
+            if self.store is None:
+                raise
+            for added in set(self.met) - known:  # the mixed answers serve no later job
+                del self.met[added]
+            alone = rehearse(job, hand, self.settings["sample"], trace, None, {}, self.encoded)
+            return alone, str(error).splitlines()[0]
 
 
 def plan_jobs(jobs: list[Job], labels: list[str], settings: dict) -> list[JobPlan]:
@@ -167,21 +209,54 @@ def jobs_frame(plans: list[JobPlan], accelerators: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+class Rule(NamedTuple):
+    """How the report decides a test: its replicates' p combined, then `correction` over `tests` hypotheses at
+    `alpha`; `alike`: every hypothesis of the family planned at the same units, effect and replicates
+    (`power.decided_power`)."""
+
+    replicates: int
+    tests: int
+    alpha: float
+    correction: str
+    alike: bool = True
+
+    def power(self, test, units: int) -> tuple[float, bool]:
+        """(power, exact) of `test` at `units` under this rule."""
+        return power.decided_power(lambda level: test.power(units, level), self.replicates, self.tests, self.alpha,
+                                   self.correction, self.alike)
+
+    def says(self) -> str:
+        """The rule in words, for the method column ("" for a lone test at alpha)."""
+        if self.tests == 1 and self.replicates == 1:
+            return ""
+        k = math.ceil(self.replicates / 2)
+        seeds = (f"{self.replicates} replicates combined ({format_number(self.replicates / k)} x their "
+                 f"{'lower ' if self.replicates % 2 == 0 else ''}median p), " if self.replicates > 1 else "")
+        return f"; decided as the report does: {seeds}{self.correction} over {self.tests} hypotheses"
+
+
 def test_rows(plans: list[JobPlan], settings: dict) -> pd.DataFrame:
-    """One row per planned test of each job: its level under the family correction (the report's family: one test per
-    hypothesis and metric of `plan.family`), its power (or an interval's expected width) at the job's units, and the
-    units it needs for `plan.power` (or the width wanted)."""
+    """One row per planned test of each job: its power (or an interval's expected width) at the job's units and the
+    units each job needs for `plan.power` (or the width wanted). A test in `plan.family` is sized as the report
+    decides it (`Rule`): the hypothesis's replicate jobs (seeds, engines) combined, then the family correction
+    over one test per hypothesis and metric; `level` is then Bonferroni's alpha / m, Holm's first step."""
     tests = [(plan, test) for plan in plans
              for test in plan.job.probe.planned_tests(plan.job.arm, settings["effect"],
                                                       plan.pilot.result if plan.pilot else None)]
-    family = {(hypothesis(plan.job), test.metric) for plan, test in tests if test.metric in settings["family"]}
-    rows = []
+    family = Counter((hypothesis(plan.job), test.metric) for plan, test in tests if test.metric in settings["family"])
+    alike = len({(int(plan.units * test.share), test.effect, family[(hypothesis(plan.job), test.metric)])
+                 for plan, test in tests if test.metric in settings["family"]}) <= 1
+    rows, known = [], {}  # a family's alike tests are sized once
     for plan, test in tests:
         corrected = test.metric in settings["family"]
-        level = power.family_alpha(settings["alpha"], len(family) if corrected else 1,
-                                   settings["correction"] if corrected else "none")
-        rows.append({"job": plan.label, "test": test.name, "effect": test.effect, "method": test.method,
-                     "level": level, "n": int(plan.units * test.share), **sized(test, plan.units, level, settings)})
+        rule = Rule(family[(hypothesis(plan.job), test.metric)], len(family), settings["alpha"],
+                    settings["correction"], alike) if corrected else Rule(1, 1, settings["alpha"], "none")
+        level = power.family_alpha(settings["alpha"], rule.tests, rule.correction)
+        key = (test.name, test.effect, test.method, test.share, plan.units, rule)
+        if key not in known:
+            known[key] = sized(test, plan.units, rule, settings)
+        rows.append({"job": plan.label, "test": test.name, "effect": test.effect, "method": test.method + rule.says(),
+                     "level": level, "replicates": rule.replicates, "n": int(plan.units * test.share), **known[key]})
     return pd.DataFrame(rows)
 
 
@@ -192,15 +267,17 @@ def hypothesis(job: Job) -> str:
     return json_key([model["name"], model["checkpoint"]["label"], job.dataset.name, job.probe_name, job.arm.name])
 
 
-def sized(test, units: int, level: float, settings: dict) -> dict:
-    """A test's power (an interval's width) at `units` and the units that reach `plan.power` (the width wanted)."""
+def sized(test, units: int, rule: Rule, settings: dict) -> dict:
+    """A test's power under `rule` (an interval's width) at `units` and the units that reach `plan.power` (the width
+    wanted); `exact` false where the power is a lower bound."""
     n = int(units * test.share)
     if test.power is not None:
-        need = power.pairs_for_power(lambda k: test.power(k, level), settings["power"], smallest=2)
-        return {"power": test.power(n, level), "width": math.nan,
+        need = power.pairs_for_power(lambda k: rule.power(test, k)[0], settings["power"], smallest=2)
+        found, exact = rule.power(test, n)
+        return {"power": found, "exact": exact, "width": math.nan,
                 "units_needed": math.ceil(need / test.share) if need and test.share else None}
     need = power.first_n(lambda k: test.width(k) <= test.target_width, smallest=2)
-    return {"power": math.nan, "width": test.width(n) if n else math.nan,
+    return {"power": math.nan, "exact": True, "width": test.width(n) if n else math.nan,
             "units_needed": math.ceil(need / test.share) if need and test.share else None}
 
 
@@ -248,16 +325,17 @@ def work_table(plans: list[JobPlan], frame: pd.DataFrame) -> pd.DataFrame:
              if column != "stored_share"}
     total |= {"prompts": shown["prompts"][firsts].sum(), "prompt_tokens": shown["prompt_tokens"][firsts].sum()}
     shown = pd.concat([shown, pd.DataFrame([{"job": "total", **total}])], ignore_index=True)
-    shown["seconds_here"] = shown["seconds_here"].map(format_duration)
+    shown["seconds_here"] = [format_duration(t) if t == t else "n/a: run a pilot" for t in shown["seconds_here"]]
     return shown.rename(columns={"seconds_here": "time here"})
 
 
 def tests_table(tests: pd.DataFrame) -> pd.DataFrame:
     """The tests as shown: power, or an interval's expected width, as one column."""
     shown = tests.copy()
-    shown["power"] = [f"width {format_number(w)}" if math.isnan(p) else format_number(p)
-                      for p, w in zip(shown["power"], shown["width"])]
-    return shown[["job", "test", "effect", "level", "n", "power", "units_needed", "method"]]
+    shown["power"] = [f"width {format_number(w)}" if math.isnan(p) else format_number(p) if exact
+                      else f"at least {format_number(p)}" for p, w, exact in zip(shown["power"], shown["width"],
+                                                                                   shown["exact"])]
+    return shown[["job", "test", "effect", "level", "replicates", "n", "power", "units_needed", "method"]]
 
 
 def notes_of(plans: list[JobPlan]) -> list[str]:
@@ -274,6 +352,9 @@ def notes_of(plans: list[JobPlan]) -> list[str]:
         notes.append("generated tokens: each generation's whole budget (max_new_tokens), an upper bound")
     notes += sorted({f"{plan.job.settings['model']['name']} on {plan.job.backend_name}: time here at the rates "
                      f"{plan.time_source} timed" for plan in plans if plan.time_source and plan.pilot is None})
+    notes += [f"{plan.label or 'the job'}: counted as if nothing were stored, since the probe's checks refused "
+              f"the store's results beside the rehearsal's stand-in answers ({plan.refused})"
+              for plan in plans if plan.refused]
     if any(plan.time_source is None for plan in plans):
         notes.append("time here: n/a for a model no pilot has timed on this machine (plan.pilot=0.05 runs a share of "
                      "each job on the model, times it, and saves its rates to plan.speeds for later plans)")

@@ -21,7 +21,13 @@ from fairaudit.analysis.numbers import format_number as num
 from fairaudit.analysis.numbers import format_p
 from fairaudit.analysis.position import LETTERS, position, preferred_position, with_trajectory_metrics
 from fairaudit.analysis.position_figures import pbs_by_length_figure, pbs_length_figure, truncation_figure
-from fairaudit.analysis.position_truncation import OFFSETS, truncation, truncation_cuts, truncation_trajectories
+from fairaudit.analysis.position_truncation import (
+    OFFSETS,
+    extraction_warning,
+    truncation,
+    truncation_cuts,
+    truncation_trajectories,
+)
 from fairaudit.analysis.stats import PARTIAL_METHODS
 from fairaudit.backends import GenerationRequest
 from fairaudit.errors import AuditError
@@ -190,7 +196,8 @@ class PositionProbe(Probe):
                          f"{format_p(m['trunc_ccp_chi2_log10_p'])} counting every continuation, exact p = "
                          f"{format_p(m['trunc_ccp_perm_log10_p'])} relabeling cuts within each of "
                          f"{num(m['trunc_ccp_perm_n_questions'])} questions).")
-        return lines + [WARNING + line for line in mcq_warnings(records)]
+        extraction = extraction_warning(m)
+        return lines + [WARNING + line for line in mcq_warnings(records) + ([extraction] if extraction else [])]
 
     def answer(self, ctx: AuditContext, variants: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, ...]]]:
         """Greedy generations of every variant under the grid's arm: the MCQ records and each prompt's token ids.

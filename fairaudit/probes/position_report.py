@@ -112,23 +112,27 @@ def _truncation_sections(position_runs: pd.DataFrame, load: RecordsLoader) -> tu
     results = {key: truncation(frame) for key, frame in continuations.groupby(["model", "arm", "dataset"], sort=False)}
     by_position = pd.concat([r["tables"]["truncation_by_position"].assign(configuration=" ".join(key))
                              for key, r in results.items()])
-    names = ["trunc_n", "trunc_change_rate_before_ccp", "trunc_change_rate_after_ccp", "trunc_ccp_chi2",
+    names = ["trunc_n", "trunc_extraction_rate_before_ccp", "trunc_extraction_rate_after_ccp",
+             "trunc_change_rate_before_ccp", "trunc_change_rate_after_ccp", "trunc_ccp_chi2",
              "trunc_ccp_chi2_p", "trunc_ccp_chi2_log10_p", "trunc_ccp_perm_n_questions", "trunc_ccp_question_diff",
              "trunc_ccp_mh_diff", "trunc_ccp_perm_p", "trunc_ccp_perm_log10_p"]
     table = pd.DataFrame([{**dict(zip(("model", "arm", "dataset"), key)), **{n: r["metrics"][n] for n in names}}
                           for key, r in results.items()])
     table_section = section(
         "p001_truncation", "Position bias, §5.3: before- vs after-CCP change rate, two tests", table,
-        {"arm": "Mode", "trunc_n": "continuations", "trunc_change_rate_before_ccp": "change before CCP",
+        {"arm": "Mode", "trunc_n": "continuations", "trunc_extraction_rate_before_ccp": "extracted before CCP",
+         "trunc_extraction_rate_after_ccp": "extracted after CCP", "trunc_change_rate_before_ccp": "change before CCP",
          "trunc_change_rate_after_ccp": "change after CCP", "trunc_ccp_chi2": "χ²", "trunc_ccp_chi2_p": "χ² p",
          "trunc_ccp_perm_n_questions": "questions", "trunc_ccp_question_diff": "mean question change",
          "trunc_ccp_mh_diff": "MH change", "trunc_ccp_perm_p": "within-question p"},
         "χ² p: the paper's test (Yates, 2x2), every continuation independent. within-question p: two-sided, exact: "
         "each question's cuts relabeled before/after at random, keeping how many it has on each side (a cut's "
-        "continuations move together: they resample one prefix), the statistic the changes after the CCP; its "
-        "size holds whatever a question's counts and change rates, where the χ²'s and the sign flip's did not "
-        "(docs/probes.md). Questions cut on one side only are left out. MH change: the Mantel-Haenszel "
-        "after-minus-before change rate, the test's effect; mean question change: the mean of the questions' own.",
+        "continuations move together: they resample one prefix), the statistic the cuts' change rates summed "
+        "after the CCP; its size holds whatever a question's counts, change rates and the share of answers each "
+        "side's continuations gave up to extraction, where the χ²'s and the sign flip's did not (docs/probes.md). "
+        "Where the extracted shares differ by side, the χ² and the pooled change rates weigh the side that kept "
+        "more. Questions cut on one side only are left out. MH change: the Mantel-Haenszel after-minus-before "
+        "difference of the cuts' rates, the test's effect; mean question change: the mean of the questions' own.",
         {"trunc_n": count, "trunc_ccp_perm_n_questions": count})
     return [table_section], {"p001_fig3_truncation": truncation_figure(by_position, by="configuration")}
 

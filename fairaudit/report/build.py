@@ -22,7 +22,7 @@ from fairaudit.analysis.study_figures import checkpoint_curve_figure
 from fairaudit.catalog.registry import declared, declared_sign_test, report_builders
 from fairaudit.report.engines import add_engine_sensitivity
 from fairaudit.report.family import add_family
-from fairaudit.report.notes import add_warnings, marks_of, na_legend, na_lines
+from fairaudit.report.notes import add_warnings, left_out_lines, marks_of, na_legend, na_lines
 from fairaudit.views import render
 from fairaudit.views.sections import RecordsLoader, Report, Section
 from fairaudit.views.selection import runs_of
@@ -73,13 +73,15 @@ def add_seed_summary(report: Report, runs: pd.DataFrame, metrics: list[str], lev
             "mean ± t(n−1)·SD/√n, cut to the values the metric can take (counts ≥ 0; rates, shares and P(Yes) "
             "gaps in [0, 1]; their differences in [−1, 1]; log10 p ≤ 0; as the module defining each metric "
             "declares it), which keeps its coverage and never passes the mean; a metric nothing declares is not cut. "
-            "Metrics not logged by these runs are left out.")
+            "A p-value is never averaged: its row shows the seeds' combined p as the family combines them "
+            "(K/ceil(K/2) × their median p). n: the seeds with a finite value (n of all when some were infinite or "
+            "missing, said below). Metrics not logged by these runs are left out.")
     shown = render.seed_display(summary, axes)
     marks = cell_marks(runs, axes)
     if any(marks.values()):
         shown.insert(len(axes), "warnings", [marks[key] for key in cell_keys(summary, axes)])
         note += " warnings: what the cell's runs warn of (the warnings section tells each)."
-    note = "\n".join([note, *na_lines(summary, runs, axes)])
+    note = "\n".join([note, *left_out_lines(summary, axes), *na_lines(summary, runs, axes)])
     report.sections.append(Section("seeds", f"Seed summary ({level:.0%} interval across seeds)", summary,
                                    shown, note, main=True))
 

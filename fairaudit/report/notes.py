@@ -94,6 +94,19 @@ def na_lines(summary: pd.DataFrame, runs: pd.DataFrame, axes: list[str]) -> list
     return [f"n/a: {', '.join(names)}: {why}" for why, names in lines.items()]
 
 
+def left_out_lines(summary: pd.DataFrame, axes: list[str]) -> list[str]:
+    """Which seeds' values the seed summary left out of a mean, SD and interval, and why: infinite (a ratio over an
+    empty cell) or missing (NaN), for each cell and metric where some seeds had a finite value."""
+    lines = []
+    for _, row in summary[(summary["n"] > 0) & (summary["n_infinite"] + summary["n_missing"] > 0)].iterrows():
+        where = f"{row['metric']} ({cell_name(row, axes)})" if axes else row["metric"]
+        kinds = [f"{count} {kind}" for count, kind in ((row["n_infinite"], "infinite"), (row["n_missing"], "NaN"))
+                 if count]
+        total = row["n"] + row["n_infinite"] + row["n_missing"]
+        lines.append(f"left out: {where}: {' and '.join(kinds)} of {total} seeds; the rest summarised")
+    return lines
+
+
 SHOWN_NAMES = 6  # metric names a legend line lists before "and N more"
 
 

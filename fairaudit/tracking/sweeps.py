@@ -8,9 +8,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from fairaudit.analysis.numbers import format_number, log10_sibling
+from fairaudit.analysis.numbers import format_number, is_p_value, log10_sibling
 from fairaudit.errors.secrets import redact, redact_yaml_file
 from fairaudit.terminal.output import console
 from fairaudit.terminal.results import print_result, print_verdict, summary_frame_table
@@ -166,19 +167,23 @@ def step_series(summary: pd.DataFrame) -> list[tuple[str, float, int]]:
 def step_values(group: pd.DataFrame, metrics: list[str]) -> list[tuple[str, str, float]]:
     """(metric, replicate label or "", value) of the runs at one step of one cell: each metric's mean over them, but
     never a p-value's: a log10 p metric is their combined p (`multiplicity.combined_log10_p`, K/ceil(K/2) x their
-    median, a p-value) and, with several runs, each run's own log10 p labelled `seed <seed>`; a p metric beside
-    its log10 twin is the combined p from the twin, so a run whose p underflowed to NaN still counts."""
+    median, a p-value) and, with several runs, each run's own log10 p labelled `seed <seed>`; a p metric is the
+    combined p: from its log10 twin where the runs logged one (so a run whose p underflowed to NaN still counts),
+    else from its own values."""
     from fairaudit.analysis.multiplicity import combined_log10_p
     from fairaudit.analysis.stats import p_value
 
-    twins = {m: log10_sibling(m) for m in metrics if log10_sibling(m) in metrics}
     logs = [m for m in metrics if "log10_p" in m]
+    ps = [m for m in metrics if is_p_value(m) and m not in logs]
+    twins = {m: log10_sibling(m) if log10_sibling(m) in metrics else None for m in ps}
     out = [(m, "", float(group[m].mean())) for m in metrics if m not in twins and m not in logs]
     labels = [f"seed {seed}" if group["seed"].nunique() == len(group) else f"job {job}"
               for seed, job in zip(group["seed"], group["job"])] if len(group) > 1 else []
     for m in logs:
         out += [(m, "", combined_log10_p(group[m])), *((m, label, float(v)) for label, v in zip(labels, group[m]))]
-    out += [(m, "", p_value(combined_log10_p(group[twin]))) for m, twin in twins.items()]
+    with np.errstate(divide="ignore"):
+        out += [(m, "", p_value(combined_log10_p(group[twin] if twin else np.log10(group[m].astype(float)))))
+                for m, twin in twins.items()]
     return out
 
 

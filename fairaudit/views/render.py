@@ -103,12 +103,15 @@ def paper_headers(treatment: str, baseline: str) -> dict[str, str]:
 
 
 def seed_display(summary: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
-    """Seed summary rows as cell | metric | n | mean | SD | 95% interval."""
+    """Seed summary rows as cell | metric | n | mean | SD | 95% interval: n the seeds with a finite value, "of" all
+    where some were infinite or missing; a p-value's mean the seeds' combined p (`study.seed_summary`)."""
     def g(v: float) -> str:
         return NA if not math.isfinite(v) else f"{v:.4g}"
     out = summary[[*axes, "metric"]].astype(str).copy()
-    out["n"] = summary["n"].astype(int).astype(str)
-    out["mean"] = summary["mean"].map(g)
+    total = summary["n"] + summary["n_infinite"] + summary["n_missing"]
+    out["n"] = [f"{n} of {all_}" if n < all_ else str(n) for n, all_ in zip(summary["n"], total)]
+    out["mean"] = [f"combined p {format_p(log10_p)}" if math.isfinite(log10_p) else g(mean)
+                   for mean, log10_p in zip(summary["mean"], summary["log10_p_combined"])]
     out["SD"] = summary["sd"].map(g)
     bounds = zip(summary["ci_low"], summary["ci_high"])
     out["CI"] = [f"[{g(lo)}, {g(hi)}]" if math.isfinite(lo) else NA for lo, hi in bounds]
