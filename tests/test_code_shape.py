@@ -135,7 +135,7 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_follows_lazy_imports_strings_and_config_lookups():
     graph = import_graph()
-    assert {"fairaudit.store.client", "fairaudit.probes", "fairaudit.job.config"} <= graph["fairaudit.job.run"]
+    assert {"fairaudit.store.results", "fairaudit.probes", "fairaudit.job.config"} <= graph["fairaudit.job.run"]
     assert "fairaudit.probes.position" in graph["fairaudit.catalog.registry"]  # a `_target_` the registry resolves
     assert "fairaudit.probes.paired_report" in graph["fairaudit.catalog.registry"]  # a report section it looks up
     assert "fairaudit.job.sweep" in graph["fairaudit.job.__main__"]  # the Hydra callback of conf/config.yaml

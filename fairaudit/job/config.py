@@ -27,6 +27,8 @@ from fairaudit.models.checks import check_model_folder
 from fairaudit.models.files import ModelFiles, ModelMissing
 from fairaudit.probes import ModelSpec, Probe
 from fairaudit.prompts.yesno import Arm, Thinking
+from fairaudit.store.client import CachingClient
+from fairaudit.store.results import Store
 
 
 @dataclass(frozen=True)
@@ -269,3 +271,12 @@ def build_backend(job: Job, model_dir: Path) -> Backend:
     if job.batch_keyed and not backend.batch_invariant:
         backend.fingerprint = f"{backend.fingerprint}/batch{job.model['batch_size']}"
     return backend
+
+
+def open_client(job: Job) -> tuple[Store, Backend, CachingClient]:
+    """The job's store, backend and the client between them: the model's files checked first, then the store opened
+    (a database server that refuses: one line before the backend reads the model)."""
+    model_dir = job.source.folder()  # its files checked before anything opens
+    store = Store(job.store_url)
+    backend = build_backend(job, model_dir)
+    return store, backend, CachingClient(backend, store, chunk_size=job.model["batch_size"])

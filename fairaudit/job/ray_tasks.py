@@ -1,6 +1,6 @@
 """Ray, for a sweep's jobs (`hydra/launcher=ray`, hydra-ray-launcher) and a job's workers (`job.workers_on=ray`):
 which cluster (`RAY_ADDRESS`, or the launcher's `ray.init.address`; none: a local Ray started for the sweep),
-whether it answers before anything starts, and a job's worker as a Ray task.
+and whether it answers before anything starts.
 
 Ray is an optional extra (`pip install -e '.[ray]'`), imported only here and only when asked for.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Mapping
+from typing import Mapping
 
 REACH_TIMEOUT_S = 5.0   # a Ray cluster's head must accept a connection within this
 INSTALL = "pip install -e '.[ray]'"
@@ -81,13 +81,3 @@ def connect(init: Mapping | None = None) -> None:
         ray.init(address=address_of(init), log_to_driver=False, configure_logging=False)
     except ConnectionError as error:  # a head that answers a port but is no Ray, or not reachable from its nodes
         raise AuditError(f"cannot join the Ray cluster at {address_of(init)}: {error}") from None
-
-
-def remote_worker(resources: Mapping[str, Any]):
-    """A job's worker (`fairaudit.job.workers.work`) as a Ray remote function asking `resources` (num_gpus, num_cpus,
-    memory, ...)."""
-    import ray
-
-    from fairaudit.job.workers import work
-
-    return ray.remote(**dict(resources))(work) if resources else ray.remote(work)

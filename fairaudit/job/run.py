@@ -6,17 +6,15 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from fairaudit.backends import Backend
 from fairaudit.errors import AuditError, failure_line, interrupt
 from fairaudit.errors.disk import artifacts_full
 from fairaudit.errors.interrupt import Interrupted
 from fairaudit.errors.locks import is_locked, locked_error
-from fairaudit.job.config import Job, build_backend, read_job
+from fairaudit.job.config import Job, open_client, read_job
 from fairaudit.job.dry_run import preview
 from fairaudit.job.tags import run_identity
 from fairaudit.job.workers import WORKERS_LOG, helpers
 from fairaudit.probes import AuditContext, ProbeResult
-from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
 from fairaudit.terminal.output import console
 from fairaudit.terminal.results import print_result, print_verdict, summary_table
@@ -78,15 +76,6 @@ def stopped(error: BaseException, kept: int, store: Store, tracker: Tracker) -> 
     if isinstance(error, KeyboardInterrupt):
         return Interrupted(kept)
     return fault_of(error, tracker.uri, store, tracker) or error
-
-
-def open_client(job: Job) -> tuple[Store, Backend, CachingClient]:
-    """The job's store, backend and the client between them: the model's files checked first, then the store opened
-    (a database server that refuses: one line before the backend reads the model)."""
-    model_dir = job.source.folder()  # its files checked before anything opens
-    store = Store(job.store_url)
-    backend = build_backend(job, model_dir)
-    return store, backend, CachingClient(backend, store, chunk_size=job.model["batch_size"])
 
 
 def log_workers(tracker: Tracker, result: ProbeResult, own: int, helpers_calls: list[int]) -> None:

@@ -109,11 +109,13 @@ def reported_calls(out: str | None) -> int:
 
 def start_ray(job, count: int) -> Helpers:
     """`count` helpers as Ray tasks on the cluster `RAY_ADDRESS` names (a local one started when none does)."""
-    from fairaudit.job.ray_tasks import connect, remote_worker
+    import ray
+
+    from fairaudit.job.ray_tasks import connect
 
     connect()
     resources = dict(job.settings["job"].get("worker_resources") or {})
-    task = remote_worker(resources)
+    task = ray.remote(**resources)(work) if resources else ray.remote(work)
     refs = [task.remote(spec_of(job, index)) for index in range(1, count + 1)]
     return Helpers(count, lambda: stop_ray(refs))
 
@@ -138,8 +140,7 @@ def work(spec: dict) -> int:
     stopped; returns the calls it computed (all committed)."""
     from omegaconf import OmegaConf
 
-    from fairaudit.job.config import Place, read_job
-    from fairaudit.job.run import open_client
+    from fairaudit.job.config import Place, open_client, read_job
     from fairaudit.probes import AuditContext
 
     job = read_job(OmegaConf.create(spec["settings"]), place=Place(**spec["place"]), here=False)

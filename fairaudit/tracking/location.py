@@ -14,8 +14,8 @@ from urllib.parse import urlparse
 
 from fairaudit.errors import AuditError
 from fairaudit.errors.locks import LOCK_WAIT_S, is_locked, locked_error
-from fairaudit.errors.secrets import unencoded_problem
 from fairaudit.errors.rules import text
+from fairaudit.errors.secrets import unencoded_problem
 from fairaudit.tracking.database import server_problem
 
 REACH_TIMEOUT_S = 3.0          # a tracking server must answer within this
