@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import run_app
 from fairaudit.errors import AuditError
-from fairaudit.probes.bbq import BBQProbe, shown
+from fairaudit.probes.bbq import BBQProbe, role_probs, shown
 from fairaudit.prompts.yesno import Arm
 
 pytestmark = pytest.mark.slow
@@ -21,10 +22,11 @@ NOTHINK = {"name": "nothink", "think": False, "max_new_tokens": 16, "family": "d
 
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory):
-    """(metrics, records, depth records) of one run over every shipped category, 3 items each, 3 option orders."""
+    """(metrics, records, depth records, stdout) of one run over every shipped category, 3 items each, in their
+    files' option order."""
     folder = tmp_path_factory.mktemp("bbq")
     result = run_app(folder, "model=tiny_qwen3", "probe=bbq", "dataset=bbq", "dataset.n=3",
-                     "model.max_think_tokens=8", "probe.K=2")
+                     "model.max_think_tokens=8", "probe.K=2", "probe.permutations=false")
     assert result.returncode == 0, result.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{folder}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
@@ -50,7 +52,7 @@ def by_hand(rows: pd.DataFrame, condition: str) -> float:
 
 def test_bias_scores_recomputed_by_hand_equal_the_logged_ones_on_every_category(logged):
     metrics, records, _, _ = logged
-    assert sorted(records["category"].unique()) == SHIPPED and len(records) == 6 * 3 * 3 * 2
+    assert sorted(records["category"].unique()) == SHIPPED and len(records) == 6 * 3 * 2
     compared = 0
     for arm in ("think", "nothink"):
         for category in [None, *SHIPPED]:
@@ -66,8 +68,7 @@ def test_bias_scores_recomputed_by_hand_equal_the_logged_ones_on_every_category(
 def test_records_map_each_order_back_to_the_files_options(logged):
     _, records, depth, stdout = logged
     answered = records.dropna(subset=["answer_position"])
-    back = (answered["answer_position"] - answered["permutation"]) % 3
-    assert (back == answered["answer_option"]).all()
+    assert (answered["answer_position"] == answered["answer_option"]).all() and set(records["permutation"]) == {0}
     assert records[["p_biased", "p_other", "p_unknown"]].sum(axis=1).sub(1).abs().max() < 1e-6
     # depth reads: the think arm's traces at k = 0, 1, 2; the full-depth read is the arm's own answer read
     assert set(depth["arm"]) == {"think"} and set(depth["k"]) == {0, 1, 2}
@@ -82,6 +83,9 @@ def test_the_probe_refuses_an_arm_against_itself_and_rotates_options():
         probe.arms(Arm("nothink", False, 16))
     assert [a.family for a in probe.arms(Arm("think", True, 8))] == ["mcq", "mcq"]
     assert shown(["a", "b", "c"], 1) == ["c", "a", "b"]  # option j moves to (j + 1) mod 3
+    # order 1 shows (c, a, b): shown probabilities (0.5, 0.3, 0.2) are c 0.5, a 0.3, b 0.2; biased a, unknown c
+    record = pd.Series({"permutation": 1, "biased_option": 0, "unknown_option": 2})
+    assert role_probs(np.array([[0.5, 0.3, 0.2]]), record).tolist() == [[0.3, 0.2, 0.5]]
     with pytest.raises(AuditError, match="probe.K"):
         BBQProbe(NOTHINK, K=0)
 
