@@ -14,34 +14,24 @@ import contextlib
 import importlib
 import json
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-import numpy as np
 import pytest
 from hydra.utils import get_method
 
-from fairaudit.backends import (
-    NEEDABLE,
-    Backend,
-    Block,
-    DepthRequest,
-    GenerationRequest,
-    GraphGenerationRequest,
-    NLLRequest,
-)
+from fairaudit.backends import Backend
 from fairaudit.catalog import registry
-from fairaudit.errors import AuditError
-from fairaudit.models.locate import embedded_model_dir, tiny_qwen3_dir
-from fairaudit.store.client import CachingClient
-from fairaudit.store.results import Store
+from fairaudit.conformance import checks, command
+from fairaudit.conformance.command import MODELS, declaration
+from fairaudit.models.locate import tiny_qwen3_dir
 from model_server import ModelServer
 from scripted import ScriptedModel
 
 Factory = Callable[[Path], contextlib.AbstractContextManager[Backend]]
-MODELS = {"tiny_qwen3": tiny_qwen3_dir, "smollm2": embedded_model_dir}  # what a declaration's `model` may name
-DECLARED = {"tolerance", "settings", "model", "folder", "serve"}
 
 
 @dataclass(frozen=True)
@@ -81,33 +71,21 @@ class Subject:
             yield built
 
 
-def declaration(name: str) -> dict:
-    """conf/backend/<name>.yaml's `conformance:` node, checked."""
-    node = registry.meta("backend", name, "conformance")
-    assert isinstance(node, dict) and "tolerance" in node and set(node) <= DECLARED, (
-        f"{registry.config_file('backend', name)} declares no conformance: {{tolerance, settings, model, folder, "
-        f"serve}} (docs/adding.md), found {node!r}")
-    return node
-
-
 def declared(name: str) -> Subject:
-    """The suite's entry for a registered backend, built as its config's `conformance:` node says: on the suite's
-    model folder (or the embedded one its `model` names in place of the tiny Qwen3), turned into the backend's own
-    folder by its `folder` function, served behind an OpenAI-compatible loopback server when it says
-    `serve: openai` (its `base_url`), with its `settings`; closed (`Backend.close`) when the test is done."""
+    """The suite's entry for a registered backend, built as its config's `conformance:` node says
+    (`fairaudit.conformance.command.built`), served behind an OpenAI-compatible loopback server when it says
+    `serve: openai` (its `base_url`)."""
     node = declaration(name)
 
     @contextlib.contextmanager
     def factory(model_dir: Path) -> Iterator[Backend]:
         folder = MODELS[node.get("model", "tiny_qwen3")]() if model_dir == tiny_qwen3_dir() else model_dir
-        folder = get_method(node["folder"])(folder) if node.get("folder") else folder
-        server = serve(folder) if node.get("serve") == "openai" else None
-        built = registry.target("backend", name)(folder, **node.get("settings", {}),
-                                                 **({"base_url": server.url} if server else {}))
+        server = serve(get_method(node["folder"])(folder) if node.get("folder") else folder) \
+            if node.get("serve") == "openai" else None
         try:
-            yield built
+            with command.built(name, model_dir, server.url if server else None) as backend:
+                yield backend
         finally:
-            built.close()
             if server:
                 server.stop()
     return Subject(name, factory, float(node["tolerance"]))
@@ -146,86 +124,44 @@ def backend(subject) -> Iterator[Backend]:
         yield built
 
 
-def prompts(backend: Backend) -> list[tuple[int, ...]]:
-    """Three prompts of different lengths, rendered by the backend's own tokenizer."""
-    texts = ["Is the sky blue?", "Name a prime number larger than ten, please.", "Yes or no: does ice float on water?"]
-    return [tuple(backend.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
-
-
-def choices(backend: Backend) -> list[list[int]]:
-    """Two answer choices, the first spelt by two tokens (pooled)."""
-    encode = lambda text: backend.tokenizer.encode(text, add_special_tokens=False)[0]  # noqa: E731
-    return [[encode(" Yes"), encode("Yes")], [encode(" No")]]
-
-
 def test_choice_rows_are_distributions_over_the_choices_in_their_order(backend, subject):
-    if not backend.capabilities.scores:
-        pytest.skip("no scores (test_a_missing_capability_is_one_audit_error covers it)")
-    probs = backend.choice_probs(prompts(backend), choices(backend))
-    assert probs.shape == (3, 2) and probs.dtype == np.float64 and (probs >= 0).all()
-    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-9)
-    swapped = backend.choice_probs(prompts(backend), choices(backend)[::-1])
-    np.testing.assert_allclose(swapped, probs[:, ::-1], atol=subject.tolerance)
+    checks.choice_rows_are_distributions_over_the_choices_in_their_order(backend, subject.tolerance)
 
 
 def test_results_come_back_in_request_order(backend, subject):
-    requests = [GenerationRequest(p, 6) for p in prompts(backend)]
-    forward, backward = backend.generate(requests), backend.generate(requests[::-1])
-    assert [c.token_ids for c in forward] == [c.token_ids for c in backward[::-1]]
-    alone = [backend.generate([r])[0] for r in requests]
-    assert [c.token_ids for c in alone] == [c.token_ids for c in forward]
-    if backend.capabilities.scores:
-        batched = backend.choice_probs(prompts(backend), choices(backend))
-        singles = np.vstack([backend.choice_probs([p], choices(backend)) for p in prompts(backend)])
-        np.testing.assert_allclose(batched, singles, atol=subject.tolerance)
+    checks.results_come_back_in_request_order(backend, subject.tolerance)
 
 
-def test_a_completion_is_cut_at_a_stop_id_or_its_budget(backend):
-    for completion in backend.generate([GenerationRequest(p, 5) for p in prompts(backend)]):
-        assert completion.finish_reason in ("stop", "length") and len(completion.token_ids) <= 5
-        assert completion.finish_reason == "stop" or len(completion.token_ids) == 5
-        assert completion.text == backend.tokenizer.decode(list(completion.token_ids), skip_special_tokens=False)
-        assert completion.key == ""  # keys are the client's to set
+def test_a_completion_is_cut_at_a_stop_id_or_its_budget(backend, subject):
+    checks.a_completion_is_cut_at_a_stop_id_or_its_budget(backend, subject.tolerance)
 
 
-def test_sampled_requests_with_the_same_seed_repeat(backend):
-    first = GenerationRequest(prompts(backend)[0], 8, temperature=0.9, top_p=0.95, seed=7)
-    again = backend.generate([first])[0]
-    batched = backend.generate([GenerationRequest(p, 8, temperature=0.9, top_p=0.95, seed=3) for p in prompts(backend)]
-                               + [first])[-1]
-    assert backend.generate([first])[0].token_ids == again.token_ids == batched.token_ids
+def test_sampled_requests_with_the_same_seed_repeat(backend, subject):
+    checks.sampled_requests_with_the_same_seed_repeat(backend, subject.tolerance)
 
 
 def test_depth_reads_equal_the_refed_prefixes(backend, subject):
-    if not backend.capabilities.depth_reads:
-        pytest.skip("no depth reads")
-    prompt, trace, suffix = prompts(backend)
-    request = DepthRequest(prompt, trace, suffix[:3], cuts=(0, 2, 5, len(trace)))
-    (depth,) = backend.depth_choice_probs([request], choices(backend))
-    refed = backend.choice_probs([prompt + trace[:cut] + suffix[:3] for cut in request.cuts], choices(backend))
-    assert depth.shape == (4, 2)
-    np.testing.assert_allclose(depth, refed, atol=subject.tolerance)
+    checks.depth_reads_equal_the_refed_prefixes(backend, subject.tolerance)
 
 
-def calls(backend: Backend) -> dict[str, Callable]:
-    """One minimal call per capability a probe may need, through `target` (the backend or its client)."""
-    ids = prompts(backend)[0]
-    blocks = (Block(ids), Block(ids[:2], "A", "private"), Block(ids[:3], "B", "public"))
-    return {"scores": lambda target: target.choice_probs([ids], choices(backend)),
-            "depth_reads": lambda target: target.depth_choice_probs([DepthRequest(ids, ids, (), (1,))],
-                                                                    choices(backend)),
-            "target_nll": lambda target: target.target_nll([NLLRequest(blocks, (2,))]),
-            "attention_graphs": lambda target: target.generate([GraphGenerationRequest(blocks, ((), (0,), (0,)), 2)])}
+def test_a_missing_capability_is_one_audit_error(backend, subject):
+    checks.a_missing_capability_is_one_audit_error(backend, subject.tolerance)
 
 
-def test_a_missing_capability_is_one_audit_error(backend, tmp_path):
-    lacking = [c for c in NEEDABLE if not backend.capabilities.has(c)]
-    client = CachingClient(backend, Store(tmp_path / "store.sqlite"))
-    for capability in lacking:
-        for target in (backend, client):
-            with pytest.raises(AuditError, match=f"backend={backend.name} cannot .* \\(capability '{capability}'\\)"):
-                calls(backend)[capability](target)
-    assert client.model_calls == 0 and Store(tmp_path / "store.sqlite").count() == 0
+def test_fairaudit_check_holds_an_installed_backend_to_the_same_checks():
+    done = subprocess.run([sys.executable, "-m", "fairaudit", "check", "backend=mock"], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [f"ok      {check.__name__}" for check in checks.CHECKS] + [
+        f"backend=mock: {len(checks.CHECKS)} of {len(checks.CHECKS)} checks hold"]
+    refused = subprocess.run([sys.executable, "-m", "fairaudit", "check", "backend=mock", "extra"],
+                             capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: fairaudit check takes one backend=NAME")
+
+
+def test_the_command_runs_every_check_this_suite_runs():
+    tested = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
+    assert {check.__name__ for check in checks.CHECKS} <= tested
 
 
 @pytest.mark.parametrize("entry", PARAMS)

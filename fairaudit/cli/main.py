@@ -28,6 +28,7 @@ usage:
   fairaudit data check                per data file: present, checksum, source
   fairaudit store ...                 inspect and maintain the result store (fairaudit store --help)
   fairaudit report [OVERRIDES...]     a study's cross-run tables and figures from MLflow
+  fairaudit check backend=NAME        hold a backend (yours too, once installed) to the backend contract
 
 Hydra's own options work on audit runs: --cfg job (print the composed config), --info, --hydra-help,
 --shell-completion install=bash (eval "$(fairaudit -sc install=bash)" completes subcommands, their options
@@ -141,8 +142,15 @@ def report_command(argv: list[str]) -> int:
     return hydra_command("fairaudit.report.__main__", argv, "report")
 
 
+def check_command(argv: list[str]) -> int:
+    """`fairaudit check backend=NAME`: the backend held to the contract's checks (`fairaudit.conformance`)."""
+    from fairaudit.conformance.command import main as check_main
+
+    return check_main(argv)
+
+
 COMMANDS = {"list": list_configs, "data": data_command, "store": store_command, "plan": plan_command,
-            "report": report_command}
+            "report": report_command, "check": check_command}
 
 
 def main(argv: list[str] | None = None) -> int:
