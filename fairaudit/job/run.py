@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import DictConfig
@@ -14,7 +13,6 @@ from omegaconf import DictConfig
 from fairaudit.errors import AuditError, failure_line, interrupt
 from fairaudit.errors.disk import artifacts_full
 from fairaudit.errors.interrupt import Interrupted
-from fairaudit.errors.locks import is_locked, locked_error
 from fairaudit.errors.secrets import redact_hydra_files
 from fairaudit.job.config import Job, build_backend, model_folder, read_job
 from fairaudit.job.dry_run import preview
@@ -65,7 +63,9 @@ def audit(job: Job) -> ProbeResult:
         raise Interrupted(client.model_calls) from None
     except BaseException as error:
         failure = fault_of(error, uri, store, tracker)
-        tracker.end(failed=True, error=failure_line(failure or error))
+        if not tracker.end(failed=True, error=failure_line(failure or error)) and failure is not None:
+            failure = AuditError(f"{failure}; its MLflow run {run_id} could not be marked FAILED and shows RUNNING "
+                                 "until the re-run closes it KILLED")
         raise failure or error
     finally:
         store.close(release=ended)  # the write-ahead log folded into the file a user may copy
@@ -76,13 +76,11 @@ def audit(job: Job) -> ProbeResult:
 
 
 def fault_of(error: BaseException, uri: str, store: Store, tracker: Tracker) -> AuditError | None:
-    """The one-line error for a resource that failed mid-run: the tracking server or database (gone, locked, full),
-    the store's sqlite file kept locked by another process, the artifacts' disk full; None for anything else."""
-    if store.url.startswith("sqlite:///") and is_locked(error) and not tracking_fault(error, uri):
-        return locked_error(Path(store.url[len("sqlite:///"):]), "the store, store.url",
-                            "the results committed so far are kept")
-    return (tracking_failure(error, uri) or database_full(error, uri) or tracking_fault(error, uri)
-            or artifacts_full(error, tracker.run.info.artifact_uri, tracker.writing))
+    """The one-line error for a resource that failed mid-run: the store (its server gone, frozen or locked, its file
+    locked or damaged), the tracking server or database (gone, locked, damaged, full), the artifacts' disk full; None
+    for anything else."""
+    return (store.fault(error) or tracking_failure(error, uri) or database_full(error, uri)
+            or tracking_fault(error, uri) or artifacts_full(error, tracker.run.info.artifact_uri, tracker.writing))
 
 
 def log_run(tracker: Tracker, job: Job, result: ProbeResult, verdict: list[str], run_name: str) -> None:
