@@ -116,32 +116,41 @@ def postgres():
     server.stop()
 
 
-@pytest.mark.cluster
-def test_a_frozen_postgres_store_is_one_line_after_its_stall_bound(postgres, monkeypatch):
-    monkeypatch.setattr(faults, "STALL_S", 2.0)
+def half_done(postgres: Postgres) -> tuple[Store, CachingClient]:
+    """A store on the server and a client that has committed 4 results through it."""
     store = Store(postgres.url)
     client = CachingClient(ScriptedBackend(), store, chunk_size=2)
     client.generate(requests(4))
-    frozen = postgres.processes()
-    for pid in frozen:
-        os.kill(pid, signal.SIGSTOP)
+    return store, client
+
+
+def failing(client: CachingClient) -> tuple[BaseException, float]:
+    """The error that ends the client's next calls, and how long they took to fail."""
     start = time.time()
     with pytest.raises(sa.exc.DBAPIError) as caught:
         client.generate(requests(8))
-    waited = time.time() - start
+    return caught.value, time.time() - start
+
+
+@pytest.mark.cluster
+def test_a_frozen_postgres_store_is_one_line_after_its_stall_bound(postgres, monkeypatch):
+    monkeypatch.setattr(faults, "STALL_S", 2.0)
+    store, client = half_done(postgres)
+    frozen = postgres.processes()
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    error, waited = failing(client)
     for pid in frozen:
         os.kill(pid, signal.SIGCONT)
-    line = str(store.fault(caught.value))
+    line = str(store.fault(error))
     assert 2.0 <= waited < 4.0, waited
     assert line.startswith("store.url 'postgresql+psycopg://postgres@127.0.0.1:") and "gave no answer for 2 s" in line
     assert "once it answers again, the same command resumes: " in line
 
 
 @pytest.mark.cluster
-def test_a_postgres_store_restarting_mid_run_is_waited_for_with_a_line(postgres, monkeypatch, capfd):
-    store = Store(postgres.url)
-    client = CachingClient(ScriptedBackend(), store, chunk_size=2)
-    client.generate(requests(4))
+def test_a_postgres_store_restarting_mid_run_is_waited_for_with_a_line(postgres, capfd):
+    store, client = half_done(postgres)
     postgres.pg_ctl("-m", "fast", "stop")
     threading.Timer(3.0, postgres.restart).start()
     assert [c.text for c in client.generate(requests(8))][4:] == [f"{i} {i + 1}" for i in range(4, 8)]
@@ -153,13 +162,9 @@ def test_a_postgres_store_restarting_mid_run_is_waited_for_with_a_line(postgres,
 @pytest.mark.cluster
 def test_a_postgres_store_that_stays_down_is_one_line_after_its_wait(postgres, monkeypatch):
     monkeypatch.setattr(faults, "RESTART_WAIT_S", 2.0)
-    store = Store(postgres.url)
-    client = CachingClient(ScriptedBackend(), store, chunk_size=2)
-    client.generate(requests(4))
+    store, client = half_done(postgres)
     postgres.pg_ctl("-m", "fast", "stop")
-    start = time.time()
-    with pytest.raises(sa.exc.DBAPIError) as caught:
-        client.generate(requests(8))
-    assert time.time() - start < 6
-    line = str(store.fault(caught.value))
+    error, waited = failing(client)
+    assert waited < 6
+    line = str(store.fault(error))
     assert "stopped answering mid-run and did not come back within 2 s (" in line and "Connection refused" in line

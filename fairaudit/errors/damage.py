@@ -11,8 +11,7 @@ from fairaudit.errors import AuditError
 from fairaudit.errors.disk import failure_text
 
 CHECK_S = 5.0  # the most time the check at open takes (about 100 MB a second); a larger file is left unchecked
-DAMAGED = ("database disk image is malformed", "file is not a database", "malformed database schema",
-           "database corruption")
+DAMAGED = ("database disk image is malformed", "malformed database schema", "database corruption")
 
 
 def is_damaged(error: BaseException | None) -> bool:
