@@ -64,8 +64,8 @@ def audit(job: Job) -> ProbeResult:
     except BaseException as error:
         failure = fault_of(error, uri, store, tracker)
         if not tracker.end(failed=True, error=failure_line(failure or error)) and failure is not None:
-            failure = AuditError(f"{failure}; its MLflow run {run_id} could not be marked FAILED and shows RUNNING "
-                                 "until the re-run closes it KILLED")
+            failure = AuditError(f"its MLflow run {run_id} could not be marked FAILED and shows RUNNING until the "
+                                 f"re-run closes it KILLED; {failure}")  # the line still ends with the re-run
         raise failure or error
     finally:
         store.close(release=ended)  # the write-ahead log folded into the file a user may copy
