@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from fairaudit.errors import AuditError
 from fairaudit.errors.damage import damaged_error, is_damaged, store_way_back
-from fairaudit.errors.disk import failure_text
+from fairaudit.errors.disk import chain_of, failure_text
 from fairaudit.errors.interrupt import command_line
 from fairaudit.errors.locks import is_locked, locked_error
 from fairaudit.errors.secrets import redact
@@ -70,7 +70,7 @@ class StoreGuard:
     def fault(self, error: BaseException) -> AuditError | None:
         """The one line for the store's failure (seen on its own engine) when there was one, else None; `error` is
         what ended the run."""
-        if not (self.failure or self.lost):
+        if not (self.failure or (self.lost and any(isinstance(e, sa.exc.DBAPIError) for e in chain_of(error)))):
             return None
         kept = "the results committed so far are kept"
         path = Path(self.url[len("sqlite:///"):]) if self.url.startswith("sqlite:///") else None
@@ -89,7 +89,9 @@ class StoreGuard:
         except sa.exc.DBAPIError as error:
             if not (self.server and error.connection_invalidated and not self.failure):
                 raise
-            return action()
+            done = action()
+            self.lost = None  # the server came back
+            return done
 
     def _fail(self, why: str) -> None:
         if self.failure is None:
