@@ -9,7 +9,6 @@ from omegaconf import DictConfig
 from fairaudit.errors import AuditError, failure_line, interrupt
 from fairaudit.errors.disk import artifacts_full
 from fairaudit.errors.interrupt import Interrupted
-from fairaudit.errors.locks import is_locked, locked_error
 from fairaudit.job.config import Job, open_client, read_job
 from fairaudit.job.dry_run import preview
 from fairaudit.job.tags import run_identity
@@ -54,9 +53,12 @@ def audit(job: Job) -> ProbeResult:
         stop = stopped(error, client.model_calls, store, tracker)
         killed = isinstance(stop, Interrupted)
         line = interrupted_line(stop.kept) if killed else failure_line(stop)
-        tracker.end(killed=killed, failed=not killed, error=line)
+        closed = tracker.end(killed=killed, failed=not killed, error=line)
         if killed:
             raise stop from None
+        if not closed and isinstance(stop, AuditError):  # the line still ends with the re-run
+            stop = AuditError(f"its MLflow run {run_id} could not be marked FAILED and shows RUNNING until the "
+                              f"re-run closes it KILLED; {stop}")
         raise stop
     finally:
         store.close(release=ended)  # the write-ahead log folded into the file a user may copy
@@ -98,13 +100,11 @@ def output_folder() -> Path:
 
 
 def fault_of(error: BaseException, uri: str, store: Store, tracker: Tracker) -> AuditError | None:
-    """The one-line error for a resource that failed mid-run: the tracking server or database (gone, locked, full),
-    the store's sqlite file kept locked by another process, the artifacts' disk full; None for anything else."""
-    if store.url.startswith("sqlite:///") and is_locked(error) and not tracking_fault(error, uri):
-        return locked_error(Path(store.url[len("sqlite:///"):]), "the store, store.url",
-                            "the results committed so far are kept")
-    return (tracking_failure(error, uri) or database_full(error, uri) or tracking_fault(error, uri)
-            or artifacts_full(error, tracker.run.info.artifact_uri, tracker.writing))
+    """The one-line error for a resource that failed mid-run: the store (its server gone, frozen or locked, its file
+    locked or damaged), the tracking server or database (gone, locked, damaged, full), the artifacts' disk full; None
+    for anything else."""
+    return (store.fault(error) or tracking_failure(error, uri) or database_full(error, uri)
+            or tracking_fault(error, uri) or artifacts_full(error, tracker.run.info.artifact_uri, tracker.writing))
 
 
 def data_source(dataset) -> str:

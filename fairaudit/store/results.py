@@ -21,10 +21,12 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from fairaudit.errors import AuditError
+from fairaudit.errors.damage import damaged_error, quick_check, store_way_back
 from fairaudit.errors.disk import full_error, is_full, megabytes
 from fairaudit.errors.locks import LOCK_WAIT_S
 from fairaudit.errors.secrets import redact
 from fairaudit.store.claims import CLAIM_BYTES, CLAIMS_METADATA, Claims
+from fairaudit.store.faults import StoreGuard, server_options
 from fairaudit.terminal.output import warn
 
 STORE_VERSION = 1
@@ -107,13 +109,21 @@ class Store:
             raise AuditError(f"store.url {redact(self.url)!r} is not usable: {error}") from None
         self._insert = INSERTS[backend]
         self.claims = Claims(self.engine, self._insert)
-        if backend == "sqlite":
+        if backend == "sqlite" and self.engine.url.database:
+            _refuse_damaged(Path(self.engine.url.database))
             sa.event.listen(self.engine, "connect", _sqlite_wal)
+        self.guard = StoreGuard(self.engine, self.url)
         try:
             self._create_table()
         except sa.exc.DBAPIError as error:
             raise AuditError(f"store.url {redact(self.url)!r} cannot be opened: "
                              f"{' '.join(str(error.orig).split())}") from None
+        self.guard.opened = True
+
+    def fault(self, error: BaseException) -> AuditError | None:
+        """The one line for an error of this store mid-run (a server stopped, frozen or restarting past its wait, a
+        file locked or damaged: `faults.StoreGuard`), else None."""
+        return self.guard.fault(error)
 
     def _create_table(self) -> None:
         """The tables, once, serialised across processes (sqlite: a write lock taken before looking, since its driver
@@ -136,6 +146,9 @@ class Store:
 
     def get_many(self, keys: Sequence[str]) -> dict[str, object]:
         """Sound stored values of those keys that exist; a damaged one is reported and deleted."""
+        return self.guard.again_after_a_restart(lambda: self._get_many(keys))
+
+    def _get_many(self, keys: Sequence[str]) -> dict[str, object]:
         found: dict[str, object] = {}
         unique = list(dict.fromkeys(keys))
         with self.engine.connect() as conn:
@@ -171,6 +184,9 @@ class Store:
         returns how many keys were new."""
         if not rows:
             return 0
+        return self.guard.again_after_a_restart(lambda: self._put_rows(rows, left))
+
+    def _put_rows(self, rows: Sequence[dict], left: int) -> int:
         try:
             with self.engine.begin() as conn:
                 insert = self._insert(RESULTS).on_conflict_do_nothing(index_elements=["key"]).returning(RESULTS.c.key)
@@ -185,7 +201,7 @@ class Store:
     def claim(self, keys: Sequence[str], look_first: bool = False) -> set[str]:
         """Claim calls before computing them (`Claims.take`); a disk too full for the claims is one line."""
         try:
-            return self.claims.take(keys, look_first)
+            return self.guard.again_after_a_restart(lambda: self.claims.take(keys, look_first))
         except sa.exc.DBAPIError as error:
             if not is_full(error):
                 raise
@@ -244,10 +260,18 @@ def commit_need(rows: Sequence[dict], left: int) -> str:
 
 def _engine_options(backend: str) -> dict:
     """sqlite waits LOCK_WAIT_S for a lock another process holds; a PostgreSQL server gets CONNECT_TIMEOUT_S to
-    accept a connection (an unreachable host would otherwise hang for the system's TCP timeout, minutes)."""
+    accept a connection (an unreachable host would otherwise hang for the system's TCP timeout, minutes), and its
+    statements and idle connections are bounded (`faults.server_options`; the pool's ping is `StoreGuard`'s)."""
     if backend == "sqlite":
         return {"connect_args": {"timeout": float(LOCK_WAIT_S)}}
-    return {"pool_pre_ping": True, "connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
+    return {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S, **server_options()}}
+
+
+def _refuse_damaged(path: Path) -> None:
+    """A damaged sqlite store is one line before any model work (`damage.quick_check`, bounded)."""
+    problem = quick_check(path)
+    if problem:
+        raise damaged_error(path, "the store, store.url", problem, store_way_back(path))
 
 
 def _sqlite_wal(dbapi_connection, _record) -> None:

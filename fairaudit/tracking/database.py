@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Callable
 
 from fairaudit.errors import AuditError
+from fairaudit.errors.damage import damaged_error, is_damaged, quick_check, tracking_way_back
 from fairaudit.errors.locks import LOCK_WAIT_S, is_locked, locked_error
 
 RESERVE_BYTES = 1 << 20  # room for sqlite's journal and a run's closing tags on a full disk
 CONNECT_TIMEOUT_S = 10  # a tracking database server must accept a login within this (libpq's PGCONNECT_TIMEOUT too)
 SQL_SERVERS = ("postgresql", "mysql", "mssql")  # SQLAlchemy URLs MLflow keeps its runs in
+WHAT = "MLflow's database, tracking.uri"
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -83,6 +85,9 @@ def prepare_tracking(uri: str) -> None:
     path = sqlite_path(uri)
     if path is None:
         return
+    problem = quick_check(path)  # a damaged database: one line before any model work
+    if problem:
+        raise damaged_error(path, WHAT, problem, tracking_way_back(path))
     keep_reserve(path)
     head = _schema_head()
     if _revision(path) == head:
@@ -185,20 +190,25 @@ def keep_reserve(path: Path) -> None:
         os.replace(partial, reserve)
 
 
-def close_on_a_full_disk(uri: str, close) -> None:
+def close_on_a_full_disk(uri: str, close) -> bool:
     """close() (the run's closing tags and status); when it fails on a full disk, again once the reserve beside a
-    sqlite database is given up. Best effort: a failing run's database may itself be the failure."""
+    sqlite database is given up. Best effort: a failing run's database may itself be the failure. Returns whether
+    the run was closed."""
     from fairaudit.errors.disk import is_full
 
     try:
         close()
+        return True
     except Exception as error:
         path = sqlite_path(uri)
         if path is None or not is_full(error) or not _reserve(path).exists():
-            return
+            return False
         _reserve(path).unlink()
-        with contextlib.suppress(Exception):
+        try:
             close()
+            return True
+        except Exception:
+            return False
 
 
 def database_full(error: BaseException, uri: str):
@@ -237,17 +247,18 @@ def server_problem(uri: str) -> str | None:
 
 def tracking_fault(error: BaseException, uri: str, mlflow_only: bool = True) -> AuditError | None:
     """The one-line AuditError for a local tracking database another process kept locked past its wait (sqlite's
-    busy timeout: MLflow's 20 s, fairaudit's own LOCK_WAIT_S), or for a database server that no longer answers;
-    None for any other error. `mlflow_only`: only an error MLflow raised is the tracking database's (mid-run, the
-    store may be the one locked)."""
+    busy timeout: MLflow's 20 s, fairaudit's own LOCK_WAIT_S) or found damaged, or for a database server that no
+    longer answers; None for any other error. `mlflow_only`: only an error MLflow raised is the tracking database's
+    (mid-run, the store may be the one locked)."""
     from fairaudit.errors.disk import chain_of
 
     if mlflow_only and not any(type(e).__name__ == "MlflowException" for e in chain_of(error)):
         return None
     path = sqlite_path(uri)
+    if path is not None and is_damaged(error):
+        return damaged_error(path, WHAT, (quick_check(path) or str(chain_of(error)[-1])), tracking_way_back(path))
     if path is not None:
-        return locked_error(path, "MLflow's database, tracking.uri", "the results computed so far are in the store") \
-            if is_locked(error) else None
+        return locked_error(path, WHAT, "the results computed so far are in the store") if is_locked(error) else None
     problem = server_problem(uri)
     return AuditError(problem) if problem else None
 

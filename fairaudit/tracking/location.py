@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from fairaudit.errors import AuditError
+from fairaudit.errors.damage import damaged_error, is_damaged, store_way_back, tracking_way_back
 from fairaudit.errors.locks import LOCK_WAIT_S, is_locked, locked_error
 from fairaudit.errors.rules import text
 from fairaudit.errors.secrets import unencoded_problem
@@ -52,6 +53,9 @@ def sqlite_problem(key: str, path: Path) -> str | None:
     except sqlite3.Error as error:
         if is_locked(error):
             return str(locked_error(path, key, "nothing was run"))
+        if is_damaged(error):
+            way_back = store_way_back(path) if key.startswith("store") else tracking_way_back(path)
+            return str(damaged_error(path, key, str(error), way_back))
         return f"{key}: {path} is not a readable sqlite database ({error}); move it away or choose another path"
     return None
 

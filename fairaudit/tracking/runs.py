@@ -3,6 +3,7 @@ everything the run needs to be repeated; a run a killed process left RUNNING is 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -15,6 +16,7 @@ from fairaudit.analysis.degenerate import WARNING
 from fairaudit.analysis.undefined import reasons_by_text, why_undefined
 from fairaudit.errors import AuditError
 from fairaudit.errors.disk import size_of
+from fairaudit.errors.interrupt import command_line
 from fairaudit.errors.secrets import redact
 from fairaudit.processes import identity, is_gone
 from fairaudit.tracking.database import (
@@ -25,6 +27,7 @@ from fairaudit.tracking.database import (
     server_problem,
     tracking_fault,
 )
+from fairaudit.tracking.http import bound_requests, one_try
 from fairaudit.tracking.scratch import scratch
 from fairaudit.tracking.tags import (
     ERROR_TAG,
@@ -51,7 +54,8 @@ def tracking_failure(error: BaseException, uri: str) -> AuditError | None:
     if isinstance(error, MlflowException) and uri.startswith(("http://", "https://")):
         first_line = str(error).strip().splitlines()[0][:300]
         return AuditError(f"tracking.uri {redact(uri)} failed mid-run ({first_line}); the results computed so "
-                          "far are in the store, a re-run logs them without model calls")
+                          f"far are in the store, once the server answers the same command logs them without model "
+                          f"calls: {command_line()}")
     return None
 
 
@@ -148,6 +152,7 @@ def open_tracking(uri: str, experiment: str):
     import mlflow
     from mlflow.tracking import MlflowClient
 
+    bound_requests(uri)  # an HTTP server's requests: seconds each, not MLflow's minutes of retries
     problem = server_problem(uri)  # a server that is down: one line in seconds, not MLflow's minutes of retries
     if problem:
         raise AuditError(problem)
@@ -302,11 +307,12 @@ class Tracker:
             self.writing = ("the samples pages and samples.jsonl", size_of(tmp))
             self.mlflow.log_artifacts(str(tmp))
 
-    def end(self, failed: bool = False, error: str | None = None, killed: bool = False) -> None:
+    def end(self, failed: bool = False, error: str | None = None, killed: bool = False) -> bool:
         """Close the run (KILLED when `killed`: stopped by the user); `error` (one line) becomes its error tag
-        and description. Closing a failed or killed run is best effort: its tracking server may be the failure."""
+        and description. Closing a failed or killed run is best effort, one try: its tracking server may be the
+        failure. Returns whether the run was closed (or none was open)."""
         if self.run is None:
-            return
+            return True
         run_id = self.run.info.run_id
         self.run = None
         error = redact(error) if error else error
@@ -314,14 +320,19 @@ class Tracker:
             self.mlflow.end_run(status="FINISHED")
             if self.key:
                 supersede_ended(self.client, self.experiment_id, self.key, run_id)
-            return
+            return True
         line = (error or ("interrupted" if killed else ""))[:MAX_TAG]
 
         def close() -> None:
             if line:
                 self.mlflow.set_tags({ERROR_TAG: line, NOTE_TAG: line})
             self.mlflow.end_run(status="KILLED" if killed else "FAILED")
-        close_on_a_full_disk(self.uri, close)
+        with one_try(self.uri):
+            closed = close_on_a_full_disk(self.uri, close)
+            if not closed:  # the run leaves MLflow's active runs, so nothing tries again at exit
+                with contextlib.suppress(Exception):
+                    self.mlflow.end_run(status="KILLED" if killed else "FAILED")
+        return closed
 
 
 def _has_named_index(table: pd.DataFrame) -> bool:
