@@ -32,6 +32,7 @@ from fairaudit.errors.rules import (
     one_of,
     optional,
     plain,
+    port_problem,
     template_fields,
     text,
 )
@@ -187,7 +188,7 @@ def store_problem(url: str) -> str | None:
     if url.startswith("sqlite:///"):
         url = url[len("sqlite:///"):]
     elif "://" in url:
-        return None if url.split("://")[0].split("+")[0] == "postgresql" else \
+        return port_problem("store.url", url) if url.split("://")[0].split("+")[0] == "postgresql" else \
             f"store.url={url!r}: only sqlite files and postgresql servers are supported"
     return sqlite_problem("store.url", Path(url).expanduser())
 
@@ -197,6 +198,8 @@ def tracking_problem(uri: str) -> str | None:
     server, or a database server that accepts the login)."""
     parsed = urlparse(uri)
     scheme = parsed.scheme.split("+")[0]
+    if scheme in ("http", "https", *SQL_SERVER_SCHEMES) and port_problem("tracking.uri", uri):
+        return port_problem("tracking.uri", uri)
     if scheme == "sqlite":
         path = uri.split(":///", 1)[1] if ":///" in uri else ""
         return sqlite_problem("tracking.uri", Path(path)) if path and path != ":memory:" else (
@@ -205,6 +208,11 @@ def tracking_problem(uri: str) -> str | None:
         folder = Path(parsed.path if scheme == "file" else uri).expanduser().absolute()
         return (f"tracking.uri={uri!r} is a folder, and MLflow 3 keeps no runs in folders: write "
                 f"tracking.uri=sqlite:///{folder}/mlflow.db (what a folder on the command line means)")
+    if scheme in ("http", "https") and (parsed.query or parsed.fragment):
+        return (f"tracking.uri={uri!r}: MLflow adds its API's path to this address, so a query or fragment "
+                f"('?{parsed.query}') cannot ride on it: give the server's address alone "
+                f"({scheme}://{parsed.netloc}{parsed.path.rstrip('/')}) and a token as MLFLOW_TRACKING_TOKEN in the "
+                "environment (a login as MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)")
     if scheme in ("http", "https"):
         return reach_problem(uri, parsed.hostname, parsed.port or (443 if scheme == "https" else 80))
     if scheme in SQL_SERVER_SCHEMES:
