@@ -15,6 +15,7 @@ from fairaudit.analysis.degenerate import WARNING
 from fairaudit.analysis.undefined import reasons_by_text, why_undefined
 from fairaudit.errors import AuditError
 from fairaudit.errors.disk import size_of
+from fairaudit.errors.locks import is_locked
 from fairaudit.errors.secrets import redact
 from fairaudit.processes import identity, is_gone
 from fairaudit.tracking.database import (
@@ -298,7 +299,23 @@ class Tracker:
             if line:
                 self.mlflow.set_tags({ERROR_TAG: line, NOTE_TAG: line})
             self.mlflow.end_run(status="KILLED" if killed else "FAILED")
-        close_on_a_full_disk(self.uri, close)
+        close_on_a_full_disk(self.uri, lambda: despite_a_lock(close))
+
+
+def despite_a_lock(write, tries: int = 5) -> None:
+    """write(), again after a pause when sqlite refused it at once as "database is locked": two processes writing
+    one MLflow database at the same instant (a stopped sweep's jobs closing their runs together) can each hold a
+    read lock the other's write waits on, and sqlite then fails one of them without waiting its busy timeout."""
+    import time
+
+    for attempt in range(tries):
+        try:
+            write()
+            return
+        except Exception as error:
+            if attempt == tries - 1 or not is_locked(error):
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 def _has_named_index(table: pd.DataFrame) -> bool:
