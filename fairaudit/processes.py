@@ -49,3 +49,21 @@ def is_gone(host: str | None, pid: str | None, started: str | None) -> bool:
 def is_zombie(pid: int) -> bool:
     """The process has exited and waits for its parent to reap it (state Z, or X while it is being reaped)."""
     return stat_fields(pid)[:1] in (["Z"], ["X"])
+
+
+def parent_of(pid: int) -> int | None:
+    """The process's parent pid (Linux), None when it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process started by `pid`, its children's children too (Linux; zombies included until reaped)."""
+    parents = {int(entry.name): parent_of(int(entry.name)) for entry in Path("/proc").iterdir() if entry.name.isdigit()}
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [child for child, parent in parents.items() if parent in frontier]
+        found += frontier
+    return found

@@ -4,6 +4,7 @@ processes, an MLflow tracking server, and sweeps through a one-node SLURM (`scri
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from tests.conftest import REPO, model_results, probe_metric_names, run_app
 from tests.servers import MlflowServer, have
 from tests.test_claims import issue_pair, no_deadlock, open_at_once, race, two_audits_at_once
 from tests.test_store import ScriptedBackend, requests
+from tests.test_sweep_signals import runs, stop_sweep, tree
 
 pytestmark = pytest.mark.cluster
 TINY = ["model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8"]
@@ -218,3 +220,23 @@ def test_server_down_mid_run_fails_cleanly_and_keeps_the_results(tmp_path, mlflo
     assert run.data.metrics["model_calls"] == 0
 
 
+
+
+@pytest.mark.skipif(not slurm_up(), reason="no SLURM here: scripts/cluster.sh up, then export SLURM_CONF=...")
+def test_sigterm_to_a_slurm_sweeps_parent_cancels_its_array_and_leaves_every_run_killed(tmp_path):
+    """SIGTERM to the parent of a sweep whose jobs are a SLURM array, once both jobs generate: the array cancelled
+    (scancel), each job's run closed KILLED by its job, the parent's run KILLED, no job left in the queue or on the
+    node, and the parent exits 143."""
+    slurm = ["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.cpus_per_task=1",
+             "hydra.launcher.mem_gb=3", "hydra.launcher.timeout_min=30",
+             'hydra.launcher.setup=["export OMP_NUM_THREADS=1"]']
+    proc, err, gone_after = stop_sweep(tmp_path, slurm, signal.SIGTERM, pairs=1000)  # SLURM starts its jobs apart
+    assert proc.returncode == 143 and "Traceback" not in err, err[-3000:]
+    ended = runs(tmp_path)
+    assert len(ended) == 3 and {r.info.status for r in ended} == {"KILLED"}
+    assert sum("interrupted (SIGTERM) after" in r.data.tags["mlflow.note.content"] for r in ended) == 2
+    queued = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
+    submitted = {p.name.split("_")[0] for p in (tmp_path / "multirun" / ".submitit").glob("*_*") if p.name[0].isdigit()}
+    assert len(submitted) == 1 and not {q.split("_")[0] for q in queued} & submitted
+    left = subprocess.run(["pgrep", "-f", f"submitit.*{tmp_path}"], capture_output=True, text=True).stdout.split()
+    assert not left and not tree(proc.pid) and gone_after < 60

@@ -138,6 +138,21 @@ MISTAKES = [
      "job 1 (dataset.alpha=Female): dataset.alpha and dataset.alpha_prime are both 'Female'"),
     ("a study past the data", ["+experiment=seed_sweep", "dataset.n=99999999"],
      "dataset.n=99999999 is out of range for 'adult'"),
+    ("a group of settings given a URL", ["store=postgresql://h/db"],
+     "store=postgresql://h/db: store is a group of settings (store.url, store.batch_keyed), not one value: write "
+     "store.url=postgresql://h/db"),
+    ("a store port that is no number", ["store.url=postgresql+psycopg://u@h:abc/db"],
+     "store.url='postgresql+psycopg://u@h:abc/db': its port 'abc' is not a number in 0..65535"),
+    ("a store port that is no number, verified", ["store", "verify", "--store", "postgresql+psycopg://u@h:abc/db"],
+     "store.url='postgresql+psycopg://u@h:abc/db': its port 'abc' is not a number in 0..65535"),
+    ("a tracking port that is no number", ["tracking.uri=postgresql+psycopg://u@h:abc/db"],
+     "tracking.uri='postgresql+psycopg://u@h:abc/db': its port 'abc' is not a number in 0..65535"),
+    ("Hydra's help with overrides", ["--hydra-help"],
+     "--hydra-help prints Hydra's own help and takes no overrides (tracking.uri, "),
+    ("a token in the tracking URL's query", ['tracking.uri="http://127.0.0.1:1/?token=abc"'],
+     "tracking.uri='http://127.0.0.1:1/?token=***': MLflow adds its API's path to this address, so a query or "
+     "fragment ('?token=***') cannot ride on it: give the server's address alone (http://127.0.0.1:1) and a token "
+     "as MLFLOW_TRACKING_TOKEN"),
 ]
 
 
@@ -218,7 +233,7 @@ def test_each_mistake_is_one_error_line_and_exit_2_before_any_model_loads(tmp_pa
               f"hydra.sweep.dir={tmp_path}/multirun"]
     if argv[0] == "report":
         argv = ["report", *places[:2], *argv[1:]]
-    elif argv[0] != "data":
+    elif argv[0] not in ("data", "store"):
         argv = [*places, f"store.url={tmp_path}/store.sqlite", *BASE, *argv]
     done = fairaudit(argv, tmp_path)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]

@@ -150,6 +150,44 @@ def test_two_concurrent_first_runs_both_finish(tmp_path):
     assert integrity(tmp_path / "mlflow.db") == "ok"
 
 
+STARTS = """
+import sys, time
+from pathlib import Path
+from fairaudit.job.outputs import output_problem
+parent, name, rounds = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+(parent / f"ready-{name}").touch()
+while not (parent / "go").exists():
+    time.sleep(0.001)
+at = float((parent / "go").read_text())
+for round in range(rounds):
+    folder = parent / str(round) / "new" / name
+    time.sleep(max(0.0, at + round * 0.2 - time.time()))  # each round starts at the same instant in every process
+    problem = output_problem(folder, "hydra.run.dir")
+    assert problem is None, f"round {round}: {problem}"
+    (folder / ".hydra").mkdir(parents=True, exist_ok=True)  # as Hydra makes the job's folder and writes into it
+    (folder / ".hydra" / "config.yaml").write_text("a: 1")
+    time.sleep(0.1)
+    assert (folder / ".hydra" / "config.yaml").exists(), f"round {round}: {name}'s .hydra/ was removed"
+"""
+
+
+def test_runs_starting_at_once_under_one_new_parent_folder_keep_their_folders(tmp_path):
+    """Three processes check their output folders (`job.outputs.output_problem`) under one new parent at the same
+    instant, each then writing its .hydra/ as Hydra does: none is refused, none loses its files, and nothing the
+    checks made is left but the folders the runs wrote."""
+    rounds = 20
+    procs = [subprocess.Popen([sys.executable, "-c", STARTS, str(tmp_path), name, str(rounds)], cwd=REPO, env=ENV,
+                              stderr=subprocess.PIPE, text=True) for name in "abc"]
+    while len(list(tmp_path.glob("ready-*"))) < 3 and all(proc.poll() is None for proc in procs):
+        time.sleep(0.01)
+    (tmp_path / "go").write_text(str(time.time() + 0.5))
+    errors = [proc.communicate(timeout=300)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0, 0], [err[-2000:] for err in errors]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.glob("*/new/*")) == \
+        sorted(f"{r}/new/{name}" for r in range(rounds) for name in "abc")
+    assert not list(tmp_path.glob("**/.fairaudit-write-*"))
+
+
 # ---------------------------------------------------------------- kill -9 at many moments, then run again
 
 

@@ -173,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             return COMMANDS[argv[0]](argv[1:])
         return hydra_command("fairaudit.job.__main__", argv)
     except KeyboardInterrupt:  # outside a run (a run says what it kept itself), e.g. a parallel sweep's launcher
+        from fairaudit.job.stop import finish
+
+        finish()  # a parallel sweep's jobs all ended, its runs closed KILLED
         print(interrupt.message(None), file=sys.stderr)
         return interrupt.exit_code()
 

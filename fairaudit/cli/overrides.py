@@ -85,6 +85,24 @@ def credential_line(override) -> str | None:
     return credential_problem(override.key_or_group.lstrip("+~"), values, sweep)
 
 
+def settings_problem(override, composed) -> str | None:
+    """A group of settings (a mapping such as `store`) given one value (`store=postgresql://h/db`): the key of it
+    that the value most likely meant (its `url`, else its first)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from fairaudit.errors.secrets import redact
+
+    node = OmegaConf.select(composed, override.key_or_group, throw_on_resolution_failure=False)
+    key = override.key_or_group
+    if not isinstance(node, DictConfig) or isinstance(override.value(), dict) or not len(node):
+        return None
+    names = [str(name) for name in node.keys()]
+    meant = "url" if "url" in names else names[0]
+    value = redact(override.input_line.partition("=")[2])
+    return (f"{key}={value}: {key} is a group of settings ({', '.join(f'{key}.{n}' for n in names[:4])}"
+            f"{', ...' if len(names) > 4 else ''}), not one value: write {key}.{meant}={value}")
+
+
 def job_line(override) -> str:
     """The override as one job of a sweep sees it: a sweep at its first value."""
     if not override.is_sweep_override():
@@ -98,7 +116,7 @@ def check(config_name: str, argv: list[str]) -> str | None:
     they compose). A command that prints its config (--cfg job, --info) is checked on its overrides; one with
     Hydra's other flags (-sc, -cn, ...) is left to Hydra."""
     args = [a for a in argv if a not in MULTIRUN_FLAGS]
-    problem = flag_problem(args)
+    problem = flag_problem(args) or hydra_help_problem(args)
     if problem or not args:
         return problem
     args = printed_overrides(args) if any(a.startswith("-") for a in args) else args
@@ -165,6 +183,15 @@ def flag_problem(args: list[str]) -> str | None:
         return (f"{arg}: fairaudit takes settings as key=value overrides, not as --options: write {key}={value} "
                 "(fairaudit --help lists its few flags)")
     return None
+
+
+def hydra_help_problem(args: list[str]) -> str | None:
+    """--hydra-help with overrides: Hydra's own help takes none (and fails composing some)."""
+    keys = [a.partition("=")[0] for a in args if not a.startswith("-")]
+    if "--hydra-help" not in args or not keys:
+        return None
+    return (f"--hydra-help prints Hydra's own help and takes no overrides ({', '.join(keys)}): run "
+            "fairaudit --hydra-help alone (fairaudit --help for fairaudit's)")
 
 
 def parse_problem(args: list[str], error: Exception) -> str:
@@ -264,7 +291,8 @@ def compose_problem(config_name: str, overrides) -> str | None:
             if problem:
                 return problem
             base = compose(config_name, overrides=[job_line(o) for o in kept if o not in keys])
-            problem = next((p for p in (key_problem(o.key_or_group, base) for o in keys) if p), None)
+            problem = next((p for p in (key_problem(o.key_or_group, base) or settings_problem(o, base)
+                                        for o in keys) if p), None)
             if problem:
                 return problem
             compose(config_name, overrides=[job_line(o) for o in kept])

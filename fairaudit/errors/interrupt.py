@@ -1,6 +1,7 @@
 """Ctrl-C, and SIGTERM or SIGHUP (a scheduler's preemption, a closed terminal) alike: the first one stops a run
 cleanly (its results stay in the store, its MLflow runs end KILLED, exit code 128 + the signal's number: 130 for
-Ctrl-C, 143 for SIGTERM, 129 for SIGHUP) and says how to resume; a second one stops at once."""
+Ctrl-C, 143 for SIGTERM, 129 for SIGHUP) and says how to resume; a second one stops at once. A sweep whose jobs run
+in processes of their own hooks its jobs' stop in (`on_stop`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Callable
 
 NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}  # the signals that stop a run
 _received: list[int] = []  # the signal that stopped this process, once one came
+_hooks: list[tuple[Callable[[int], None], Callable[[], None]]] = []  # (on the first signal, on the next)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -23,24 +26,41 @@ class Interrupted(KeyboardInterrupt):
         self.kept = kept
 
 
-def arm() -> None:
+def on_stop(first: Callable[[int], None], again: Callable[[], None]) -> None:
+    """`first(signum)` runs when the first signal comes, before its KeyboardInterrupt is raised (a sweep's parent
+    stops its jobs and waits for them); `again()` when a second one comes, before the process exits at once."""
+    _hooks.append((first, again))
+
+
+def arm(again_exits: bool = True) -> None:
     """The first of SIGINT, SIGTERM or SIGHUP raises KeyboardInterrupt (as Python's default does for SIGINT) and
-    arms the next to exit at once."""
+    arms the next to exit at once; with `again_exits=False` (a sweep job in a process of its own, which its
+    terminal and its sweep's parent may both signal) the next ones are ignored: the parent kills it if need be."""
     if threading.current_thread() is not threading.main_thread():
         return
 
     def at_once(signum, frame) -> None:
         os.write(2, b"\ninterrupted again: stopping now\n")
+        for _, again in _hooks:
+            again()
         os._exit(exit_code())
 
     def first(signum, frame) -> None:
-        _received.append(signum)
-        for number in NAMES:
-            signal.signal(number, at_once)
-        raise KeyboardInterrupt
+        stop_now(signum, at_once if again_exits else signal.SIG_IGN)
 
     for number in NAMES:
         signal.signal(number, first)
+
+
+def stop_now(signum: int, next_one=signal.SIG_IGN) -> None:
+    """Stop as the signal `signum` does: recorded as the cause, the next signal handled by `next_one`, the hooks
+    run, then KeyboardInterrupt. A sweep job that finds its sweep stopping calls it with its parent's signal."""
+    _received.append(signum)
+    for number in NAMES:
+        signal.signal(number, next_one)
+    for hook, _ in _hooks:
+        hook(signum)
+    raise KeyboardInterrupt
 
 
 def cause() -> str:
@@ -76,9 +96,19 @@ def environment_note(command: str | None = None) -> str:
         else ""
 
 
+def job_message(kept: int, job: int) -> str:
+    """The line a sweep job in a process of its own prints on a stop (its sweep's parent prints how to resume)."""
+    return f"{stopped_by()} in job {job}: its {kept} results are kept in the store"
+
+
+def stopped_by() -> str:
+    """"interrupted", or "interrupted by SIGTERM" (SIGHUP) when a signal other than Ctrl-C stopped the process."""
+    return "interrupted" if cause() == "Ctrl-C" else f"interrupted by {cause()}"
+
+
 def message(kept: int | None, job: int | None = None) -> str:
     """The one line printed on a stop; `job`: the sweep job that was running (finished ones are in the store too)."""
-    stopped = "interrupted" if cause() == "Ctrl-C" else f"interrupted by {cause()}"
+    stopped = stopped_by()
     note = environment_note()
     if kept is None:  # not known here: whatever was computed was committed as it came
         return (f"{stopped}: every result computed so far is kept in the store; the same command resumes{note}: "

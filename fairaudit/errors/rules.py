@@ -136,3 +136,19 @@ def check_fields(prefix: str, values: Any, rules: dict[str, Check], extra: Seque
     problems = field_problems(prefix, values, rules) + [p for p in extra if p]
     if problems:
         raise AuditError("; ".join(problems))
+
+
+def port_problem(key: str, url: str) -> str | None:
+    """A server URL (`key` names the setting) whose port is not a number (`postgresql://u@h:abc/db`): the line that
+    says so and how to write it; None when its port reads (or it has none). The URL's password is hidden."""
+    from urllib.parse import urlsplit
+
+    from fairaudit.errors.secrets import redact
+
+    try:
+        urlsplit(url).port
+    except ValueError:
+        port = urlsplit(url).netloc.rpartition("@")[2].rpartition(":")[2]
+        return (f"{key}={redact(url)!r}: its port {port!r} is not a number in 0..65535: write the server's port "
+                f"after its host (host:5432), or leave ':{port}' out for the default port")
+    return None

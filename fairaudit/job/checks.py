@@ -26,6 +26,7 @@ from fairaudit.errors.rules import (
     one_of,
     optional,
     plain,
+    port_problem,
     template_fields,
     text,
 )
@@ -147,7 +148,7 @@ def store_problem(url: str) -> str | None:
     if url.startswith("sqlite:///"):
         url = url[len("sqlite:///"):]
     elif "://" in url:
-        return None if url.split("://")[0].split("+")[0] == "postgresql" else \
+        return port_problem("store.url", url) if url.split("://")[0].split("+")[0] == "postgresql" else \
             f"store.url={url!r}: only sqlite files and postgresql servers are supported"
     return sqlite_problem("store.url", Path(url).expanduser())
 

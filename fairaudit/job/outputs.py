@@ -3,8 +3,8 @@ be created or written, or a disk without room, is one `error:` line and exit cod
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -38,21 +38,38 @@ def folder_of(config: DictConfig, key: str) -> Path:
 
 
 def output_problem(folder: Path, key: str) -> str | None:
-    """The one line for `folder` (what `key` names) when it cannot be created, written or has less than ROOM free. A
-    folder this check created is removed again (Hydra creates it when a job starts), so a later refusal leaves none."""
-    created = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
+    """The one line for `folder` (what `key` names) when it cannot be created, written or has less than ROOM free. The
+    folders this check created are removed again, each only while it is empty (Hydra creates them when a job
+    starts), so a later refusal leaves none and a run started beside it under the same new parent keeps its own."""
+    created: list[Path] = []
     problem = None
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".fairaudit-write-") as probe:
-            probe.write(bytes(4096))
-            probe.flush()
-            os.fsync(probe.fileno())
+        writable(folder, created)
     except OSError as error:
         problem = (f"{key}: no space left in {folder}: free space there or" if is_enospc(error) else
                    f"{key}: cannot write Hydra's output folder {folder} ({error.strerror or error}):")
     if problem is None and free_bytes(folder) < ROOM:
         problem = f"{key}: no space left in {folder} ({megabytes(free_bytes(folder))} free): free space there or"
-    if created is not None and created.exists():
-        shutil.rmtree(created, ignore_errors=True)
+    for made in reversed(created):
+        with contextlib.suppress(OSError):  # not empty: another run's folder is in it now
+            made.rmdir()
     return problem and f"{problem} choose another folder ({key}=/path/to/folder); nothing was run"
+
+
+def writable(folder: Path, created: list[Path], tries: int = 5) -> None:
+    """`folder` created (each folder made here added to `created`) and a block written and synced in it. A parent
+    that a check beside this one removed between two steps (it was empty then) is made again."""
+    for attempt in range(tries):
+        try:
+            for path in [*reversed(folder.parents), folder]:
+                with contextlib.suppress(FileExistsError):
+                    path.mkdir()
+                    created.append(path)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".fairaudit-write-") as probe:
+                probe.write(bytes(4096))
+                probe.flush()
+                os.fsync(probe.fileno())
+            return
+        except FileNotFoundError:
+            if attempt == tries - 1:
+                raise

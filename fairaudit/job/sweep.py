@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from fairaudit.catalog import registry
 from fairaudit.errors import AuditError, failure_line, input_error_line, interrupt
 from fairaudit.errors.secrets import redact, redact_hydra_files, remember_config
+from fairaudit.job import stop
 from fairaudit.job.config import Place, resolved
 from fairaudit.job.grid import (
     git_commit,
@@ -49,6 +50,7 @@ class SweepCallback(Callback):
         quiet_libraries()
         remember_config(config)  # the parent's tags, params and overrides.txt are logged with passwords hidden
         exit_on(sweep_problems(config))
+        stop.watch(config)  # a signal to this process stops the jobs a parallel launcher runs elsewhere
         if config.get("dry_run"):
             return  # a dry run logs nothing: no parent run either
         try:
@@ -58,6 +60,7 @@ class SweepCallback(Callback):
 
     @ends_the_command
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        stop.settled()
         gone = server_problem(config.tracking.uri)  # a database server that went down mid-sweep: its line, at once
         if gone:
             print_error(gone)
@@ -89,10 +92,11 @@ def run_sweep_job(cfg: DictConfig) -> None:
     run's failing job ends the dry run (exit code 2): a dry run records nothing."""
     place = Place.of_hydra()
     try:
-        redact_hydra_files(cfg)
-        run(cfg)
-    except KeyboardInterrupt as stop:
-        stop_sweep(cfg, place, getattr(stop, "kept", 0))
+        with stop.job_process(place.sweep_dir):
+            redact_hydra_files(cfg)
+            run(cfg)
+    except KeyboardInterrupt as stopped:
+        stop_sweep(cfg, place, getattr(stopped, "kept", 0))
     except Exception as error:
         line = input_error_line(error)
         if line is None:
@@ -115,7 +119,11 @@ def label_in(place: Place) -> str:
 
 def stop_sweep(cfg: DictConfig, place: Place, kept: int) -> None:
     """Ctrl-C (or SIGTERM, SIGHUP) in a sweep job: its run has closed KILLED; the parent ends KILLED too, one line
-    says what is kept."""
+    says what is kept (a job in a process of its own says it alone: the sweep's parent closes its run, and says how
+    to resume)."""
+    if stop.in_own_process():
+        print_line(interrupt.job_message(kept, place.num))
+        sys.exit(interrupt.exit_code())
     parent = parent_run_id(place.sweep_dir)
     if parent:
         tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)

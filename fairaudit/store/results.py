@@ -24,6 +24,7 @@ from fairaudit.errors import AuditError
 from fairaudit.errors.damage import damaged_error, quick_check, store_way_back
 from fairaudit.errors.disk import full_error, is_full, megabytes
 from fairaudit.errors.locks import LOCK_WAIT_S
+from fairaudit.errors.rules import port_problem
 from fairaudit.errors.secrets import redact
 from fairaudit.store.claims import CLAIM_BYTES, CLAIMS_METADATA, Claims
 from fairaudit.store.faults import StoreGuard, server_options
@@ -99,6 +100,9 @@ class Store:
 
     def __init__(self, location: str | Path):
         self.url = store_url(location)
+        problem = port_problem("store.url", self.url)
+        if problem:
+            raise AuditError(problem)
         try:
             backend = sa.engine.make_url(self.url).get_backend_name()
             if backend not in INSERTS:

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 from fairaudit.errors import AuditError
 from fairaudit.errors.damage import damaged_error, is_damaged, store_way_back, tracking_way_back
 from fairaudit.errors.locks import LOCK_WAIT_S, is_locked, locked_error
-from fairaudit.errors.rules import text
+from fairaudit.errors.rules import port_problem, text
 from fairaudit.errors.secrets import unencoded_problem
 from fairaudit.tracking.database import server_problem
 
@@ -65,6 +65,8 @@ def tracking_problem(uri: str) -> str | None:
     server, or a database server that accepts the login)."""
     parsed = urlparse(uri)
     scheme = parsed.scheme.split("+")[0]
+    if scheme in ("http", "https", *SQL_SERVER_SCHEMES) and port_problem("tracking.uri", uri):
+        return port_problem("tracking.uri", uri)
     if scheme == "sqlite":
         path = uri.split(":///", 1)[1] if ":///" in uri else ""
         return sqlite_problem("tracking.uri", Path(path)) if path and path != ":memory:" else (
@@ -73,6 +75,11 @@ def tracking_problem(uri: str) -> str | None:
         folder = Path(parsed.path if scheme == "file" else uri).expanduser().absolute()
         return (f"tracking.uri={uri!r} is a folder, and MLflow 3 keeps no runs in folders: write "
                 f"tracking.uri=sqlite:///{folder}/mlflow.db (what a folder on the command line means)")
+    if scheme in ("http", "https") and (parsed.query or parsed.fragment):
+        return (f"tracking.uri={uri!r}: MLflow adds its API's path to this address, so a query or fragment "
+                f"('?{parsed.query}') cannot ride on it: give the server's address alone "
+                f"({scheme}://{parsed.netloc}{parsed.path.rstrip('/')}) and a token as MLFLOW_TRACKING_TOKEN in the "
+                "environment (a login as MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)")
     if scheme in ("http", "https"):
         return reach_problem(uri, parsed.hostname, parsed.port or (443 if scheme == "https" else 80))
     if scheme in SQL_SERVER_SCHEMES:

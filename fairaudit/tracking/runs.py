@@ -17,6 +17,7 @@ from fairaudit.analysis.undefined import reasons_by_text, why_undefined
 from fairaudit.errors import AuditError
 from fairaudit.errors.disk import size_of
 from fairaudit.errors.interrupt import command_line
+from fairaudit.errors.locks import is_locked
 from fairaudit.errors.secrets import redact
 from fairaudit.processes import identity, is_gone
 from fairaudit.tracking.database import (
@@ -328,11 +329,27 @@ class Tracker:
                 self.mlflow.set_tags({ERROR_TAG: line, NOTE_TAG: line})
             self.mlflow.end_run(status="KILLED" if killed else "FAILED")
         with one_try(self.uri):
-            closed = close_on_a_full_disk(self.uri, close)
+            closed = close_on_a_full_disk(self.uri, lambda: despite_a_lock(close))
             if not closed:  # the run leaves MLflow's active runs, so nothing tries again at exit
                 with contextlib.suppress(Exception):
                     self.mlflow.end_run(status="KILLED" if killed else "FAILED")
         return closed
+
+
+def despite_a_lock(write, tries: int = 5) -> None:
+    """write(), again after a pause when sqlite refused it at once as "database is locked": two processes writing
+    one MLflow database at the same instant (a stopped sweep's jobs closing their runs together) can each hold a
+    read lock the other's write waits on, and sqlite then fails one of them without waiting its busy timeout."""
+    import time
+
+    for attempt in range(tries):
+        try:
+            write()
+            return
+        except Exception as error:
+            if attempt == tries - 1 or not is_locked(error):
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 def _has_named_index(table: pd.DataFrame) -> bool:

@@ -95,6 +95,28 @@ def close_parent(uri: str, folder: Path, family: dict) -> str | None:
         supersede_ended(client, parent.info.experiment_id, parent.data.tags[t.KEY_TAG], run_id)
     print_summary(summary, verdict, run_id, parent.info.experiment_id, uri, view, children)
     return failed
+
+
+def close_stopped(uri: str, folder: Path, note: str) -> int:
+    """A stopped sweep's parent closed KILLED with `note`, and each child run its job's process left RUNNING (killed
+    before it could close it) KILLED too; returns how many children were left RUNNING."""
+    from mlflow.tracking import MlflowClient
+
+    run_id = parent_run_id(folder)
+    if not run_id:
+        return 0
+    client = MlflowClient(uri)
+    left = [child for child in sweep_children(client, run_id) if child.info.status == "RUNNING"]
+    for child in left:
+        line = f"{note}: its job's process was killed before it closed this run"
+        client.set_tag(child.info.run_id, t.ERROR_TAG, line)
+        client.set_tag(child.info.run_id, t.NOTE_TAG, line)
+        client.set_terminated(child.info.run_id, status="KILLED")
+    client.set_tag(run_id, t.NOTE_TAG, note)
+    client.set_terminated(run_id, status="KILLED")
+    return len(left)
+
+
 def sweep_children(client, parent_id: str) -> list:
     """The parent's child runs, oldest first."""
     experiment = client.get_run(parent_id).info.experiment_id
