@@ -62,3 +62,25 @@ def test_a_ray_cluster_that_does_not_answer_is_one_line_before_anything_starts(t
     assert f"the Ray cluster at {address} does not answer" in line and "Traceback" not in result.stderr
     assert not (tmp_path / "mlflow.db").exists() or not MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_runs(
         [e.experiment_id for e in MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_experiments()])
+
+
+def test_sigterm_to_a_ray_sweep_ends_its_tasks_and_leaves_every_run_killed(tmp_path, ray_head):
+    import signal
+    import subprocess
+    import time
+
+    from test_sweep_signals import ENV, generating, runs, sweep_command
+
+    proc = subprocess.Popen(sweep_command(tmp_path, 400, "hydra/launcher=ray"), env={**ENV, **ray_head.env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 600
+    while proc.poll() is None and time.time() < deadline and not generating(tmp_path, 2):
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    ended = runs(tmp_path)
+    assert len(ended) == 3 and {r.info.status for r in ended} == {"KILLED"}, [r.info.status for r in ended]
+    listed = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "ray::_run_job" not in listed  # no task of the sweep goes on after it

@@ -1,6 +1,7 @@
-"""A sweep whose jobs run in processes of their own (`hydra/launcher=joblib`, `submitit_local`, `slurm`) stopped
+"""A sweep whose jobs run in processes of their own (`hydra/launcher=joblib`, `submitit_local`, `slurm`, `ray`) stopped
 whole: the signal that stops its parent (Ctrl-C, SIGTERM, SIGHUP) is passed on to each running job (a SLURM array is
-cancelled with scancel: SIGTERM), which closes its run KILLED as a lone run does; the parent waits for them
+cancelled with scancel: SIGTERM; a Ray sweep's tasks end as its parent leaves the cluster), which closes its run
+KILLED as a lone run does; the parent waits for them
 (at most GRACE_S), kills what is left, closes KILLED any run a killed job left RUNNING and its own run, and exits
 with 128 + the signal's number. A job starting once its sweep is stopping stops at once."""
 
@@ -37,6 +38,7 @@ class ParallelSweep:
     folder: Path  # Hydra's sweep folder
     uri: str  # tracking.uri
     slurm_jobs: str | None  # the launcher's submitit folder, with %j for the job id: a SLURM array's jobs
+    ray: bool = False  # its jobs are Ray tasks (hydra/launcher=ray): this process's Ray job owns them
 
 
 _launched: list[ParallelSweep] = []  # the sweep this process launched last, when it runs its jobs elsewhere
@@ -55,7 +57,8 @@ def watch(config: DictConfig) -> None:
     slurm = "slurm" in str(launcher._target_).lower()
     if not _launched:
         interrupt.on_stop(stop_jobs, kill_jobs)
-    _launched[:] = [ParallelSweep(folder, str(config.tracking.uri), str(launcher.submitit_folder) if slurm else None)]
+    _launched[:] = [ParallelSweep(folder, str(config.tracking.uri), str(launcher.submitit_folder) if slurm else None,
+                                  "hydra_ray_launcher" in str(launcher._target_))]
 
 
 def stop_jobs(signum: int) -> None:
@@ -90,12 +93,24 @@ def finish() -> None:
     (sweep,) = _launched
     if sweep.slurm_jobs:
         cancel(sweep.slurm_jobs, "--signal=KILL")
+    if sweep.ray:
+        leave_ray()
     left = job_processes()
     wait_until(lambda: not any(alive(pid) for pid in left), EXIT_S)
     kill(left)
     with contextlib.suppress(Exception):
         close_stopped(sweep.uri, sweep.folder, f"interrupted ({interrupt.cause()}): its jobs were stopped")
     settled()
+
+
+def leave_ray() -> None:
+    """This process leaves its Ray cluster: Ray then ends every task this process's Ray job still runs (on any node
+    of the cluster); the runs they leave RUNNING are closed KILLED here."""
+    import ray
+
+    if ray.is_initialized():
+        with contextlib.suppress(Exception):
+            ray.shutdown()
 
 
 def settled() -> None:
