@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from mlflow.tracking import MlflowClient
 
 from conftest import DATA_ROOT, REPO, benchmark
 from fairaudit.backends import GenerationRequest
@@ -195,6 +194,8 @@ def test_a_killed_process_claims_are_taken_over_at_once_on_its_host(tmp_path):
 
 
 def metrics_of(folder: Path) -> list[dict]:
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(f"sqlite:///{folder}/mlflow.db")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert runs and all(run.info.status == "FINISHED" for run in runs)

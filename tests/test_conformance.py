@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from hydra.utils import get_method
 
+from conftest import ENGINE_BACKENDS
 from fairaudit.backends import (
     NEEDABLE,
     Backend,
@@ -58,18 +59,19 @@ class Subject:
     tolerance: float
 
     @property
-    def backend_class(self) -> type[Backend] | None:
-        """The registry's class of this name; None for a test-only backend."""
-        return registry.backend_classes().get(self.name)
+    def engine_class(self) -> type[Backend] | None:
+        """Its backend's class when that runs on an optional engine (conftest.ENGINE_BACKENDS), else None: read at
+        collection without importing the other backends' classes (the hf backend's imports torch)."""
+        return ENGINE_BACKENDS.get(self.name)
 
     def runs_here(self) -> bool:
         """Whether its backend's optional engine, if it names one, is installed here."""
-        return self.backend_class is None or self.backend_class.available()
+        return self.engine_class is None or self.engine_class.available()
 
     def param(self):
         """The entry as a pytest parameter: skipped where its engine is absent, marked with its name if it has one."""
-        cls = self.backend_class
-        if cls is None or cls.requires is None:
+        cls = self.engine_class
+        if cls is None:
             return pytest.param(self, id=self.name)
         absent = pytest.mark.skipif(not cls.available(), reason=f"{cls.requires.label} is not installed here")
         return pytest.param(self, id=self.name, marks=[absent, getattr(pytest.mark, self.name)])

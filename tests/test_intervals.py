@@ -16,7 +16,6 @@ from conftest import REPO
 from fairaudit.analysis import study
 from fairaudit.analysis.ranges import declared_range
 from fairaudit.analysis.stats import FEW
-from fairaudit.backends.hf import HFBackend
 from fairaudit.job import registry
 from fairaudit.job.config import Place, model_folder, read_job
 from fairaudit.probes import AuditContext
@@ -37,6 +36,8 @@ def smallest_run(probe: str) -> list[str]:
 
 
 def probe_result(probe: str, data_root, store: Store):
+    from fairaudit.backends.hf import HFBackend
+
     GlobalHydra.instance().clear()
     overrides = [f"probe={probe}", *TINY, *smallest_run(probe), f"data.root={data_root}"]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):

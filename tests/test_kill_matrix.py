@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from conftest import DATA_ROOT, REPO, count, integrity, model_results
 
@@ -56,6 +55,8 @@ def launch(folder: Path, size: str) -> subprocess.Popen:
 
 
 def the_run(folder: Path):
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(f"sqlite:///{folder}/mlflow.db")
     return client, client.search_runs([e.experiment_id for e in client.search_experiments()])
 

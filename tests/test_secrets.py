@@ -16,7 +16,6 @@ from urllib.parse import quote
 
 import pytest
 import sqlalchemy as sa
-from mlflow.tracking import MlflowClient
 
 from conftest import DATA_ROOT, REPO
 
@@ -66,6 +65,8 @@ def database_text(address: str) -> str:
 
 
 def test_a_password_in_both_urls_is_in_no_output_log_artifact_row_report_or_hydra_folder(tmp_path, server):
+    from mlflow.tracking import MlflowClient
+
     token = server.password.rsplit("/", 1)[1]  # in every form the password may take: as typed, encoded, decoded
     store, tracking = url(server, "store", server.password), url(server, "tracking", server.password)
     places = (f"store.url={store}", f"tracking.uri={tracking}")
@@ -124,6 +125,8 @@ def test_every_carrier_of_a_password_leaves_it_nowhere_and_every_run_complete(tm
     (`think`, which the config's names and the runs' texts hold), a sweep over URLs holding it, failing sweep jobs
     whose errors name the URL, the store CLI and `--cfg job`: the password is in no output, file or database row,
     and every run they leave is complete (params, metrics, or its error)."""
+    from mlflow.tracking import MlflowClient
+
     token, encoded = server.password.rsplit("/", 1)[1], quote(server.password, safe="")
     by_query = f"postgresql+psycopg://audit@127.0.0.1:{server.port}/store?sslmode=disable&password={encoded}"
     tracking = f"'postgresql+psycopg://audit@127.0.0.1:{server.port}/tracking?password={encoded}'"
