@@ -1,9 +1,9 @@
 """One of several processes sharing a store: `python tests/store_worker.py URL GO_FILE LOG IDS...`.
 
-Waits for GO_FILE (so all start at once), asks for a generation of each prompt id through
-CachingClient (chunks of 2, each model call slow: $STORE_WORKER_DELAY seconds, default 0.05), and
-writes a JSON log: for every id it computed, when its last store read before that began; for every
-id it committed, when the commit had finished; the texts it got and its model calls.
+Touches GO_FILE.<pid> once its store is open and waits for GO_FILE (so all start at once), asks for a
+generation of each prompt id through CachingClient (chunks of 2, each model call slow: $STORE_WORKER_DELAY
+seconds, default 0.05), and writes a JSON log: for every id it computed, when its last store read before that
+began; for every id it committed, when the commit had finished; the texts it got and its model calls.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ def main(url: str, go_file: str, log: str, ids: list[int]) -> None:
     store = TimedStore(url)
     model = SlowModel(store)
     cached = CachingClient(model, store, chunk_size=2)
+    Path(f"{go_file}.{os.getpid()}").touch()  # ready: imported, its store open
     while not Path(go_file).exists():
         time.sleep(0.01)
     texts = [c.text for c in cached.generate([GenerationRequest(prompt_ids=(i,), max_new_tokens=1) for i in ids])]

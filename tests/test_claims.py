@@ -23,6 +23,7 @@ from fairaudit.backends import GenerationRequest
 from fairaudit.store.claims import CLAIMS
 from fairaudit.store.client import CachingClient, generation_key
 from fairaudit.store.results import RESULTS, Store
+from servers import wait_until
 from test_store import ScriptedBackend, requests
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "FAIRAUDIT_DATA": str(DATA_ROOT)}
@@ -102,13 +103,22 @@ def test_calls_another_process_claimed_are_read_when_they_land(tmp_path, capfd):
     assert "another process is computing 1 of these calls (pid" in capfd.readouterr().err
 
 
-OPEN_STORE = """import sys, time
+OPEN_STORE = """import os, sys, time
 from pathlib import Path
 from fairaudit.store.results import Store
+Path(f"{sys.argv[2]}.{os.getpid()}").touch()
 while not Path(sys.argv[2]).exists():
     time.sleep(0.001)
 Store(sys.argv[1])
 """
+
+
+def started_at_once(procs: list[subprocess.Popen], go: Path) -> None:
+    """Once every process has imported what it needs and waits (each touches `<go>.<pid>`), `go` is touched: they all
+    start at once."""
+    wait_until(lambda: all(Path(f"{go}.{proc.pid}").exists() or proc.poll() is not None for proc in procs), 300,
+               "the processes' start")
+    go.touch()
 
 
 def open_at_once(url: str, folder: Path, processes: int = 6) -> None:
@@ -118,8 +128,7 @@ def open_at_once(url: str, folder: Path, processes: int = 6) -> None:
     go = folder / "go-open"
     procs = [subprocess.Popen([sys.executable, "-c", OPEN_STORE, url, str(go)], env=ENV, stderr=subprocess.PIPE,
                               text=True) for _ in range(processes)]
-    time.sleep(3)  # every process imported and waiting
-    go.touch()
+    started_at_once(procs, go)
     errors = [proc.communicate(timeout=120)[1] for proc in procs]
     assert [proc.returncode for proc in procs] == [0] * processes, [e for e in errors if e][:1]
     assert {"results", "claims"} <= set(sa.inspect(Store(url).engine).get_table_names())
@@ -141,8 +150,7 @@ def race(url: str, folder: Path, delay: float = 0.05) -> list[dict]:
     procs = [subprocess.Popen([sys.executable, str(WORKER), url, str(go), str(folder / f"log{p}.json"),
                                *map(str, ids)], env={**ENV, "STORE_WORKER_DELAY": str(delay)})
              for p, ids in enumerate(id_sets)]
-    time.sleep(3)  # every worker imported and waiting
-    go.touch()
+    started_at_once(procs, go)
     assert [proc.wait(timeout=300) for proc in procs] == [0, 0, 0, 0]
     logs = [json.loads((folder / f"log{p}.json").read_text()) for p in range(4)]
     for ids, log in zip(id_sets, logs):
