@@ -115,9 +115,13 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest $(PARALLEL) -m "not slow and not process and not long and not cluster and not paper" $(ARGS)
 
-# End-to-end checks of minutes each, kept out of `make test`'s 10 minutes; CI runs them after it.
+# End-to-end checks of minutes each, kept out of `make test`'s minutes; CI runs them after it. The docs' runnable
+# blocks (tests/test_docs.py) run after the rest, on their own and spread over the workers a block each: beside the
+# kill matrices and concurrent runs they ran 4-5x slower than alone.
+DOCS_TESTS := tests/test_docs.py
 test-long: $(STAMP)
-	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest $(PARALLEL) -m long $(ARGS)
+	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest $(PARALLEL) -m long --ignore=$(DOCS_TESTS) $(ARGS)
+	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist load) -m long $(DOCS_TESTS) $(ARGS)
 
 # Done-when checks at a paper's own scale (e.g. 30 influence traces per graph on SmolLM2).
 test-paper: $(STAMP)

@@ -8,8 +8,6 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import torch
-
 from fairaudit.backends import Backend, GenerationRequest
 
 
@@ -36,12 +34,14 @@ class ModelServer(LoopbackServer):
         self.backend = backend
         super().__init__(self._handler())
 
-    @torch.inference_mode()
     def logprobs(self, prompt: list[int], token_ids: list[int]) -> dict[str, float]:
         """Log-probabilities of `token_ids` at the position after the prompt, keyed as vLLM keys them."""
+        import torch
+
         model = self.backend.model
-        logits = model(input_ids=torch.tensor([prompt], device=model.device)).logits[0, -1]
-        values = torch.log_softmax(logits.double(), -1)[token_ids].tolist()
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([prompt], device=model.device)).logits[0, -1]
+            values = torch.log_softmax(logits.double(), -1)[token_ids].tolist()
         return {f"token_id:{t}": v for t, v in zip(token_ids, values)}
 
     def completion(self, body: dict) -> dict:

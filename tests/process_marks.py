@@ -17,12 +17,14 @@ STARTS = {"subprocess.run", "Popen", "fork", "check_output", "check_call", "Proc
 SUBPROCESS_RUN = re.compile(r"\bsubprocess\.run\(")
 
 
-def called_names(node: ast.AST) -> set[str]:
+@lru_cache(maxsize=None)
+def called_names(node: ast.AST) -> frozenset[str]:
     """The names a function or class calls (`f(...)`, `x.f(...)`: f), and "subprocess.run" when it calls that (a
-    bare `run` names too many things to count)."""
+    bare `run` names too many things to count); kept per definition, since every test module's search reads the
+    helper modules' definitions again."""
     names = {call.func.id if isinstance(call.func, ast.Name) else call.func.attr for call in ast.walk(node)
              if isinstance(call, ast.Call) and isinstance(call.func, (ast.Name, ast.Attribute))}
-    return names | ({"subprocess.run"} if SUBPROCESS_RUN.search(ast.unparse(node)) else set())
+    return frozenset(names | ({"subprocess.run"} if SUBPROCESS_RUN.search(ast.unparse(node)) else set()))
 
 
 @lru_cache(maxsize=None)

@@ -1,11 +1,11 @@
 """One of several processes sharing a store: `python tests/store_worker.py URL GO_FILE LOG IDS...`.
 
-Waits for GO_FILE (so all start at once), asks for a generation of each prompt id through
-CachingClient (chunks of $STORE_WORKER_CHUNK, default 2; each model call slow: $STORE_WORKER_DELAY
-seconds, default 0.05; claims leased for $STORE_WORKER_LEASE seconds, default the store's), and
-writes a JSON log: for every id it computed, when its last store read before that began; for every
-id it committed, when the commit had finished; the texts it got, its model calls and how many of
-them another process had stored meanwhile (`twice`).
+Touches GO_FILE.<pid> once its store is open and waits for GO_FILE (so all start at once), asks for a
+generation of each prompt id through CachingClient (chunks of $STORE_WORKER_CHUNK, default 2; each model call slow:
+$STORE_WORKER_DELAY seconds, default 0.05; claims leased for $STORE_WORKER_LEASE seconds, default the store's), and
+writes a JSON log: for every id it computed, when its last store read before that began; for every id it committed,
+when the commit had finished; the texts it got, its model calls and how many of them another process had stored
+meanwhile (`twice`).
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def main(url: str, go_file: str, log: str, ids: list[int]) -> None:
         store.claims.lease_s = float(LEASE)
     model = SlowModel(store)
     cached = CachingClient(model, store, chunk_size=CHUNK)
+    Path(f"{go_file}.{os.getpid()}").touch()  # ready: imported, its store open
     while not Path(go_file).exists():
         time.sleep(0.01)
     texts = [c.text for c in cached.generate([GenerationRequest(prompt_ids=(i,), max_new_tokens=1) for i in ids])]

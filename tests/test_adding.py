@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from mlflow import MlflowClient
 
 from conftest import DATA_ROOT, REPO
 
@@ -115,6 +114,8 @@ def test_the_echo_backend_runs_a_probe_and_is_refused_one_it_cannot_serve(copy):
 
 
 def test_the_yes_rate_probe_runs_logs_its_rates_and_previews_its_prompts(copy):
+    from mlflow import MlflowClient
+
     preview = audit(copy, "probe=yes_rate", "dry_run=true", *TINY)
     assert preview.returncode == 0, preview.stderr[-2000:]
     assert preview.stdout.count("=== pair ") == 4 and "dry run: 4 prompts" in preview.stderr

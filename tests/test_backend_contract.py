@@ -72,6 +72,13 @@ def test_the_app_refuses_a_backend_class_without_generate_in_one_line_before_any
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "store.sqlite").exists()
 
 
+def test_every_backend_on_an_optional_engine_has_its_tests_folder():
+    """conftest.ENGINE_BACKENDS, found by the tests/<backend>/ folders, is every backend with `requires`."""
+    from fairaudit.catalog.registry import backend_classes
+
+    assert ENGINE_BACKENDS == {name: cls for name, cls in backend_classes().items() if cls.requires is not None}
+
+
 def test_a_dry_run_needs_no_engine(tmp_path):
     """Each engine backend's dry run (one sweep) prints its prompts whether or not its engine is installed."""
     result = run_app(tmp_path, "dry_run=true", "model=tiny_qwen3", "dataset.n=1", "-m",

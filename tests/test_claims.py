@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from mlflow.tracking import MlflowClient
 
 from conftest import DATA_ROOT, REPO, benchmark
 from fairaudit.backends import GenerationRequest
@@ -27,6 +26,7 @@ from fairaudit.processes import identity, is_gone, start_time
 from fairaudit.store.claims import CLAIMS
 from fairaudit.store.client import CachingClient, generation_key
 from fairaudit.store.results import RESULTS, Store
+from servers import wait_until
 from test_store import ScriptedBackend, requests
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "FAIRAUDIT_DATA": str(DATA_ROOT)}
@@ -151,13 +151,22 @@ def test_a_wait_on_a_live_holder_that_makes_no_progress_ends_after_its_lease(tmp
         " ".join(capfd.readouterr().err.split()))
 
 
-OPEN_STORE = """import sys, time
+OPEN_STORE = """import os, sys, time
 from pathlib import Path
 from fairaudit.store.results import Store
+Path(f"{sys.argv[2]}.{os.getpid()}").touch()
 while not Path(sys.argv[2]).exists():
     time.sleep(0.001)
 Store(sys.argv[1])
 """
+
+
+def started_at_once(procs: list[subprocess.Popen], go: Path) -> None:
+    """Once every process has imported what it needs and waits (each touches `<go>.<pid>`), `go` is touched: they all
+    start at once."""
+    wait_until(lambda: all(Path(f"{go}.{proc.pid}").exists() or proc.poll() is not None for proc in procs), 300,
+               "the processes' start")
+    go.touch()
 
 
 def open_at_once(url: str, folder: Path, processes: int = 6) -> None:
@@ -167,8 +176,7 @@ def open_at_once(url: str, folder: Path, processes: int = 6) -> None:
     go = folder / "go-open"
     procs = [subprocess.Popen([sys.executable, "-c", OPEN_STORE, url, str(go)], env=ENV, stderr=subprocess.PIPE,
                               text=True) for _ in range(processes)]
-    time.sleep(3)  # every process imported and waiting
-    go.touch()
+    started_at_once(procs, go)
     errors = [proc.communicate(timeout=120)[1] for proc in procs]
     assert [proc.returncode for proc in procs] == [0] * processes, [e for e in errors if e][:1]
     assert {"results", "claims"} <= set(sa.inspect(Store(url).engine).get_table_names())
@@ -186,8 +194,7 @@ def workers(url: str, folder: Path, id_sets: list[list[int]], env: dict[str, str
     go = folder / "go"
     procs = [subprocess.Popen([sys.executable, str(WORKER), url, str(go), str(folder / f"log{p}.json"),
                                *map(str, ids)], env={**ENV, **env}) for p, ids in enumerate(id_sets)]
-    time.sleep(3)  # every worker imported and waiting
-    go.touch()
+    started_at_once(procs, go)
     try:
         assert [proc.wait(timeout=timeout) for proc in procs] == [0] * len(procs)
     finally:
@@ -316,6 +323,8 @@ def test_a_process_paused_past_its_lease_keeps_what_it_can_and_counts_what_it_co
 
 
 def metrics_of(folder: Path) -> list[dict]:
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(f"sqlite:///{folder}/mlflow.db")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert runs and all(run.info.status == "FINISHED" for run in runs)

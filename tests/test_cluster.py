@@ -10,12 +10,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import pytest
 import sqlalchemy as sa
-from mlflow.tracking import MlflowClient
 
 from fairaudit.backends import GenerationRequest
 from fairaudit.store import cli as store_cli
@@ -26,6 +26,9 @@ from tests.servers import MlflowServer, have
 from tests.test_claims import issue_pair, no_deadlock, open_at_once, race, two_audits_at_once
 from tests.test_store import ScriptedBackend, requests
 from tests.test_sweep_signals import runs, stop_sweep, tree
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.cluster
 TINY = ["model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8"]
@@ -133,6 +136,8 @@ def test_export_import_between_postgres_and_a_laptop_sqlite(tmp_path, pg_url, ca
 
 
 def test_audit_rerun_against_postgres_makes_zero_model_calls(tmp_path, pg_url):
+    from mlflow.tracking import MlflowClient
+
     for attempt in range(2):
         result = run_app(tmp_path, *TINY, f"store.url={pg_url}", in_tmp=True)
         assert result.returncode == 0, result.stderr[-3000:]
@@ -143,6 +148,8 @@ def test_audit_rerun_against_postgres_makes_zero_model_calls(tmp_path, pg_url):
 
 
 def test_joblib_sweep_reports_to_the_mlflow_server(tmp_path, mlflow_server):
+    from mlflow.tracking import MlflowClient
+
     result = run_app(tmp_path, *TINY, "tracking=server", f"tracking.uri={mlflow_server.uri}",
                      "tracking.experiment=joblib", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "-m",
                      "dataset=adult,compas", in_tmp=True)
@@ -166,6 +173,8 @@ def test_smoke_study_on_slurm_matches_a_local_run(tmp_path, mlflow_server, local
     """Every job of the smoke study a SLURM job reporting to the server, under one parent, with the
     metrics of the same sweep run locally (each sweep with its own store, so both compute everything). On the tiny
     Qwen3 alone: its nine jobs are every data set and probe of the study, each a SLURM job of its own."""
+    from mlflow.tracking import MlflowClient
+
     (tmp_path / "slurm").mkdir()
     slurm = run_app(tmp_path / "slurm", *SMOKE, "tracking=server",
                     f"tracking.uri={mlflow_server.uri}", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null",
@@ -191,6 +200,8 @@ def test_smoke_study_on_slurm_matches_a_local_run(tmp_path, mlflow_server, local
 
 def test_server_down_mid_run_fails_cleanly_and_keeps_the_results(tmp_path, mlflow_server):
     """Last in the module: it stops the shared server."""
+    from mlflow.tracking import MlflowClient
+
     store = tmp_path / "store.sqlite"
     env = {**os.environ, "FAIRAUDIT_DATA": os.environ.get("FAIRAUDIT_DATA", str(REPO.parent / "shared" / "data")),
            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5", "OMP_NUM_THREADS": "1"}

@@ -12,7 +12,6 @@ import time
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
-from mlflow.tracking import MlflowClient
 from statsmodels.stats.multitest import multipletests
 
 from conftest import DATA_ROOT, REPO, model_results, run_app
@@ -25,6 +24,8 @@ TINY = ("model=tiny_qwen3", "dataset.n=4")
 
 
 def runs(tmp_path, filter_string: str = ""):
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     experiment = client.get_experiment_by_name("fairaudit")
     return client, client.search_runs([experiment.experiment_id], filter_string) if experiment else []
@@ -76,6 +77,8 @@ def test_default_job_logs_metrics_tables_figure_and_records(tmp_path):
 
 
 def test_artifacts_go_beside_the_tracking_database_whatever_the_working_folder(tiny_run, tmp_path):
+    from mlflow.tracking import MlflowClient
+
     elsewhere, db = tmp_path / "started-here", tmp_path / "study" / "m.db"
     after_tiny_run(tiny_run, tmp_path)  # the model's results from the store: this is about where files go
     elsewhere.mkdir()

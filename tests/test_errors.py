@@ -10,7 +10,6 @@ import sys
 import time
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from conftest import DATA_ROOT, REPO, model_results, run_app
 from fairaudit.cli.overrides import check
@@ -84,6 +83,8 @@ def test_a_checkpoint_label_without_weights_is_one_line_unless_same_weights_is_a
 
 @pytest.mark.slow
 def test_a_sweep_with_a_missing_data_file_creates_no_run(tmp_path):
+    from mlflow.tracking import MlflowClient
+
     empty = tmp_path / "no-data"
     empty.mkdir()
     result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=2", f"data.root={empty}", "-m", "dataset=adult,compas")
@@ -120,6 +121,8 @@ def _interrupted(tmp_path, overrides: list[str], after: int):
 @pytest.mark.slow
 @pytest.mark.parametrize("sweep", [False, True])
 def test_ctrl_c_keeps_the_results_ends_the_runs_killed_and_exits_130(tmp_path, sweep):
+    from mlflow.tracking import MlflowClient
+
     overrides = ["model=tiny_qwen3", "dataset.n=8", "model.batch_size=2", "model.max_think_tokens=32"]
     code, err = _interrupted(tmp_path, overrides + (["-m", "dataset=adult,compas"] if sweep else []), after=4)
     assert code == 130, err[-3000:]

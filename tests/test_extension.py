@@ -13,7 +13,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from mlflow import MlflowClient
 
 from conftest import REPO, run_app
 from fairaudit.catalog import registry
@@ -306,6 +305,8 @@ def write_extension(package: Path, conf: Path) -> None:
 def assert_the_external_audit_ran(tmp_path: Path, env: dict[str, str]) -> None:
     """`fairaudit list` shows the external probe and backend, and an audit with them runs end to end: its mean
     P(Yes) is the backend's constant 0.75 on both sides, logged to MLflow with its verdict."""
+    from mlflow import MlflowClient
+
     listed = subprocess.run([sys.executable, "-m", "fairaudit", "list"], capture_output=True, text=True,
                             env={**os.environ, **env}, timeout=120)
     assert listed.returncode == 0, listed.stderr[-2000:]

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from conftest import DATA_ROOT, REPO, model_results
 from fairaudit.errors.locks import LOCK_WAIT_S, holders, locked_error
@@ -149,6 +148,8 @@ def command(tmp_path: Path, *overrides: str) -> list[str]:
 
 
 def statuses(tmp_path: Path) -> list[str]:
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     return sorted(r.info.status for r in client.search_runs([e.experiment_id for e in client.search_experiments()]))
 
@@ -188,6 +189,8 @@ def test_a_store_locked_mid_run_is_one_line_naming_its_holder_and_the_run_ends_f
 def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path, sig, sweep):
     """One line saying what is kept and the command that resumes, exit code 128 + the signal, every run KILLED,
     every committed result kept."""
+    from mlflow.tracking import MlflowClient
+
     overrides = ["model=tiny_qwen3", "dataset.n=8", "model.batch_size=2", "model.max_think_tokens=32",
                  *(["-m", "dataset=adult,compas"] if sweep else [])]
     proc = subprocess.Popen(command(tmp_path, *overrides), cwd=REPO, env=ENV, stdout=subprocess.PIPE,

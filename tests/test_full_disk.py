@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from conftest import DATA_ROOT, REPO, integrity, model_results
 
@@ -71,6 +70,8 @@ LAYOUTS = {
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_a_disk_that_fills_mid_run_is_one_line_a_failed_run_and_a_resume_once_freed(tmp_path, layout):
+    from mlflow.tracking import MlflowClient
+
     store, db, mounts = LAYOUTS[layout](tmp_path)
     small = mounts[0][0]
     with small_filesystems(*mounts):

@@ -7,7 +7,6 @@ import pytest
 
 from conftest import SMOLLM2
 from fairaudit.backends import GenerationRequest
-from fairaudit.backends.hf import HFBackend
 from fairaudit.models.locate import embedded_model_dir, tiny_qwen3_dir
 from fairaudit.prompts.yesno import choice_token_ids
 
@@ -16,6 +15,8 @@ PROMPTS = ["Is the sky blue? Answer Yes or No.", "Short?", "A considerably longe
 
 @pytest.fixture(scope="module", params=["tiny_qwen3", SMOLLM2])
 def backend(request):
+    from fairaudit.backends.hf import HFBackend
+
     model_dir = tiny_qwen3_dir() if request.param == "tiny_qwen3" else embedded_model_dir()
     return HFBackend(model_dir, batch_size=3)
 
@@ -89,12 +90,15 @@ def test_choice_probs_equal_a_hand_softmax_over_the_yes_and_no_logits(backend):
 
 
 def test_fingerprint_names_weights_and_numerics(backend):
+    from fairaudit.backends.hf import HFBackend
+
     assert backend.fingerprint.endswith("/hf-1/float32/cpu")
     assert HFBackend(backend.model_dir, batch_size=1).fingerprint == backend.fingerprint
 
 
 def test_a_model_loads_once_and_only_one_is_held():
     from fairaudit.backends import hf
+    from fairaudit.backends.hf import HFBackend
 
     first = HFBackend(tiny_qwen3_dir(), batch_size=1)
     assert first.model is HFBackend(tiny_qwen3_dir(), batch_size=2).model  # reused across jobs
@@ -103,6 +107,8 @@ def test_a_model_loads_once_and_only_one_is_held():
 
 
 def test_padding_share_counts_the_positions_a_batch_computes_for_no_token():
+    from fairaudit.backends.hf import HFBackend
+
     backend = HFBackend(tiny_qwen3_dir(), batch_size=2)
     yes_no = [[backend.tokenizer.encode(" Yes")[0]], [backend.tokenizer.encode(" No")[0]]]
     backend.choice_probs([[1, 2, 3], [1, 2, 3, 4, 5], [7]], yes_no)  # batches by length: (5, 3), (1)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from conftest import model_results, run_app
 from fairaudit import home
@@ -34,6 +33,8 @@ def first_audit(tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_default_audit_from_two_folders_makes_its_model_calls_once(first_audit):
+    from mlflow.tracking import MlflowClient
+
     (first_audit / "b").mkdir()
     result = run_app(first_audit / "b", *TINY, in_tmp=True, env={"FAIRAUDIT_HOME": str(first_audit / "home")})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -51,6 +52,8 @@ def test_the_default_audit_from_two_folders_makes_its_model_calls_once(first_aud
 
 @pytest.mark.slow
 def test_home_dot_keeps_the_store_and_the_database_in_the_working_folder(first_audit, tmp_path):
+    from mlflow.tracking import MlflowClient
+
     shutil.copy(first_audit / "home" / "store.sqlite", tmp_path)  # the model's results: this is about places
     result = run_app(tmp_path, *TINY, "home=.", in_tmp=True, env={"FAIRAUDIT_HOME": str(tmp_path / "unused")})
     assert result.returncode == 0, result.stderr[-3000:]

@@ -2,13 +2,9 @@
 
 import numpy as np
 import pytest
-import torch
 
 from conftest import SMOLLM2
 from fairaudit.backends import Block, GenerationRequest, GraphGenerationRequest, NLLRequest
-from fairaudit.backends.graphs import graph_allowed, pack_tree, tree_length
-from fairaudit.backends.hf import HFBackend
-from fairaudit.backends.packing import additive_mask
 from fairaudit.errors import AuditError
 from fairaudit.models.locate import embedded_model_dir, tiny_qwen3_dir
 from fairaudit.probes.influence_transcripts import visibility
@@ -16,6 +12,8 @@ from fairaudit.probes.influence_transcripts import visibility
 
 @pytest.fixture(scope="module", params=["tiny_qwen3", SMOLLM2])
 def backend(request):
+    from fairaudit.backends.hf import HFBackend
+
     return HFBackend({"smollm2": embedded_model_dir, "tiny_qwen3": tiny_qwen3_dir}[request.param](), device="cpu")
 
 
@@ -46,6 +44,10 @@ def test_graph_rules():
 
 
 def test_tree_packing_shares_leading_blocks_and_masks_like_the_graph():
+    import torch
+
+    from fairaudit.backends.graphs import graph_allowed, pack_tree, tree_length
+
     a, b, c, d = Block((1, 2)), Block((3,), "A", "private"), Block((4,), "A", "private"), Block((5, 6), "B", "private")
     graph = ((), (0,), (0,))
     requests = [NLLRequest((a, b, d), (2,), graph), NLLRequest((a, c, d), (2,), graph)]
@@ -82,6 +84,11 @@ def test_sampled_graph_generation_equals_plain_sampling_with_its_seed(backend):
 
 
 def test_masked_generation_with_cache_equals_naive_recompute(backend):
+    import torch
+
+    from fairaudit.backends.graphs import graph_allowed
+    from fairaudit.backends.packing import additive_mask
+
     tok = backend.tokenizer
     blocks = transcript(tok)[:3] + (Block(tuple(tok.encode("<B_private>", add_special_tokens=False)), "B", "private"),)
     graph = visibility(blocks, "masked")
@@ -100,6 +107,8 @@ def test_masked_generation_with_cache_equals_naive_recompute(backend):
 
 
 def test_packed_nll_equals_separate_passes_and_a_plain_causal_forward(backend):
+    import torch
+
     blocks = transcript(backend.tokenizer)
     swapped = blocks[:1] + (donor_of(blocks[1], blocks[3].ids[3]),) + blocks[2:]
     masked = visibility(blocks, "masked")

@@ -9,12 +9,10 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from conftest import DATA_ROOT, run_app
 from fairaudit.backends import Block
-from fairaudit.backends.hf import HFBackend
 from fairaudit.data.mcq import MCQDataset
 from fairaudit.errors import AuditError
 from fairaudit.job.config import model_spec
@@ -30,6 +28,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def tiny_context(tmp_path, n=3):
+    from fairaudit.backends.hf import HFBackend
+
     spec = model_spec(OmegaConf.load("conf/model/tiny_qwen3.yaml"))
     backend = CachingClient(HFBackend(tiny_qwen3_dir(), device="cpu"), Store(tmp_path / "store.sqlite"))
     dataset = MCQDataset("mmlu", n, 0, "mmlu/test.jsonl", root=str(DATA_ROOT))
@@ -153,6 +153,8 @@ def test_bad_input_is_one_error_line_before_the_model_loads(tmp_path):
 
 @pytest.mark.paper
 def test_smollm2_thirty_traces_end_to_end_unmasked_leaks_more_and_rerun_is_free(tmp_path):
+    from mlflow.tracking import MlflowClient
+
     overrides = ("probe=influence", "dataset=mmlu", "dataset.n=30", "model.batch_size=32")
     first = run_app(tmp_path, *overrides, timeout=7200)
     assert first.returncode == 0, first.stderr[-3000:]

@@ -37,6 +37,7 @@ def smallest_run(probe: str) -> list[str]:
 
 
 def probe_result(probe: str, data_root, store: Store):
+
     GlobalHydra.instance().clear()
     overrides = [f"probe={probe}", *TINY, *smallest_run(probe), f"data.root={data_root}"]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):

@@ -4,8 +4,9 @@ pass `PRAGMA integrity_check` and no run is left RUNNING.
 
 Each moment is a real effect watched from outside, never a hook in the code: the job's process group is stopped
 (SIGSTOP) as soon as the effect shows, the effect checked again while it cannot move, then killed (SIGKILL).
-At CI size (`make test-long`) 100 pairs of ~300-token traces; at paper size (`make test-paper`) 5,000 pairs of
-~2,000-token traces (docs/reliability.md has its figures: `pytest -m paper -s tests/test_kill_matrix.py`)."""
+At CI size (`make test-long`) 100 pairs of ~300-token traces, killed at the three moments no other test kills at
+(CI_MOMENTS); at paper size (`make test-paper`) 5,000 pairs of ~2,000-token traces, killed at all five
+(docs/reliability.md has its figures: `pytest -m paper -s tests/test_kill_matrix.py`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from conftest import DATA_ROOT, REPO, count, integrity, model_results
 
@@ -56,6 +56,8 @@ def launch(folder: Path, size: str) -> subprocess.Popen:
 
 
 def the_run(folder: Path):
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(f"sqlite:///{folder}/mlflow.db")
     return client, client.search_runs([e.experiment_id for e in client.search_experiments()])
 
@@ -72,10 +74,7 @@ class Reference:
     seconds: float
 
 
-@pytest.fixture(scope="module", params=[pytest.param("ci", marks=[pytest.mark.slow, pytest.mark.long]),
-                                        pytest.param("paper", marks=pytest.mark.paper)])
-def reference(request, tmp_path_factory, empty_tracking_db) -> tuple[str, Reference]:
-    size, folder = request.param, tmp_path_factory.mktemp(f"reference-{request.param}")
+def uninterrupted(folder: Path, size: str, empty_tracking_db: Path) -> Reference:
     shutil.copy(empty_tracking_db, folder / "mlflow.db")
     start = time.time()
     proc = launch(folder, size)
@@ -83,9 +82,21 @@ def reference(request, tmp_path_factory, empty_tracking_db) -> tuple[str, Refere
     assert proc.returncode == 0, err[-3000:]
     _, (run,) = the_run(folder)
     artifacts = next((folder / "mlartifacts").glob("*/*/artifacts"))
-    return size, Reference(run.data.metrics, int(run.data.metrics["model_calls"]),
-                           count(folder / "store.sqlite", "SELECT count(*) FROM results"),
-                           (artifacts / "samples").is_dir(), time.time() - start)
+    return Reference(run.data.metrics, int(run.data.metrics["model_calls"]),
+                     count(folder / "store.sqlite", "SELECT count(*) FROM results"),
+                     (artifacts / "samples").is_dir(), time.time() - start)
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory, empty_tracking_db) -> Callable[[str], Reference]:
+    """The uninterrupted job at a size (`ci` or `paper`), run once per size the module's tests ask for."""
+    done: dict[str, Reference] = {}
+
+    def reference(size: str) -> Reference:
+        if size not in done:
+            done[size] = uninterrupted(tmp_path_factory.mktemp(f"reference-{size}"), size, empty_tracking_db)
+        return done[size]
+    return reference
 
 
 def holds_store_write_lock(folder: Path, pid: int) -> bool:
@@ -161,10 +172,18 @@ def kill_once(folder: Path, size: str, moment: Moment, ref: Reference, empty_tra
     raise MomentMissed(f"the job ended (exit {proc.poll()}) before the moment came: {proc.communicate()[1][-2000:]}")
 
 
-@pytest.mark.parametrize("name", list(MOMENTS))
-def test_kill_9_at_each_moment_then_the_rerun_resumes_and_equals_an_uninterrupted_run(tmp_path, reference, name,
-                                                                                     empty_tracking_db):
-    size, ref = reference
+# At CI size the moments no other test kills at; mid_generation and during_mlflow_logging are killed at in CI by
+# tests/test_reliability.py's kill matrix (its mid_generation and logging_artifacts), on the tiny model, and all five
+# at paper size in `make test-paper`.
+CI_MOMENTS = ("mid_store_commit", "during_analysis", "during_samples_pages")
+CASES = ([pytest.param("ci", name, marks=[pytest.mark.slow, pytest.mark.long], id=f"ci-{name}") for name in CI_MOMENTS]
+         + [pytest.param("paper", name, marks=pytest.mark.paper, id=f"paper-{name}") for name in MOMENTS])
+
+
+@pytest.mark.parametrize("size, name", CASES)
+def test_kill_9_at_each_moment_then_the_rerun_resumes_and_equals_an_uninterrupted_run(tmp_path, references, size,
+                                                                                     name, empty_tracking_db):
+    ref = references(size)
     killed_after = kill_at(tmp_path, size, MOMENTS[name], ref, empty_tracking_db)
     assert integrity(tmp_path / "store.sqlite") == "ok"
     stored = model_results(tmp_path / "store.sqlite")

@@ -8,7 +8,6 @@ import json
 import math
 
 import pytest
-from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from fairaudit.analysis.undefined import GENERAL, footnotes, why_undefined
@@ -89,6 +88,8 @@ def child(client, experiment: str, num: int, status: str = "FINISHED", warnings:
 
 
 def test_the_sweep_table_marks_each_jobs_warnings_and_says_why_each_n_a_is_n_a(tmp_path):
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     experiment = client.create_experiment("e", artifact_location=(tmp_path / "a").as_uri())
     why = "no pair in cell c (a flip the treatment created)"
@@ -104,6 +105,8 @@ def test_the_sweep_table_marks_each_jobs_warnings_and_says_why_each_n_a_is_n_a(t
 
 
 def test_the_experiment_page_opens_on_its_jobs_with_whole_names_axes_and_headline_metrics(tmp_path):
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     experiment = client.create_experiment("e", artifact_location=(tmp_path / "a").as_uri())
     headline = ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p", "mcnemar_p", "p_gap_think",

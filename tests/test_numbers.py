@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from mlflow.tracking import MlflowClient
 
 from fairaudit.analysis.cdpg import _cell_slopes, pair_slopes
 from fairaudit.analysis.contingency import contingency
@@ -47,6 +46,8 @@ def cell_records() -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory):
     """The counterfactual metrics of those records, logged to a real sqlite MLflow store and read back."""
+    from mlflow.tracking import MlflowClient
+
     tmp = tmp_path_factory.mktemp("numbers")
     records = cell_records()
     metrics = paired_metrics(lambda rows: contingency(rows, n_boot=200), records, "think", "nothink", n_boot=200)

@@ -17,8 +17,6 @@ import huggingface_hub
 import numpy as np
 import pytest
 from huggingface_hub.utils import filter_repo_objects
-from mlflow.tracking import MlflowClient
-from transformers import AutoTokenizer
 
 from conftest import run_app
 from fairaudit.backends import Capabilities, DepthRequest, GenerationRequest
@@ -114,6 +112,8 @@ def model_dir() -> Path:
 
 @pytest.fixture
 def servers(model_dir):
+    from transformers import AutoTokenizer
+
     eos = AutoTokenizer.from_pretrained(str(model_dir)).eos_token_id
     started: list[FakeServer] = []
 
@@ -318,6 +318,8 @@ def test_the_influence_probe_is_refused_before_any_request(tmp_path, servers):
 
 @pytest.mark.slow
 def test_a_whole_audit_through_the_server_keeps_the_key_out_of_mlflow_and_the_store(tmp_path, servers, model_dir):
+    from mlflow.tracking import MlflowClient
+
     server = servers()
     done = run_app(tmp_path, "model=tiny_qwen3", "backend=openai", f"backend.base_url={server.url}",
                    "backend.api_key_env=FAIRAUDIT_TEST_KEY", "dataset.n=2", env={"FAIRAUDIT_TEST_KEY": KEY})
@@ -334,6 +336,8 @@ def test_a_whole_audit_through_the_server_keeps_the_key_out_of_mlflow_and_the_st
 
 def test_the_files_a_served_hub_model_fetches_render_the_same_prompts_without_weights(model_dir, servers, tmp_path):
     """PROMPT_FILES, selected as snapshot_download selects them, give the same tokenizer, EOS and fingerprint."""
+    from transformers import AutoTokenizer
+
     names = sorted(p.name for p in model_dir.iterdir() if p.is_file())
     kept = list(filter_repo_objects(names, allow_patterns=PROMPT_FILES))
     assert "model.safetensors" in names and not [n for n in kept if n.endswith((".safetensors", ".bin"))]

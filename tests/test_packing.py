@@ -4,14 +4,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from conftest import SMOLLM2
 from fairaudit.analysis.cdpg import segment_cuts
 from fairaudit.backends import DepthRequest
-from fairaudit.backends.packing import check_packable, naive_depth_probs, pack_request, packed_depth_probs, tree_mask
-from fairaudit.backends.tensors import pooled_choice_probs
 from fairaudit.models.locate import embedded_model_dir, tiny_qwen3_dir
 
 K = 5
@@ -50,6 +46,13 @@ def depth_requests(tokenizer):
 
 @pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
 def test_packed_equals_naive_for_traces_of_different_lengths_in_one_batch(model_dir, attn_implementation):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fairaudit.backends.packing import (
+        naive_depth_probs,
+        packed_depth_probs,
+    )
+
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=attn_implementation).eval()
     requests, choices = depth_requests(tokenizer), yes_no(tokenizer)
@@ -67,6 +70,14 @@ def test_packed_equals_naive_for_traces_of_different_lengths_in_one_batch(model_
 
 
 def test_naive_reads_equal_one_unpadded_forward_per_prefix():
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fairaudit.backends.packing import (
+        naive_depth_probs,
+    )
+    from fairaudit.backends.tensors import pooled_choice_probs
+
     model_dir = tiny_qwen3_dir()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
@@ -81,6 +92,12 @@ def test_naive_reads_equal_one_unpadded_forward_per_prefix():
 
 
 def test_token_budget_splits_batches_without_changing_reads():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fairaudit.backends.packing import (
+        packed_depth_probs,
+    )
+
     model_dir = tiny_qwen3_dir()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
@@ -92,6 +109,13 @@ def test_token_budget_splits_batches_without_changing_reads():
 
 
 def test_requests_without_cuts_read_nothing():
+    from transformers import AutoModelForCausalLM
+
+    from fairaudit.backends.packing import (
+        naive_depth_probs,
+        packed_depth_probs,
+    )
+
     model_dir = tiny_qwen3_dir()
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     requests = [DepthRequest((5, 6, 7), (8, 9), (10,), ()), DepthRequest((5, 6), (8, 9, 11), (10,), (1, 3))]
@@ -103,6 +127,13 @@ def test_requests_without_cuts_read_nothing():
 
 def test_tree_mask_layout_by_hand():
     # prompt (p0 p1), trace (t0 t1 t2), suffix (s0 s1), cuts (1, 3)
+    import torch
+
+    from fairaudit.backends.packing import (
+        pack_request,
+        tree_mask,
+    )
+
     row = pack_request(DepthRequest((100, 101), (200, 201, 202), (300, 301), (1, 3)))
     assert row.ids == [100, 101, 200, 201, 202, 300, 301, 300, 301]
     assert row.positions == [0, 1, 2, 3, 4, 3, 4, 5, 6]  # copy k starts at len(prompt) + cut_k
@@ -123,16 +154,28 @@ def test_tree_mask_layout_by_hand():
 
 
 def test_empty_suffix_reads_the_last_prefix_token_each_copy_sees():
+    from fairaudit.backends.packing import (
+        pack_request,
+    )
+
     row = pack_request(DepthRequest((100, 101), (200, 201, 202), (), (0, 2, 3)))
     assert row.ids == [100, 101, 200, 201, 202] and row.reads == [1, 3, 4]
 
 
 def test_cuts_outside_the_trace_are_rejected():
+    from fairaudit.backends.packing import (
+        pack_request,
+    )
+
     with pytest.raises(ValueError, match=r"cuts \[4\] fall outside the trace of 3 tokens"):
         pack_request(DepthRequest((1,), (2, 3, 4), (5,), (1, 4)))
 
 
 def test_attention_that_ignores_a_custom_mask_is_refused():
+    from fairaudit.backends.packing import (
+        check_packable,
+    )
+
     def model_with(**config):
         return SimpleNamespace(config=SimpleNamespace(**config))
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from transformers import AutoTokenizer
 
 from fairaudit.errors import AuditError
 from fairaudit.models.locate import embedded_model_dir, tiny_qwen3_dir
@@ -29,11 +28,15 @@ PROMPTED = Thinking(style="prompted", instruction="Think inside <think> and </th
 
 @pytest.fixture(scope="module")
 def qwen_tok():
+    from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(str(tiny_qwen3_dir()))
 
 
 @pytest.fixture(scope="module")
 def smol_tok():
+    from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(str(embedded_model_dir()))
 
 

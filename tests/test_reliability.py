@@ -17,7 +17,6 @@ from typing import Callable
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from mlflow.tracking import MlflowClient
 
 from conftest import (
     DATA_ROOT,
@@ -37,6 +36,8 @@ ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "
 
 def all_runs(tmp_path: Path) -> list:
     """Every run in tmp_path's tracking database (none when it was never created)."""
+    from mlflow.tracking import MlflowClient
+
     if not (tmp_path / "mlflow.db").exists():
         return []
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
@@ -242,6 +243,7 @@ def kill_when(tmp_path: Path, moment: Callable[[Path], bool], overrides: tuple[s
 @pytest.mark.long
 @pytest.mark.parametrize("name", list(MOMENTS))
 def test_kill_9_then_the_same_run_again_leaves_nothing_running_or_counted_twice(tmp_path, name):
+    from mlflow.tracking import MlflowClient
     from omegaconf import OmegaConf
 
     from fairaudit.report.runs import select_runs

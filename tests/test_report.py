@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
-from mlflow.entities import Metric, Param
 
 from fairaudit.analysis import study
 from fairaudit.analysis.contingency import contingency
@@ -65,6 +64,8 @@ class Store:
 
     def job(self, records: pd.DataFrame, parent: str | None = None, status: str = "FINISHED",
             metrics: dict | None = None, params: dict | None = None, **axes) -> str:
+        from mlflow.entities import Metric, Param
+
         tags = {"model": "m", "dataset": "adult", "probe": "counterfactual", "arm": "think", "seed": "0",
                 "checkpoint": "base", **{k: str(v) for k, v in axes.items()}, "fairaudit.kind": "job"}
         if parent:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from mlflow.entities import Metric, Param
 
 import test_report
 from fairaudit.analysis.contingency import contingency
@@ -27,6 +26,8 @@ mlflow_db, store = test_report.mlflow_db, test_report.store
 
 def log_job(store: Store, parent: str, frames: dict[str, pd.DataFrame], metrics: dict, **tags) -> str:
     """A finished job run with `tags`, `metrics` and each frame as records/<name>.parquet."""
+    from mlflow.entities import Metric, Param
+
     tags = {"arm": "think", "seed": "0", "checkpoint": "base", **tags, "fairaudit.kind": "job",
             "mlflow.parentRunId": parent}
     run_id = store.client.create_run(store.experiment_id, tags=tags).info.run_id

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from mlflow.tracking import MlflowClient
 
 from conftest import run_app
 from fairaudit.analysis.numbers import format_number
@@ -69,6 +68,8 @@ DATASETS = ("adult", "compas", "credit")
 def sweep(tmp_path_factory):
     """One 3-dataset sweep on the tiny Qwen3 (2 pairs each), read back from its sqlite store: (result, client,
     parent run, children by run name, tmp folder)."""
+    from mlflow.tracking import MlflowClient
+
     tmp_path = tmp_path_factory.mktemp("sweep")
     result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8", "-m",
                      f"dataset={','.join(DATASETS)}")
@@ -245,6 +246,8 @@ def test_no_p_value_is_averaged_over_seeds_and_no_seed_is_dropped_for_underflow(
 
 
 def test_the_parent_logs_step_metrics_read_back_from_a_real_store(tmp_path):
+    from mlflow.tracking import MlflowClient
+
     from fairaudit.tracking.sweeps import log_summary
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")

@@ -242,6 +242,8 @@ def database_text(address: str) -> str:
 
 @pytest.mark.cluster
 def test_a_password_in_both_urls_is_in_no_output_log_artifact_row_report_or_hydra_folder(tmp_path, server):
+    from mlflow.tracking import MlflowClient
+
     token = server.password.rsplit("/", 1)[1]  # in every form the password may take: as typed, encoded, decoded
     store, tracking = url(server, "store", server.password), url(server, "tracking", server.password)
     places = (f"store.url={store}", f"tracking.uri={tracking}")

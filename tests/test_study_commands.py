@@ -11,7 +11,6 @@ import sys
 import time
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 import test_report
 from conftest import DATA_ROOT, REPO, cut_short_model, model_results, run_app
@@ -105,6 +104,8 @@ def test_a_rejected_command_leaves_no_output_folder(tmp_path):
 
 @pytest.mark.slow
 def test_a_tracking_folder_is_the_sqlite_database_in_it(tmp_path):
+    from mlflow.tracking import MlflowClient
+
     folder = tmp_path / "runs"
     result = run_app(tmp_path, "model=tiny_qwen3", "dataset.n=1", "model.max_think_tokens=4", f"tracking.uri={folder}")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -126,6 +127,8 @@ def test_a_sweep_job_with_a_bad_value_is_named_by_what_it_varies_before_anything
 
 
 def test_a_sweep_job_that_fails_as_it_runs_is_named_by_what_it_varies(tmp_path):
+    from mlflow.tracking import MlflowClient
+
     bad = cut_short_model(tmp_path)
     result = run_app(tmp_path, "model=tiny_qwen3", "model.max_think_tokens=4", "dataset.n=1", "-m",
                      f"model.path={tiny_qwen3_dir()},{bad}")

@@ -13,7 +13,6 @@ import time
 import pandas as pd
 import pytest
 import sqlalchemy as sa
-from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from conftest import REPO, building_tracking_db, cache_without_schema
@@ -86,6 +85,8 @@ def test_a_finished_rerun_supersedes_the_earlier_one_and_the_report_counts_it_on
 
 
 def test_kill_during_the_tracking_database_creation_leaves_one_the_next_start_uses(tmp_path):
+    from mlflow.tracking import MlflowClient
+
     db = tmp_path / "mlflow.db"
     code = f"from fairaudit.tracking.database import prepare_tracking; prepare_tracking('sqlite:///{db}')"
     env = {**os.environ, "OMP_NUM_THREADS": "1", **cache_without_schema(tmp_path)}

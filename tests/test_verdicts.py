@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from mlflow.tracking import MlflowClient
 
 from conftest import run_app
 from fairaudit.analysis.degenerate import decision_warnings, depth_warnings, mcq_warnings, thinking_arms
@@ -173,6 +172,8 @@ def probe_run(probe: str) -> tuple[str, ...]:
 @pytest.mark.parametrize("probe", [p if p == "counterfactual" else pytest.param(p, marks=pytest.mark.long)
                                    for p in PROBES])
 def test_every_probe_prints_its_verdict_before_its_table_and_keeps_it_as_the_run_description(tmp_path, probe):
+    from mlflow.tracking import MlflowClient
+
     result = run_app(tmp_path, *probe_run(probe))
     assert result.returncode == 0, result.stderr[-3000:]
     stdout = result.stdout.splitlines()

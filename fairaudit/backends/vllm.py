@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
-import torch
 
 from fairaudit.backends import Backend, Capabilities, Completion, DepthRequest, Engine, GenerationRequest, refuse_graphs
 from fairaudit.backends.common import (
@@ -66,6 +65,8 @@ _ENGINE: dict[tuple, object] = {}
 
 def free_engine() -> None:
     """Shut the held engine down and release its memory (its worker processes included)."""
+    import torch
+
     for llm in _ENGINE.values():
         llm.llm_engine.engine_core.shutdown()
     _ENGINE.clear()

@@ -1,6 +1,8 @@
-"""`python -m fairaudit +experiment=engines` as a user runs it (no -m), narrowed to SmolLM2 and two pairs, then
-`fairaudit report`: five engines' runs under one sweep (a batch-size and a numerics axis within hf and llama.cpp),
-the engine tables, the spreads within one engine, and the spreads on the parent run."""
+"""`python -m fairaudit +experiment=engines` as a user runs it (no -m), narrowed to SmolLM2, two pairs and two of its
+engines (hf in float32, llama.cpp on the file as it ships: one per backend, which is what the sweep's plumbing needs),
+then `fairaudit report`: both engines' runs under one sweep, the engine tables and the spreads on the parent run.
+The spreads within one engine (batch size, numerics) are checked on a real store in tests/test_engine_study.py, and
+llama.cpp's fast numerics in tests/llamacpp/test_llamacpp_numerics.py."""
 
 from __future__ import annotations
 
@@ -19,15 +21,14 @@ ENV = {"OMP_NUM_THREADS": "1"}
 
 
 def test_the_engine_study_runs_as_one_sweep_and_reports_every_engine(tmp_path):
-    study = run_app(tmp_path, "+experiment=engines", "dataset.n=2", "hydra.sweeper.params.model=smollm2", env=ENV,
-                    timeout=1800)
+    study = run_app(tmp_path, "+experiment=engines", "dataset.n=2", "hydra.sweeper.params.model=smollm2",
+                    "+experiment/engines/engine=hf_fp32,llamacpp", env=ENV, timeout=1800)
     assert study.returncode == 0, study.stderr[-3000:]
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("engines")
     jobs = client.search_runs([experiment.experiment_id], "tags.`fairaudit.kind` = 'job'")
-    engines = ["hf bfloat16 batch 1", "hf bfloat16 batch 8", "hf float32 batch 8", "llamacpp Q4_1",
-               "llamacpp Q4_1 fast batch 8"]
+    engines = ["hf float32 batch 8", "llamacpp Q4_1"]
     assert sorted(run.data.tags["engine"] for run in jobs) == engines
     invariant = {run.data.tags["engine"]: run.data.params["engine.batch_invariant"] for run in jobs}
     assert invariant["hf float32 batch 8"] == "false" and invariant["llamacpp Q4_1"] == "true"
@@ -44,9 +45,3 @@ def test_the_engine_study_runs_as_one_sweep_and_reports_every_engine(tmp_path):
     parent = client.search_runs([experiment.experiment_id], "tags.`fairaudit.kind` = 'sweep'")[0]
     assert parent.data.metrics["engine_spread/smollm2/adult/p_gap_think"] == pytest.approx(gap["spread"].iloc[0])
     assert (tmp_path / "report" / "figures" / "engines_0.png").stat().st_size > 0
-    within = pd.read_csv(tmp_path / "report" / "engines_within.csv")
-    assert within[["axis", "shared"]].drop_duplicates().values.tolist() == [
-        ["batch_size", "hf bfloat16"], ["numerics", "hf batch 8"], ["numerics", "llamacpp batch 8"]]
-    batch = within[(within["axis"] == "batch_size") & (within["metric"] == "p_gap_think")]
-    pair = gap.set_index("engine")["value"][["hf bfloat16 batch 8", "hf bfloat16 batch 1"]]
-    assert batch["spread"].iloc[0] == pytest.approx(pair.max() - pair.min())
