@@ -139,7 +139,7 @@ $(RAY_STAMP): $(STAMP)
 
 test-cluster: $(STAMP) $(RAY_STAMP)
 	CLUSTER_DIR=$(CLUSTER_DIR) scripts/cluster.sh up
-	SLURM_CONF=$(CLUSTER_DIR)/slurm.conf $(PY) -m pytest -m cluster $(ARGS); rc=$$?; \
+	SLURM_CONF=$(CLUSTER_DIR)/slurm.conf $(PY) -m pytest -m "cluster and not paper" $(ARGS); rc=$$?; \
 	CLUSTER_DIR=$(CLUSTER_DIR) scripts/cluster.sh down; exit $$rc
 
 # The vLLM tests (tests/vllm/, not collected by `make test`) in .venv-vllm, vllm's conformance entries, and

@@ -98,6 +98,7 @@ def test_two_processes_each_holding_a_partial_chunk_on_postgres_never_wait_on_ea
     print(f"the pair took {no_deadlock(pg_url, tmp_path):.1f} s")
 
 
+@pytest.mark.paper  # minutes of CPU: the deterministic pair above proves the same on PostgreSQL in the cluster suite
 def test_two_copies_of_a_1500_pair_audit_at_once_on_postgres_never_wait_on_each_other(tmp_path, pg_url):
     print(f"the copies took {issue_pair(tmp_path / 'home', pg_url)} s")
 
