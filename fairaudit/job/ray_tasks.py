@@ -8,11 +8,13 @@ Ray is an optional extra (`pip install -e '.[ray]'`), imported only here and onl
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from typing import Mapping
 
 REACH_TIMEOUT_S = 5.0   # a Ray cluster's head must accept a connection within this
 INSTALL = "pip install -e '.[ray]'"
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the signals that stop a run (errors.interrupt)
 
 
 def launcher_is_ray(launcher: Mapping) -> bool:
@@ -66,8 +68,9 @@ def workers_problem(job: Mapping) -> str | None:
 
 
 def connect(init: Mapping | None = None) -> None:
-    """Join the cluster (or start a local Ray) unless this process already has; a cluster that cannot be joined is
-    one AuditError line."""
+    """Join the cluster (or start a local Ray) unless this process already has, with `init`'s options of ray.init;
+    a cluster that cannot be joined is one AuditError line. The process's own handlers of the signals that stop a
+    run stay in place (Ray's driver installs its own)."""
     import ray
 
     from fairaudit.errors import AuditError
@@ -77,7 +80,12 @@ def connect(init: Mapping | None = None) -> None:
         raise AuditError(problem)
     if ray.is_initialized():
         return
+    options = {key: value for key, value in dict(init or {}).items() if value is not None}
+    handlers = {number: signal.getsignal(number) for number in STOPS}
     try:
-        ray.init(address=address_of(init), log_to_driver=False, configure_logging=False)
+        ray.init(**{"address": address_of(init), "log_to_driver": False, "configure_logging": False, **options})
     except ConnectionError as error:  # a head that answers a port but is no Ray, or not reachable from its nodes
         raise AuditError(f"cannot join the Ray cluster at {address_of(init)}: {error}") from None
+    finally:  # Ray's driver takes SIGTERM for itself: a stop is this process's to handle (errors.interrupt)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Callable
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from fairaudit.errors import interrupt
+from fairaudit.job.ray_tasks import connect, launcher_is_ray
 from fairaudit.processes import descendants
 from fairaudit.tracking.sweeps import close_stopped
 
@@ -55,10 +56,12 @@ def watch(config: DictConfig) -> None:
     (jobs / STOP).unlink(missing_ok=True)  # left by an earlier, stopped sweep in the same folder
     jobs.mkdir(parents=True, exist_ok=True)
     slurm = "slurm" in str(launcher._target_).lower()
+    if launcher_is_ray(launcher):  # joined here, so that the launcher finds it joined and a stop stays ours
+        connect({"log_to_driver": True, **OmegaConf.to_container(launcher.ray.init, resolve=True)})  # jobs' lines
     if not _launched:
         interrupt.on_stop(stop_jobs, kill_jobs)
     _launched[:] = [ParallelSweep(folder, str(config.tracking.uri), str(launcher.submitit_folder) if slurm else None,
-                                  "hydra_ray_launcher" in str(launcher._target_))]
+                                  launcher_is_ray(launcher))]
 
 
 def stop_jobs(signum: int) -> None:
