@@ -14,6 +14,10 @@ from typing import Mapping
 
 REACH_TIMEOUT_S = 5.0   # a Ray cluster's head must accept a connection within this
 INSTALL = "pip install -e '.[ray]'"
+# What a job's config reads from the environment: where results live, the data, config roots, and the store and
+# tracking locations a credential typed on the command line was moved to (Ray keeps them in the cluster's job table).
+FORWARDED = ("FAIRAUDIT_HOME", "FAIRAUDIT_DATA", "FAIRAUDIT_PATH", "FAIRAUDIT_STORE_URL", "FAIRAUDIT_TRACKING_URI",
+             "MLFLOW_TRACKING_URI", "OMP_NUM_THREADS")
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the signals that stop a run (errors.interrupt)
 
 
@@ -67,6 +71,15 @@ def workers_problem(job: Mapping) -> str | None:
     return None
 
 
+def forwarded(runtime_env: Mapping | None) -> dict:
+    """Ray's runtime environment for this process's tasks, carrying the FORWARDED variables this process has (a task
+    runs in a worker the cluster started, whose environment is the node's): its config then resolves there as here."""
+    env = {name: os.environ[name] for name in FORWARDED if name in os.environ}
+    runtime_env = dict(runtime_env or {})
+    runtime_env["env_vars"] = {**env, **dict(runtime_env.get("env_vars") or {})}
+    return runtime_env
+
+
 def connect(init: Mapping | None = None) -> None:
     """Join the cluster (or start a local Ray) unless this process already has, with `init`'s options of ray.init;
     a cluster that cannot be joined is one AuditError line. The process's own handlers of the signals that stop a
@@ -81,6 +94,7 @@ def connect(init: Mapping | None = None) -> None:
     if ray.is_initialized():
         return
     options = {key: value for key, value in dict(init or {}).items() if value is not None}
+    options["runtime_env"] = forwarded(options.get("runtime_env"))
     handlers = {number: signal.getsignal(number) for number in STOPS}
     try:
         ray.init(**{"address": address_of(init), "log_to_driver": False, "configure_logging": False, **options})
