@@ -177,7 +177,7 @@ def dispatch(argv: list[str]) -> int:
     """A subcommand, or else a Hydra audit run (a word near a subcommand's name: one line naming it)."""
     if argv and argv[0] in COMMANDS:
         return COMMANDS[argv[0]](argv[1:])
-    typo = command_typo(argv[0], list(COMMANDS)) if len(argv) == 1 else None
+    typo = command_typo(argv[0], list(COMMANDS)) if argv else None
     if typo:
         print(f"error: {typo}", file=sys.stderr)
         return 2

@@ -190,7 +190,7 @@ def parse_problem(args: list[str], error: Exception) -> str:
             owners = [group for group in sorted(registry.groups()) if arg in (group_options(group) or [])]
             meant = f"; did you mean {' or '.join(f'{g}={arg}' for g in owners)}?" if owners else \
                 f" (e.g. {arg}=VALUE; ~{arg} deletes a key)"
-            return f"{arg}: an override is key=value{meant}"
+            return f"{arg}: an override is setting=value{meant}"
         key, value = arg.split("=", 1)
         if not parses(parser, f"{key}=x"):
             return key_grammar_problem(arg, key, value)
