@@ -43,7 +43,7 @@ def _extension_roots(path_variable: str) -> list[Path]:
     for folder in folders:
         if not folder.is_dir():
             raise AuditError(f"{PATH_VARIABLE}: {folder} is not a folder (it lists folders of configs, "
-                             f"separated by {os.pathsep!r})")
+                             f"separated by {os.pathsep!r}); create it, or leave it out of {PATH_VARIABLE}")
         if str(folder) not in sys.path:
             sys.path.append(str(folder))  # the modules its configs' _target_ names
     return folders + [root for root in map(_package_root, _entry_points()) if root is not None]

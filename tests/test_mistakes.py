@@ -111,8 +111,8 @@ MISTAKES = [
     ("a key mixing dots and slashes", ["model.files/path=x"],
      "Hydra's override grammar reads no key 'model.files/path'"),
     ("spaces around =", ["dataset", "=", "compas"], "without spaces around '=': dataset=compas"),
-    ("a key without a value", ["dataset"], "dataset: an override is key=value"),
-    ("a bare option", ["compas"], "compas: an override is key=value; did you mean dataset=compas?"),
+    ("a key without a value", ["dataset"], "dataset: an override is setting=value"),
+    ("a bare option", ["compas"], "compas: an override is setting=value; did you mean dataset=compas?"),
     ("a seed range without -m", ["dataset.seed=range(3)"], "add -m to sweep it (fairaudit -m dataset.seed=range(3))"),
     ("a group list in brackets", ["-m", "dataset=[adult,compas]"],
      "sweep them without brackets: -m dataset=adult,compas"),
@@ -153,6 +153,17 @@ MISTAKES = [
      "tracking.uri='http://127.0.0.1:1/?token=***': MLflow adds its API's path to this address, so a query or "
      "fragment ('?token=***') cannot ride on it: give the server's address alone (http://127.0.0.1:1) and a token "
      "as MLFLOW_TRACKING_TOKEN"),
+    # keys one level down, hub ids, settings a class does not take, ranges, a data root inside a data set
+    ("a key one level down", ["seed=abc"], "the config has no key 'seed'; did you mean dataset.seed"),
+    ("a key one level down in a sweep", ["-m", "seed=0,1"], "the config has no key 'seed'; did you mean dataset.seed"),
+    ("a hub id as a model name", ["model=Qwen/Qwen3-8B"], "model=qwen3 model.source=Qwen/Qwen3-8B (model.path=FOLDER"),
+    ("a setting the probe does not take", ["+probe.x=1"],
+     "+probe.x=1: the probe CounterfactualProbe has no setting 'x'; its settings: baseline_arm, n_boot, seed"),
+    ("a range written with a colon", ["-m", "dataset.seed=0:3"],
+     "dataset.seed=0:3: a range is written range(0,3) (the values 0 to 2): fairaudit -m dataset.seed=range(0,3)"),
+    ("a data root one level too deep", [f"data.root={DATA_ROOT / 'adult'}"],
+     f"data root {DATA_ROOT / 'adult'} is one level too deep: it is the 'adult' folder itself; point data.root or "
+     f"FAIRAUDIT_DATA at the folder above it, {DATA_ROOT}"),
 ]
 
 
@@ -249,3 +260,78 @@ def test_each_mistake_is_one_error_line_and_exit_2_before_any_model_loads(tmp_pa
 
 def test_there_are_eighty_distinct_mistakes():
     assert len({name for name, _, _ in MISTAKES}) == len(MISTAKES) >= 80
+
+
+def one_error_line(done) -> str:
+    """The one `error:` line of a command that exited 2 without a traceback."""
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    return errors[0]
+
+
+@pytest.mark.parametrize("command", [["list"], [*BASE]], ids=["list", "a run"])
+def test_a_missing_config_path_folder_is_one_line(tmp_path, command):
+    places = [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"store.url={tmp_path}/store.sqlite"]
+    done = fairaudit([*command, *places] if command != ["list"] else command, tmp_path,
+                     env={"FAIRAUDIT_PATH": str(tmp_path / "gone")})
+    assert one_error_line(done) == (f"error: FAIRAUDIT_PATH: {tmp_path / 'gone'} is not a folder (it lists folders "
+                                    "of configs, separated by ':'); create it, or leave it out of FAIRAUDIT_PATH")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_misspelt_subcommand_names_it(tmp_path):
+    done = fairaudit(["lst"], tmp_path)
+    assert one_error_line(done) == "error: lst: fairaudit has no command 'lst'; did you mean fairaudit list?"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_version_is_fairaudits_then_hydras(capsys):
+    import hydra
+
+    from fairaudit import __version__
+    from fairaudit.cli.main import main
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"fairaudit {__version__} (Hydra {hydra.__version__})\n"
+
+
+def test_a_list_under_make_names_make_runs_form(tmp_path):
+    done = fairaudit([f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "dataset=compas,credit"], tmp_path,
+                     env={"MAKELEVEL": "1"})
+    assert 'add -m to sweep it (make run ARGS="-m dataset=compas,credit"); write' in one_error_line(done)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_multirun_with_nothing_to_sweep_says_it_is_one_job(tmp_path):
+    from fairaudit.cli.main import nothing_to_sweep
+
+    assert nothing_to_sweep(["-m", "dataset.n=2"]) and not nothing_to_sweep(["dataset.n=2"])
+    assert not nothing_to_sweep(["-m", "dataset.seed=range(2)"]) and not nothing_to_sweep(["+experiment=seed_sweep"])
+    done = fairaudit(["-m", *BASE, f"data.root={tmp_path}/none"], tmp_path)  # stops at the data, after the note
+    assert done.stderr.splitlines()[0] == ("note: -m with nothing to sweep: this is a single job (sweep with key=a,b "
+                                           "or key=range(0,3), or run a study: +experiment=NAME)")
+    assert "adult.data is missing" in one_error_line(done)
+
+
+def test_a_jobs_run_id_as_select_parent_names_its_sweep(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from fairaudit.tracking import tags as t
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("audit")
+    sweep = client.create_run(experiment, tags={t.KIND_TAG: "sweep"}).info.run_id
+    job = client.create_run(experiment, tags={t.KIND_TAG: "job", t.PARENT_TAG: sweep}).info.run_id
+    done = fairaudit(["report", f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/out", f"select.parent={job}"],
+                     tmp_path)
+    assert one_error_line(done) == (f"error: select.parent={job} is a job's run, not a sweep's: select.parent takes "
+                                    f"the run id a sweep prints for its parent; its sweep is select.parent={sweep}")
+    assert runs_in(tmp_path) == 2 and not (tmp_path / "out" / "report.md").exists()
+
+
+def test_every_backend_says_what_it_is_in_a_sentence():
+    from fairaudit.catalog import registry
+
+    for name in registry.names("backend"):
+        assert registry.describe("backend", name).endswith("."), name

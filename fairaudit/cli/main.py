@@ -9,8 +9,10 @@ import tempfile
 
 from fairaudit.cli.completion import complete
 from fairaudit.cli.credentials import into_environment
+from fairaudit.cli.hints import command_typo
 from fairaudit.cli.listing import list_configs
 from fairaudit.cli.overrides import MULTIRUN_FLAGS
+from fairaudit.errors import AuditError
 from fairaudit.errors.secrets import redact
 
 CONFIG_PRINTS = ("--cfg", "-c", "--info", "-i")  # Hydra's options that print the config and run nothing
@@ -81,6 +83,9 @@ def hydra_command(module: str, argv: list[str], config_name: str = "config") -> 
     if problem:
         print(redact(f"error: {problem}"), file=sys.stderr)
         return 2
+    if config_name == "config" and not prints_config(argv) and nothing_to_sweep(argv):
+        print("note: -m with nothing to sweep: this is a single job (sweep with key=a,b or key=range(0,3), or run "
+              "a study: +experiment=NAME)", file=sys.stderr)
     argv = tracking_database((["-m"] if config_name == "config" and sweeps_itself(argv) else []) + argv)
     argv = argv if prints_config(argv) else into_environment(argv)
     redact_override_dirname()
@@ -88,6 +93,29 @@ def hydra_command(module: str, argv: list[str], config_name: str = "config") -> 
         sys.argv = hoist_multirun_flag([sys.argv[0]] + argv)
         importlib.import_module(module).main()
     return 0
+
+
+def nothing_to_sweep(argv: list[str]) -> bool:
+    """`-m` with no list, range or sweeping study among the overrides: Hydra runs it as one job."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from fairaudit.cli.overrides import sweeps_itself
+
+    if not any(a in MULTIRUN_FLAGS for a in argv):
+        return False
+    args = [a for a in argv if not a.startswith("-")]
+    swept = any(o.is_sweep_override() or o.key_or_group.startswith("hydra.sweeper.params")
+                for o in OverridesParser.create().parse_overrides(args))
+    return not swept and not sweeps_itself(args)
+
+
+def version() -> str:
+    """fairaudit's version, then the Hydra it runs on."""
+    import hydra
+
+    from fairaudit import __version__
+
+    return f"fairaudit {__version__} (Hydra {hydra.__version__})"
 
 
 def prints_config(argv: list[str]) -> bool:
@@ -153,6 +181,17 @@ COMMANDS = {"list": list_configs, "data": data_command, "store": store_command, 
             "report": report_command, "check": check_command}
 
 
+def dispatch(argv: list[str]) -> int:
+    """A subcommand, or else a Hydra audit run (a word near a subcommand's name: one line naming it)."""
+    if argv and argv[0] in COMMANDS:
+        return COMMANDS[argv[0]](argv[1:])
+    typo = command_typo(argv[0], list(COMMANDS)) if argv else None
+    if typo:
+        print(f"error: {typo}", file=sys.stderr)
+        return 2
+    return hydra_command("fairaudit.job.__main__", argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `fairaudit` console script."""
     from fairaudit.errors import interrupt
@@ -165,13 +204,17 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("-h", "--help", "help"):
         print(HELP, end="")
         return 0
+    if argv and argv[0] in ("--version", "-V"):
+        print(version())
+        return 0
     if argv[:2] in (["-sc", "query=bash"], ["--shell-completion", "query=bash"]):
         return complete(argv, list(COMMANDS))
     interrupt.arm()
     try:
-        if argv and argv[0] in COMMANDS:
-            return COMMANDS[argv[0]](argv[1:])
-        return hydra_command("fairaudit.job.__main__", argv)
+        return dispatch(argv)
+    except AuditError as error:  # a setting outside the overrides, e.g. a $FAIRAUDIT_PATH folder that is gone
+        print(redact(f"error: {error}"), file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # outside a run (a run says what it kept itself), e.g. a parallel sweep's launcher
         from fairaudit.job.stop import finish
 

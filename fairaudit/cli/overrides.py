@@ -9,6 +9,7 @@ from pathlib import Path
 from fairaudit import CONF_DIR
 from fairaudit.catalog import registry
 from fairaudit.cli.credentials import credential_problem, holds_secret
+from fairaudit.cli.hints import added_setting_problem, hub_model_hint, keys_named, range_problem, sweep_form
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
@@ -52,7 +53,8 @@ def group_problem(override, options: list[str] | None = None) -> str | None:
                     f"{' or '.join(f'{group}.{k}=URL' for k in keys) or 'see fairaudit list'}")
         if value not in options:
             listed = " (`fairaudit list` shows them all)" if ours else ""
-            return f"{override.input_line}: there is no {group} named {value!r}{nearest(value, options)}{listed}"
+            return (f"{override.input_line}: there is no {group} named {value!r}{nearest(value, options)}{listed}"
+                    f"{hub_model_hint(group, value)}")
     return None
 
 
@@ -68,7 +70,9 @@ def key_problem(key: str, composed) -> str | None:
             where = ".".join(parts[:depth])
             names = [f"{where}.{name}" if where else str(name) for name in node.keys()]
             missing = ".".join(parts[:depth + 1])
-            return (f"{key}: the config has no key {missing!r}{nearest(missing, names)} (to add a new key on "
+            deeper = keys_named(parts[-1], node, f"{where}." if where else "")
+            hint = f"; did you mean {' or '.join(deeper)}?" if deeper else nearest(missing, names)
+            return (f"{key}: the config has no key {missing!r}{hint} (to add a new key on "
                     f"purpose, write +{key}=...)")
         node = node._get_node(part) if hasattr(node, "_get_node") else node[part]
     return None
@@ -129,7 +133,8 @@ def check(config_name: str, argv: list[str]) -> str | None:
         overrides = OverridesParser.create().parse_overrides(args)
     except OverrideParseException as error:
         return parse_problem(args, error)
-    problem = next((p for p in map(credential_line, overrides) if p), None) or repeated_problem(overrides)
+    problem = next((p for p in map(credential_line, overrides) if p), None) or repeated_problem(overrides) or \
+        next((p for p in map(range_problem, overrides) if p), None)
     if problem:
         return problem
     groups = [o for o in overrides if group_options(o.key_or_group) is not None]
@@ -212,7 +217,7 @@ def parse_problem(args: list[str], error: Exception) -> str:
             owners = [group for group in sorted(registry.groups()) if arg in (group_options(group) or [])]
             meant = f"; did you mean {' or '.join(f'{g}={arg}' for g in owners)}?" if owners else \
                 f" (e.g. {arg}=VALUE; ~{arg} deletes a key)"
-            return f"{arg}: an override is key=value{meant}"
+            return f"{arg}: an override is setting=value{meant}"
         key, value = arg.split("=", 1)
         if not parses(parser, f"{key}=x"):
             return key_grammar_problem(arg, key, value)
@@ -266,7 +271,7 @@ def list_problem(config_name: str, argv: list[str], overrides) -> str | None:
         return None
     line = listed[0].input_line
     key, value = line.split("=", 1)
-    sweep = f"add -m to sweep it (fairaudit -m {line})" if config_name == "config" else ""
+    sweep = f"add -m to sweep it ({sweep_form(line)})" if config_name == "config" else ""
     if value.startswith(("range(", "choice(", "glob(", "interval(")):
         return f"{line}: a sweep on a command that runs once: {sweep or 'give one value'}"
     return (f"{line}: several values on a command that runs once: {sweep + '; ' if sweep else ''}write "
@@ -295,7 +300,7 @@ def compose_problem(config_name: str, overrides) -> str | None:
                                         for o in keys) if p), None)
             if problem:
                 return problem
-            compose(config_name, overrides=[job_line(o) for o in kept])
+            return added_setting_problem(kept, compose(config_name, overrides=[job_line(o) for o in kept]))
         except Exception as error:  # a composition Hydra would refuse: its message, on one line
             return " ".join(str(error).split())
         finally:

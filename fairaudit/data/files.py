@@ -95,6 +95,9 @@ def verified_file(root: Path, relative: str) -> Path:
     name = relative.split("/")[0]
     accepted = accepted_checksums(root, relative)
     where = SOURCES.get(name, "its canonical source")
+    if not path.is_file() and (root.parent / relative).is_file():
+        raise AuditError(f"data root {root} is one level too deep: it is the {name!r} folder itself; point data.root "
+                         f"or FAIRAUDIT_DATA at the folder above it, {root.parent}")
     if not path.is_file():
         get = (f"get it with `fairaudit data fetch {name} --root {root}` (from {where}), or" if name in SOURCES
                else "relative paths are read under data.root:")

@@ -128,15 +128,27 @@ def runs_frame(runs: Iterable) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def parent_run(client, run_id: str):
+    """The sweep's parent run that select.parent names; one line when there is no such run or it is a job's."""
+    try:
+        run = client.get_run(run_id)
+    except Exception as error:  # mlflow raises MlflowException for unknown ids
+        raise AuditError(f"select.parent: no run {run_id!r} in {client.tracking_uri}") from error
+    if run.data.tags.get(t.KIND_TAG) == "job":
+        sweep = run.data.tags.get(t.PARENT_TAG)
+        fix = f"its sweep is select.parent={sweep}" if sweep else \
+            "a single job is not reported; select.parent=latest reports the latest sweep"
+        raise AuditError(f"select.parent={run_id} is a job's run, not a sweep's: select.parent takes the run id a "
+                         f"sweep prints for its parent; {fix}")
+    return run
+
+
 def select_runs(client, select) -> Selection:
     """Job runs chosen by select.{experiment, parent, sweep_dir, tags, filter, status}."""
     exp_ids = experiment_ids(client, select.experiment)
     parents = resolve_parents(client, select, exp_ids)
     if parents:
-        try:
-            exp_ids = [client.get_run(parents[0]).info.experiment_id]
-        except Exception as error:  # mlflow raises MlflowException for unknown ids
-            raise AuditError(f"select.parent: no run {parents[0]!r} in {client.tracking_uri}") from error
+        exp_ids = [parent_run(client, parents[0]).info.experiment_id]
     filters = [filter_string(select, parent) for parent in parents or [None]]
     filter_str = " OR ".join(f"({f})" for f in filters) if len(filters) > 1 else filters[0]
     try:
