@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from fairaudit.errors import interrupt
 from fairaudit.job.ray_tasks import connect, launcher_is_ray
@@ -58,6 +58,8 @@ def watch(config: DictConfig) -> None:
     slurm = "slurm" in str(launcher._target_).lower()
     if launcher_is_ray(launcher):  # joined here, so that the launcher finds it joined and a stop stays ours
         connect({"log_to_driver": True, **OmegaConf.to_container(launcher.ray.init, resolve=True)})  # jobs' lines
+        with read_write(config.hydra.sweep):  # a task's worker starts elsewhere: the sweep folder as this one sees it
+            config.hydra.sweep.dir = str(folder)
     if not _launched:
         interrupt.on_stop(stop_jobs, kill_jobs)
     _launched[:] = [ParallelSweep(folder, str(config.tracking.uri), str(launcher.submitit_folder) if slurm else None,
