@@ -246,7 +246,7 @@ def test_the_mock_plants_the_cut_gaps_the_cdpg_truth_assumes(tmp_path, data_root
     gaps = depth.assign(logit=logit(depth["p_yes_k"])).pivot_table(index=["pair_id", "k"], columns="side",
                                                                     values="logit")
     found = (gaps["alpha"] - gaps["alpha_prime"]).unstack("k").to_numpy()
-    expected = cdpg_bench.cut_gaps(plant, bench.TRACE, bench.TRACE - bench.band_tokens())
+    expected = cdpg_bench.cut_gaps(plant, *cdpg_bench._trace_and_opener())
     np.testing.assert_allclose(found, np.tile(expected, (12, 1)), atol=1e-9)
     assert sorted(depth["cut"].unique()) == list(range(4, 41, 4)) and len(records) == 48
 

@@ -216,9 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         print(redact(f"error: {error}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # outside a run (a run says what it kept itself), e.g. a parallel sweep's launcher
-        from fairaudit.job.stop import finish
-
-        finish()  # a parallel sweep's jobs all ended, its runs closed KILLED
+        interrupt.settle()  # a parallel sweep's jobs all ended, its runs closed KILLED
         print(interrupt.message(None), file=sys.stderr)
         return interrupt.exit_code()
 

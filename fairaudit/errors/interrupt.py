@@ -16,6 +16,7 @@ from typing import Callable
 NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}  # the signals that stop a run
 _received: list[int] = []  # the signal that stopped this process, once one came
 _hooks: list[tuple[Callable[[int], None], Callable[[], None]]] = []  # (on the first signal, on the next)
+_last: list[Callable[[], None]] = []  # once a stop reached the command's top
 
 
 class Interrupted(KeyboardInterrupt):
@@ -26,10 +27,18 @@ class Interrupted(KeyboardInterrupt):
         self.kept = kept
 
 
-def on_stop(first: Callable[[int], None], again: Callable[[], None]) -> None:
+def on_stop(first: Callable[[int], None], again: Callable[[], None], last: Callable[[], None] = lambda: None) -> None:
     """`first(signum)` runs when the first signal comes, before its KeyboardInterrupt is raised (a sweep's parent
-    stops its jobs and waits for them); `again()` when a second one comes, before the process exits at once."""
+    stops its jobs and waits for them); `again()` when a second one comes, before the process exits at once; `last()`
+    once the stop reached the command's top (`settle`: what is left of the sweep ended, its runs closed)."""
     _hooks.append((first, again))
+    _last.append(last)
+
+
+def settle() -> None:
+    """The `last` of every `on_stop`: called by the command once a stop reached its top."""
+    for last in _last:
+        last()
 
 
 def arm(again_exits: bool = True) -> None:

@@ -58,10 +58,11 @@ def watch(config: DictConfig) -> None:
     slurm = "slurm" in str(launcher._target_).lower()
     if launcher_is_ray(launcher):  # joined here, so that the launcher finds it joined and a stop stays ours
         connect({"log_to_driver": True, **OmegaConf.to_container(launcher.ray.init, resolve=True)})  # jobs' lines
-        with read_write(config.hydra.sweep):  # a task's worker starts elsewhere: the sweep folder as this one sees it
-            config.hydra.sweep.dir = str(folder)
+        with read_write(config.hydra):  # a task's worker starts elsewhere: the sweep folder as this one sees it, in
+            config.hydra.sweep.dir = str(folder)  # the overrides every job's config is composed again from
+            config.hydra.overrides.hydra.append(f"hydra.sweep.dir='{folder}'")
     if not _launched:
-        interrupt.on_stop(stop_jobs, kill_jobs)
+        interrupt.on_stop(stop_jobs, kill_jobs, finish)
     _launched[:] = [ParallelSweep(folder, str(config.tracking.uri), str(launcher.submitit_folder) if slurm else None,
                                   launcher_is_ray(launcher))]
 
