@@ -120,7 +120,7 @@ test-fast: $(STAMP)
 # kill matrices and concurrent runs they ran 4-5x slower than alone.
 DOCS_TESTS := tests/test_docs.py
 test-long: $(STAMP)
-	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest $(PARALLEL) -m long --ignore=$(DOCS_TESTS) $(ARGS)
+	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest $(PARALLEL) -m "long and not paper" --ignore=$(DOCS_TESTS) $(ARGS)
 	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist load) -m long $(DOCS_TESTS) $(ARGS)
 
 # Done-when checks at a paper's own scale (e.g. 30 influence traces per graph on SmolLM2).

@@ -403,7 +403,7 @@ def issue_pair(home: Path, store_url: str | None = None, bound: float = 1200) ->
 @pytest.mark.slow
 @pytest.mark.long
 def test_two_copies_of_a_1500_pair_audit_at_once_never_wait_on_each_other(tmp_path):
-    for attempt in range(2):
+    for attempt in range(1):  # one try in CI; docs/reliability.md has the ten tried by hand
         print(f"try {attempt + 1}: the copies took {issue_pair(tmp_path / f'home{attempt}')} s")
 
 

@@ -79,7 +79,9 @@ def stop_sweep(tmp_path: Path, launcher: str | list[str], sig: int,
 
 @pytest.mark.slow
 @pytest.mark.long
-@pytest.mark.parametrize("launcher, sig", [("basic", signal.SIGTERM), ("joblib", signal.SIGTERM),
+@pytest.mark.parametrize("launcher, sig", [pytest.param("basic", signal.SIGTERM, marks=pytest.mark.paper),  # as
+                                           # tests/test_faults.py's SIGTERM in a sweep, at CI size
+                                           ("joblib", signal.SIGTERM),
                                            ("submitit_local", signal.SIGTERM), ("joblib", signal.SIGINT)])
 def test_a_signal_to_a_sweeps_parent_stops_every_job_and_leaves_every_run_killed(tmp_path, launcher, sig):
     proc, err, gone_after = stop_sweep(tmp_path, launcher, sig)

@@ -16,6 +16,7 @@ from conftest import run_app
 from fairaudit.analysis.cost import gpu_hours, split_jobs_wall, whole_jobs_wall
 
 DEFAULT_AUDIT: tuple[str, ...] = ()  # the default audit: SmolLM2 on 20 Adult pairs, think against nothink
+SMALL = ("dataset.n=8",)  # the killed-worker case: enough calls that a helper is mid-job when it is killed
 
 
 def test_the_grid_on_n_accelerators_whole_or_split():
@@ -68,7 +69,7 @@ def test_a_worker_killed_mid_job_leaves_its_calls_to_the_others(tmp_path):
     from conftest import DATA_ROOT, REPO
 
     (tmp_path / "one").mkdir()
-    alone = run_app(tmp_path / "one", env={"OMP_NUM_THREADS": "1"}, timeout=1200)
+    alone = run_app(tmp_path / "one", *SMALL, env={"OMP_NUM_THREADS": "1"}, timeout=1200)
     assert alone.returncode == 0, alone.stderr[-3000:]
     one, one_records, _, _ = the_run(tmp_path / "one")
     folder = tmp_path / "killed"
@@ -76,7 +77,7 @@ def test_a_worker_killed_mid_job_leaves_its_calls_to_the_others(tmp_path):
     env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1"}
     job = subprocess.Popen([sys.executable, "-m", "fairaudit", f"store.url={folder}/store.sqlite",
                             f"tracking.uri=sqlite:///{folder}/mlflow.db", f"hydra.run.dir={folder}/out",
-                            "job.workers=3"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            *SMALL, "job.workers=3"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
     victim = first_helper(job.pid, deadline=time.time() + 600)
     time.sleep(5)  # into its calls
