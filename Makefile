@@ -91,7 +91,7 @@ $(LLAMACPP_STAMP): pyproject.toml Makefile | llamacpp-wheel
 
 run: $(STAMP)
 	$(PY) -m fairaudit data fetch --missing $(DATA)
-	$(PY) -m fairaudit $(ARGS)
+	FAIRAUDIT_MAKE_RUN=1 $(PY) -m fairaudit $(ARGS)
 
 # ruff (pyproject's [tool.ruff]): pyflakes, import order, lines of at most 120 characters.
 lint: $(STAMP)

@@ -215,7 +215,7 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path, sig, sweep):
 
 def test_cfg_job_prints_the_config_with_its_secrets_hidden(tmp_path):
     done = fairaudit(["--cfg", "job", "store.url='postgresql+psycopg://audit:s3cret-pw@db/x?sslpassword=k3y-phrase'",
-                      "+backend.api_key=sk-0123456789"], tmp_path)
+                      "+lab.api_key=sk-0123456789"], tmp_path)  # a key of the user's own (a backend's is checked)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "url: postgresql+psycopg://audit:***@db/x?sslpassword=***" in done.stdout
     assert "api_key: '***'" in done.stdout or "api_key: ***" in done.stdout

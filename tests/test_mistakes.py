@@ -297,7 +297,7 @@ def test_version_is_fairaudits_then_hydras(capsys):
 
 def test_a_list_under_make_names_make_runs_form(tmp_path):
     done = fairaudit([f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "dataset=compas,credit"], tmp_path,
-                     env={"MAKELEVEL": "1"})
+                     env={"FAIRAUDIT_MAKE_RUN": "1"})
     assert 'add -m to sweep it (make run ARGS="-m dataset=compas,credit"); write' in one_error_line(done)
     assert list(tmp_path.iterdir()) == []
 

@@ -60,8 +60,9 @@ def range_problem(override) -> str | None:
 
 
 def sweep_form(line: str) -> str:
-    """The command that sweeps `line`: `make run ARGS="-m ..."` under make (MAKELEVEL), else `fairaudit -m ...`."""
-    return f'make run ARGS="-m {line}"' if os.environ.get("MAKELEVEL") else f"fairaudit -m {line}"
+    """The command that sweeps `line`: `make run ARGS="-m ..."` under `make run` (FAIRAUDIT_MAKE_RUN), else
+    `fairaudit -m ...`."""
+    return f'make run ARGS="-m {line}"' if os.environ.get("FAIRAUDIT_MAKE_RUN") else f"fairaudit -m {line}"
 
 
 def added_setting_problem(overrides, composed) -> str | None:
