@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from fairaudit.errors import AuditError, interrupt
 from fairaudit.terminal.output import console
@@ -37,7 +37,7 @@ class Helpers:
     """The helpers of one job: how many there are and how to stop them, each reporting its calls."""
 
     count: int
-    stop: callable
+    stop: Callable[[], list[int]]  # stops every helper; returns each one's computed calls
     calls: list[int] = field(default_factory=list)  # filled by `stop`: each helper's computed calls
 
     @property
