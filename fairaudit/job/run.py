@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from omegaconf import DictConfig
 
 from fairaudit.errors import AuditError, failure_line, interrupt
@@ -12,7 +10,7 @@ from fairaudit.errors.interrupt import Interrupted
 from fairaudit.job.config import Job, open_client, read_job
 from fairaudit.job.dry_run import preview
 from fairaudit.job.tags import run_identity
-from fairaudit.job.workers import WORKERS_LOG, helpers
+from fairaudit.job.workers import helpers
 from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.store.results import Store
 from fairaudit.terminal.output import console
@@ -39,7 +37,7 @@ def audit(job: Job) -> ProbeResult:
     run_id = tracker.start(run_name, tags, params, parent, job.settings)
     ended = False
     try:
-        with helpers(job, output_folder() / WORKERS_LOG) as others:
+        with helpers(job) as others:
             result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
         result.metrics.update(client.metrics())
         if others:
@@ -86,17 +84,6 @@ def log_workers(tracker: Tracker, result: ProbeResult, own: int, helpers_calls: 
     result.metrics["model_calls"] = own + sum(helpers_calls)
     result.metrics["workers"] = 1 + len(helpers_calls)
     tracker.log_steps("worker_model_calls", [own, *helpers_calls])
-
-
-def output_folder() -> Path:
-    """This job's Hydra output folder (a temporary one outside a Hydra run)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        return Path(HydraConfig.get().runtime.output_dir)
-    import tempfile
-
-    return Path(tempfile.mkdtemp(prefix="fairaudit-job-"))
 
 
 def fault_of(error: BaseException, uri: str, store: Store, tracker: Tracker) -> AuditError | None:

@@ -51,13 +51,14 @@ def spec_of(job, index: int) -> dict:
 
 
 @contextmanager
-def helpers(job, log_dir: Path) -> Iterator[Helpers | None]:
+def helpers(job) -> Iterator[Helpers | None]:
     """Start `job.workers - 1` helpers beside this process while the body runs, then stop them (their calls are
     all in by then) and count what each computed. None when the job runs in one process."""
     count = int(job.settings.get("job", {}).get("workers", 1)) - 1
     if count < 1:
         yield None
         return
+    log_dir = output_folder() / WORKERS_LOG
     where = job.settings["job"].get("workers_on", "local")
     started = start_ray(job, count) if where == "ray" else start_local(job, count, log_dir)
     kind = "Ray task" if where == "ray" else "process"
@@ -68,6 +69,17 @@ def helpers(job, log_dir: Path) -> Iterator[Helpers | None]:
         yield started
     finally:
         started.calls = started.stop()
+
+
+def output_folder() -> Path:
+    """This job's Hydra output folder (a temporary one outside a Hydra run)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="fairaudit-job-"))
 
 
 def start_local(job, count: int, log_dir: Path) -> Helpers:
