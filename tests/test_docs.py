@@ -189,7 +189,8 @@ def make_n(*args: str) -> list[str]:
 
 
 def test_make_run_fetches_the_data_sets_its_args_name_before_it_runs():
-    assert make_n("PY=py") == ["py -m fairaudit data fetch --missing adult", "py -m fairaudit "]
+    # the audit is marked as make run's own (FAIRAUDIT_MAKE_RUN), which turns on its hint for the sweep form
+    assert make_n("PY=py") == ["py -m fairaudit data fetch --missing adult", "FAIRAUDIT_MAKE_RUN=1 py -m fairaudit "]
     assert (make_n("PY=py", "ARGS=probe=cdpg -m dataset=adult,compas")[0]
             == "py -m fairaudit data fetch --missing adult compas")
 
