@@ -167,7 +167,10 @@ def plan_command(argv: list[str]) -> int:
 
 
 def report_command(argv: list[str]) -> int:
-    return hydra_command("fairaudit.report.__main__", argv, "report")
+    """`fairaudit report`: a study named as a run names it (+experiment=NAME) read as where its runs are."""
+    from fairaudit.report.studies import study_selection
+
+    return hydra_command("fairaudit.report.__main__", study_selection(argv), "report")
 
 
 def check_command(argv: list[str]) -> int:
