@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from fairaudit.analysis import study
 from fairaudit.analysis.contingency import contingency
+from fairaudit.analysis.gap import p_gap
 from fairaudit.analysis.numbers import format_p
 from fairaudit.analysis.stats import mcnemar_exact_log10_p, t_interval
 from fairaudit.catalog.registry import store_report_settings
@@ -205,6 +206,42 @@ def test_rendering():
     assert fmt.iloc[0].tolist() == ["362", "+0.058", "+0.20", "n/a"]
     md = render.markdown(pd.DataFrame({"model": ["a|b"], "N": ["12"]}))
     assert md.splitlines() == ["| model | N |", "| :--- | ---: |", "| a\\|b | 12 |"]
+
+
+def gaps_by_hand(records: pd.DataFrame) -> dict[str, float]:
+    """Mean |P(Yes | alpha) - P(Yes | alpha')| per arm over a run's pairs (synthetic records score every side)."""
+    wide = records.pivot(index=["pair_id", "arm"], columns="side", values="p_yes")
+    gap = (wide["alpha"] - wide["alpha_prime"]).abs().groupby(level="arm").mean()
+    return {"p_gap_think": gap["think"], "p_gap_nothink": gap["nothink"], "delta_p_gap": gap["think"] - gap["nothink"]}
+
+
+def test_table2_shows_the_p_yes_gap_a_warning_points_at_and_each_runs_warnings(store, tmp_path, capsys):
+    """No seed axis, so no seed summary: Table 2 itself carries the P(Yes) gap under each arm and its change (rows:
+    the runs' metrics; the pooled row: every pair of both runs), and marks the warned run's row."""
+    yes = "every answer (24 of 24, think and nothink) is Yes: ...; read the P(Yes) gap instead"
+    parent, frames = store.sweep(), {}
+    for dataset, n in (("adult", 12), ("compas", 8)):
+        records = synthetic_records(len(frames), n, dataset)
+        run_id = store.job(records, parent, metrics={**contingency(records, n_boot=0), **p_gap(records, n_boot=0)},
+                           dataset=dataset)
+        frames[dataset] = gaps_by_hand(records)
+        if dataset == "adult":
+            store.client.set_tag(run_id, "fairaudit.warnings", yes)
+    app.run(report_cfg(store, tmp_path / "out", "log_to_mlflow=false"))
+    table2 = pd.read_csv(tmp_path / "out" / "table2.csv").set_index("model")
+    pooled = {k: (12 * frames["adult"][k] + 8 * frames["compas"][k]) / 20 for k in frames["adult"]}
+    for column in ("p_gap_think", "p_gap_nothink", "delta_p_gap"):
+        assert table2[column].tolist() == pytest.approx([frames["adult"][column], frames["compas"][column],
+                                                         pooled[column]]), column
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Seed summary" not in md and "- warning: W1 (1 of 2 runs: m adult): " + yes in md
+    header, rows = "| model | dataset | warnings | N | a | b | c | d | McNemar p |", [
+        line for line in md.splitlines() if line.startswith(("| m |", "| Pooled"))][:3]
+    assert header in md and "| P(Yes) gap nothink | P(Yes) gap think | ΔP(Yes) gap |" in md
+    assert [row.split(" | ")[2] for row in rows] == ["W1", "", ""]
+    assert f"{frames['adult']['p_gap_think']:.3f} | {frames['adult']['delta_p_gap']:+.3f} |" in rows[0]
+    terminal = next(line for line in capsys.readouterr().out.splitlines() if "┃ model" in line)
+    assert [c.strip() for c in terminal.strip("┃").split("┃")][:4] == ["model", "dataset", "warnings", "N"]
 
 
 # ---------------------------------------------------------------- seeds, sign test, checkpoints

@@ -3,6 +3,7 @@ store filled by real sweeps of the embedded model."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from conftest import run_app
@@ -54,3 +55,12 @@ def test_report_of_a_study_reads_its_sweep_not_the_latest_other(tmp_path):
     (report,) = client.search_runs([seed_sweep], "tags.`fairaudit.kind` = 'report'")
     assert report.data.tags["fairaudit.source_parent"] == parent.info.run_id
     assert set(report.data.tags["fairaudit.source_runs"].split(",")) == {run.info.run_id for run in jobs}
+    # Table 2 carries each run's P(Yes) gap, by hand from its records: what a "read the P(Yes) gap" warning points at
+    table2 = pd.read_csv(tmp_path / "report" / "table2.csv")
+    for run in jobs:
+        records = pd.read_parquet(client.download_artifacts(run.info.run_id, "records/records.parquet", str(tmp_path)))
+        wide = records.pivot(index="pair_id", columns=["arm", "side"], values="p_yes").dropna()
+        gap = {arm: (wide[(arm, "alpha")] - wide[(arm, "alpha_prime")]).abs().mean() for arm in ("think", "nothink")}
+        row = table2[table2["seed"].astype(str) == run.data.tags["seed"]].iloc[0]
+        for arm in ("think", "nothink"):
+            assert row[f"p_gap_{arm}"] == pytest.approx(gap[arm]), arm

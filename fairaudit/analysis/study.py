@@ -18,6 +18,7 @@ import pandas as pd
 
 from fairaudit.analysis import ranges
 from fairaudit.analysis.contingency import contingency
+from fairaudit.analysis.gap import p_gap
 from fairaudit.analysis.multiplicity import combined_log10_p
 from fairaudit.analysis.numbers import is_p_value
 from fairaudit.analysis.ranges import COUNT
@@ -32,6 +33,11 @@ def table2_columns(treatment: str, baseline: str) -> list[str]:
     """Table 2: N, cells a-d, McNemar, mean D_disp in cells b and c under baseline and treatment."""
     return ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p",
             f"d_disp_b_{baseline}", f"d_disp_b_{treatment}", f"d_disp_c_{baseline}", f"d_disp_c_{treatment}"]
+
+
+def gap_columns(treatment: str, baseline: str) -> list[str]:
+    """Beside Table 2's cells: the P(Yes) gap under each arm and its change, which no answer parse can mute."""
+    return [f"p_gap_{baseline}", f"p_gap_{treatment}", "delta_p_gap"]
 
 
 def table9_columns(treatment: str, baseline: str) -> list[str]:
@@ -100,8 +106,11 @@ def pool_records(records: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def pooled_metrics(records: Mapping[str, pd.DataFrame], treatment: str, baseline: str) -> dict[str, float]:
-    """contingency() on the pooled records of several runs (the paper's pooled row, not a mean of rows)."""
-    return contingency(pool_records(records), treatment, baseline, n_boot=0)
+    """contingency() and the P(Yes) gaps on the pooled records of several runs (the paper's pooled row, not a mean
+    of rows)."""
+    pooled = pool_records(records)
+    gaps = p_gap(pooled, treatment, baseline, n_boot=0)
+    return contingency(pooled, treatment, baseline, n_boot=0) | {k: gaps[k] for k in gap_columns(treatment, baseline)}
 
 
 def study_table(runs: pd.DataFrame, columns: Sequence[str], axes: Sequence[str],
@@ -121,12 +130,18 @@ def study_table(runs: pd.DataFrame, columns: Sequence[str], axes: Sequence[str],
     return table
 
 
+def row_runs(runs: pd.DataFrame, axes: Sequence[str], pooled: bool = True) -> list[str | None]:
+    """The run each row of `study_table(runs, ..., axes)` shows, None for its pooled row."""
+    return [*sort_runs(runs, axes)["run_id"], *([None] if pooled else [])]
+
+
 def paper_tables(runs: pd.DataFrame, pooled: Mapping[str, float] | None, treatment: str, baseline: str,
                  axes: Sequence[str]) -> dict[str, pd.DataFrame]:
-    """Paper 000's Table 2 (cells, McNemar, D_disp), Table 9 (D_cf, D_group), Table 5 (direction of cell c)
-    and Table 7 (Table 2 in Appendix D's layout)."""
+    """Paper 000's Table 2 (cells, McNemar, D_disp; the P(Yes) gaps beside them), Table 9 (D_cf, D_group),
+    Table 5 (direction of cell c) and Table 7 (Table 2 in Appendix D's layout)."""
     return {
-        "table2": study_table(runs, table2_columns(treatment, baseline), axes, pooled),
+        "table2": study_table(runs, table2_columns(treatment, baseline) + gap_columns(treatment, baseline), axes,
+                              pooled),
         "table9": study_table(runs, table9_columns(treatment, baseline), axes, pooled),
         "table5": study_table(runs, TABLE5_COLUMNS, axes, pooled),
         "table7": study_table(runs, table7_columns(treatment), axes, pooled),

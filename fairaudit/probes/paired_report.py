@@ -69,8 +69,10 @@ def add_paper_tables(report: Report, runs: pd.DataFrame, load_records: RecordsLo
     headers = render.paper_headers(treatment, baseline)
     captions = {
         "table2": ("Table 2: contingency cells, McNemar's exact test, mean D_disp in cells b and c",
-                   f"Cells a-d of {treatment} against {baseline}; McNemar p is exact two-sided on (b, c); "
-                   "the pooled row is computed from all runs' records pooled, not from their metrics."),
+                   f"Cells a-d of {treatment} against {baseline}; McNemar p is exact two-sided on (b, c); P(Yes) "
+                   "gap: mean |P(Yes | α) − P(Yes | α′)| over the pairs scored on both sides under both arms, which "
+                   f"no answer parse can mute, Δ = {treatment} − {baseline}; the pooled row is computed from all "
+                   "runs' records pooled, not from their metrics."),
         "table9": ("Table 9: counterfactual and group disparity per arm",
                    f"D_cf and D_group under {treatment} and {baseline}, Δ = {treatment} − {baseline}."),
         "table5": ("Table 5: directional decomposition of created flips (cell c)",
@@ -82,7 +84,7 @@ def add_paper_tables(report: Report, runs: pd.DataFrame, load_records: RecordsLo
     for name, table in tables.items():
         title, note = captions[name]
         report.sections.append(Section(name, title, table, render.display(table, headers), note, pooled_last=True,
-                                       main=name == "table2"))
+                                       main=name == "table2", row_runs=study.row_runs(rows, axes)))
     report.figures["disparity_changes"] = delta_figure(tables["table9"], axes, (treatment, baseline))
     report.metrics.update({f"pooled_{k}": v for k, v in pooled.items() if isinstance(v, (int, float))})
     report.metrics["n_table_runs"] = len(rows)
@@ -222,5 +224,6 @@ def completed_traces(report: Report, runs: pd.DataFrame, load_records: RecordsLo
             f"columns are Table 2 over the pairs whose every trace completed; the pooled row pools the records of "
             f"{len(rows)} runs.")
     report.sections.append(Section("table2_complete", "Table 2 over completed traces, and the traces the budget cut",
-                                   table, render.display(table, headers, formats), note, pooled_last=True))
+                                   table, render.display(table, headers, formats), note, pooled_last=True,
+                                   row_runs=study.row_runs(rows, axes)))
     report.metrics.update({f"pooled_{k}": v for k, v in pooled.items() if isinstance(v, (int, float))})

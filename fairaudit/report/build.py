@@ -22,7 +22,7 @@ from fairaudit.analysis.study_figures import checkpoint_curve_figure
 from fairaudit.catalog.registry import declared, declared_sign_test, report_builders
 from fairaudit.report.engines import add_engine_sensitivity
 from fairaudit.report.family import add_family
-from fairaudit.report.notes import add_warnings, left_out_lines, marks_of, na_legend, na_lines
+from fairaudit.report.notes import add_warnings, left_out_lines, mark_rows, marks_of, na_legend, na_lines
 from fairaudit.views import render
 from fairaudit.views.sections import RecordsLoader, Report, Section
 from fairaudit.views.selection import runs_of
@@ -50,6 +50,7 @@ def build(runs: pd.DataFrame, load_records: RecordsLoader, cfg) -> Report:
         add_checkpoint_curves(report, runs, chosen(cfg.curves.metrics, probes, "curves"), cfg.curves.order,
                               float(cfg.seeds.level))
     add_warnings(report, runs, study.cell_axes(runs))
+    mark_rows(report, runs)
     report.na = na_legend(runs)
     add_runs(report, runs)
     wanted = {*declared(probes, "main"), "seeds", "engines"}  # the probes' headlines and the shared ones

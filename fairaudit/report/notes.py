@@ -1,5 +1,6 @@
 """What qualifies a report's numbers, beside them: the source runs' verdict warnings (a mark per cell in the seed
-summary and the runs table, each warning told once with the runs it holds for) and why each n/a is undefined."""
+summary, the runs table and each table whose rows are runs, each warning told once with the runs it holds for) and
+why each n/a is undefined."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import pandas as pd
 
 from fairaudit.analysis.degenerate import WARNING
+from fairaudit.analysis.study import AXES
 from fairaudit.views.sections import Report, Section
 
 WARNINGS = "warnings"    # the runs frame's column of each run's warning lines (report.runs.runs_frame)
@@ -59,10 +61,27 @@ def add_warnings(report: Report, runs: pd.DataFrame, axes: list[str]) -> None:
         return
     report.warnings = warning_lines(runs, axes)
     table = pd.DataFrame(rows)
-    note = ("What the source runs' verdicts warn of; the seed summary and the runs table mark each cell with its "
-            "warnings (W1, ...), since a warned run's numbers may not mean what they seem:\n"
+    note = ("What the source runs' verdicts warn of; the seed summary, the runs table and each table whose rows are "
+            "runs (Table 2, ...) mark each cell with its warnings (W1, ...), since a warned run's numbers may not mean "
+            "what they seem:\n"
             + "\n".join(line[len(WARNING):] for line in report.warnings))
     report.sections.append(Section("warnings", "Warnings on the source runs", table, table.astype(str), note))
+
+
+def mark_rows(report: Report, runs: pd.DataFrame) -> None:
+    """A warnings column, after the axes, in each shown table whose rows are runs (`Section.row_runs`): the marks
+    (W1, ...) of each row's run, as in the seed summary; none where no row's run warns."""
+    _, marks = marks_of(runs)
+    by_run = dict(zip(runs["run_id"], marks))
+    for section in report.sections:
+        if section.row_runs is None or section.shown is None:
+            continue
+        column = [by_run.get(run, "") if run else "" for run in section.row_runs]
+        if any(column):
+            axes = next((i for i, name in enumerate(section.shown.columns) if name not in AXES),
+                        len(section.shown.columns))
+            section.shown.insert(axes, WARNINGS, column)
+            section.note += " warnings: what the row's run warns of (the warnings section tells each)."
 
 
 def undefined_of(runs: pd.DataFrame) -> list[dict[str, str]]:

@@ -89,7 +89,7 @@ def times(value: float) -> str:
 
 
 def paper_headers(treatment: str, baseline: str) -> dict[str, str]:
-    """Column titles of paper 000's Tables 2, 9 and 5."""
+    """Column titles of paper 000's Tables 2 (with the P(Yes) gaps beside it), 9 and 5."""
     return {
         "n_pairs": "N", "cell_a": "a", "cell_b": "b", "cell_c": "c", "cell_d": "d", "mcnemar_log10_p": "McNemar p",
         f"d_disp_b_{baseline}": f"D_disp b {baseline}", f"d_disp_b_{treatment}": f"D_disp b {treatment}",
@@ -99,6 +99,8 @@ def paper_headers(treatment: str, baseline: str) -> dict[str, str]:
         "delta_d_cf": "ΔD_cf", "delta_d_group": "ΔD_group",
         "c_alpha_up": "c α↑", "c_alpha_prime_up": "c α′↑", "asym_c": "asym(c)", "delta_c": "δ_c (%)",
         "c_b_ratio": "c:b",
+        f"p_gap_{baseline}": f"P(Yes) gap {baseline}", f"p_gap_{treatment}": f"P(Yes) gap {treatment}",
+        "delta_p_gap": "ΔP(Yes) gap",
     }
 
 

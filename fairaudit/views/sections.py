@@ -21,6 +21,8 @@ class Section:
     note: str = ""
     pooled_last: bool = False
     main: bool = False        # a headline table: the first one a report has is printed in the terminal
+    row_runs: list[str | None] | None = None  # the run each row of `table` shows (None: a pooled row); the report
+    #                                           marks each such row with its run's warnings
 
 
 @dataclass
