@@ -18,7 +18,7 @@ from fairaudit.tracking import tags as t
 from fairaudit.tracking.jobs_view import refresh_jobs_view
 from fairaudit.tracking.notes import table_notes, warning_lines
 from fairaudit.tracking.runs import Tracker
-from fairaudit.tracking.ui import JOBS_VIEW, RUN_NAME_COLUMN
+from fairaudit.tracking.ui import JOBS_VIEW, RUN_NAME_COLUMN, first_screen
 
 NAN = math.nan
 YES = ("every answer (8 of 8, think and nothink) is Yes: the model answers the same whoever the person is, so no "
@@ -123,9 +123,17 @@ def test_the_experiment_page_opens_on_its_jobs_with_whole_names_axes_and_headlin
     axes = ["params.`model`", "params.`dataset`", "params.`probe`", "params.`arm`", "params.`seed`"]
     metrics = [f"metrics.`{m}`" for m in ["n_pairs", "cell_a", "cell_b", "cell_c", "cell_d", "mcnemar_log10_p",
                                           "p_gap_think", "p_gap_nothink", "delta_p_gap"]]
-    assert state["selectedColumns"] == axes + metrics  # six headline metrics, then the P(Yes) gaps
-    assert state["columnOrder"] == [RUN_NAME_COLUMN, *axes, *metrics]
-    assert state["columnWidths"] == {RUN_NAME_COLUMN: int(6.2 * 43 + 90)}  # 43 characters, whole
+    # the names whole (43 characters), then as many metrics as a 1,400-px window shows beside them (1070 px of table,
+    # 64 for Created, 80 a metric: 8), the P(Yes) gaps among them, then the rest and the axes the names spell out
+    name = int(5.8 * 43 + 40)
+    assert (1070 - name - 64) // 80 == 8
+    shown = metrics[:5] + metrics[6:] + metrics[5:6]
+    assert state["selectedColumns"] == shown + axes
+    assert state["columnOrder"] == [RUN_NAME_COLUMN, "runDateAndNestInfo", *shown, *axes]
+    assert state["columnWidths"] == {RUN_NAME_COLUMN: name, "runDateAndNestInfo": 64, **{m: 80 for m in metrics}}
+    # longer names leave room for 5 (600 px of name): the gaps stay on that screen, the other metrics follow
+    names = [m.removeprefix("metrics.`").removesuffix("`") for m in metrics]
+    assert first_screen(names, 600) == names[:2] + names[6:] + names[2:6]
     assert state["searchFilter"] == "tags.`fairaudit.kind` = 'job'" and state["orderByKey"] != "attributes.start_time"
 
 

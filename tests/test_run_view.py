@@ -125,11 +125,13 @@ def test_the_sweeps_parent_holds_its_verdict_and_each_jobs_headline_metrics_by_s
     headline metric is one key on the parent, logged at step = the job's number (no per-job copies)."""
     result, client, parent, children, _ = sweep
     note = parent.data.tags["mlflow.note.content"].split("\n\n")
-    assert note[0] == ("3 jobs, 3 finished; each job's headline metrics are on this run at step = the job's number "
+    family = note[:4]  # first, at the top of the run's page: the family of tests, then what ran, each job, warnings
+    assert note[4] == ("3 jobs, 3 finished; each job's headline metrics are on this run at step = the job's number "
                        "(tables/sweep_summary.parquet holds them all).")
     by_num = {int(run.data.tags["fairaudit.job_num"]): run for run in children.values()}
     assert sorted(by_num) == [0, 1, 2]
-    jobs, family = note[1:4], [line for line in note[4:] if not line.startswith("warning: ")]  # warnings: after jobs
+    jobs = note[5:8]
+    assert all(line.startswith("warning: ") for line in note[8:])
     assert family and family[0].startswith("3 tests (mcnemar_log10_p: one per model x dataset hypothesis) across the "
                                            "sweep's 3 finished jobs: ")
     assert [line.split(" · ")[0] for line in family[1:]] == list(DATASETS)   # each test's p, Holm p and BH p
@@ -176,7 +178,7 @@ def test_the_console_sweep_table_shows_the_p_yes_gaps(sweep):
 def test_the_sweeps_compare_view_is_saved_on_its_experiment(sweep):
     """The view the sweep prints (compare its jobs: ...): MLflow's saved-view tag on the experiment, whose state
     lists the jobs alone and a parallel-coordinates chart over the swept axis and the P(Yes) gaps."""
-    result, client, parent, _, _ = sweep
+    result, client, parent, children, _ = sweep
     experiment = client.get_experiment(parent.info.experiment_id)
     envelope = json.loads(experiment.tags[f"mlflow.sharedViewState.{parent.info.run_id}"])
     assert envelope["name"] == parent.info.run_name
@@ -187,9 +189,12 @@ def test_the_sweeps_compare_view_is_saved_on_its_experiment(sweep):
     assert chart["type"] == "PARALLEL" and chart["selectedParams"] == ["dataset"]
     assert chart["selectedMetrics"][-3:] == ["p_gap_think", "p_gap_nothink", "delta_p_gap"]
     assert "params.`dataset`" in state["selectedColumns"] and "metrics.`delta_p_gap`" in state["selectedColumns"]
-    url = (f"compare its jobs: http://127.0.0.1:5000/#/experiments/{parent.info.experiment_id}/runs"
-           f"?workflowType=machine_learning&viewStateShareKey={parent.info.run_id}&compareRunsMode=CHART")
-    assert url in result.stderr
+    assert "metrics.`delta_p_gap`" in state["columnOrder"][:10]  # on the first screen, beside the whole names
+    assert state["columnWidths"]["attributes.`Run Name`"] >= 5.8 * max(len(name) for name in children)
+    url = (f"http://127.0.0.1:5000/#/experiments/{parent.info.experiment_id}/runs"
+           f"?workflowType=machine_learning&viewStateShareKey={parent.info.run_id}")
+    assert f"compare its jobs: {url}\n" in result.stderr  # its table: the numbers
+    assert f"its jobs on a parallel-coordinates chart: {url}&compareRunsMode=CHART" in result.stderr
 
 
 def test_fig2_draws_float_noise_as_labelled_zero_bars_on_a_readable_scale():
@@ -276,8 +281,8 @@ def test_chromium_opens_the_sweeps_view_on_a_parallel_coordinates_chart_of_its_a
                           start_new_session=True)
     try:
         wait_until(lambda: answers(f"http://127.0.0.1:{port}/health"), 240, "mlflow ui")
-        url = re.search(r"compare its jobs: (\S+)", result.stderr).group(1).replace("127.0.0.1:5000",
-                                                                                  f"127.0.0.1:{port}")
+        chart = re.search(r"its jobs on a parallel-coordinates chart: (\S+)", result.stderr).group(1)
+        url = chart.replace("127.0.0.1:5000", f"127.0.0.1:{port}")
         for _ in range(6):  # a cold or busy server may answer the page's first requests after the budget
             dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
                                   "--disable-background-networking", "--no-first-run", "--window-size=1500,1000",

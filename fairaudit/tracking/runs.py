@@ -272,10 +272,10 @@ class Tracker:
 
         import mlflow.data
 
-        with warnings.catch_warnings():  # its schema inference warns about integer columns, which records never null
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings():  # its schema inference (as it is built and logged) warns about integer
+            warnings.simplefilter("ignore")  # columns, which records never null
             dataset = mlflow.data.from_pandas(frame, source=source, name=name)
-        logged_despite_a_race(lambda: self.mlflow.log_input(dataset, context="audit"))
+            logged_despite_a_race(lambda: self.mlflow.log_input(dataset, context="audit"))
 
     def log_verdict(self, verdict: list[str], metrics: Mapping[str, Any]) -> None:
         """The verdict as verdict.txt and the run's description; its warnings (the lines that start `warning: `) as

@@ -69,9 +69,10 @@ def open_parent(sweep: Sweep) -> str:
 
 
 def close_parent(uri: str, folder: Path, family: dict) -> str | None:
-    """The sweep's parent run closed once its jobs ended: its summary, metrics by step, verdict (with the `family`
-    of tests of conf/report.yaml counted) and compare view logged and printed; FINISHED, or FAILED when a job did
-    not finish. Returns the failed jobs' summary line, None when all finished (or no parent was opened)."""
+    """The sweep's parent run closed once its jobs ended: its summary, metrics by step, verdict (first the `family`
+    of tests of conf/report.yaml counted, the top of the run's page) and compare view logged and printed; FINISHED,
+    or FAILED when a job did not finish. Returns the failed jobs' summary line, None when all finished (or no
+    parent was opened)."""
     from mlflow.tracking import MlflowClient
 
     run_id = parent_run_id(folder)
@@ -82,7 +83,7 @@ def close_parent(uri: str, folder: Path, family: dict) -> str | None:
     children = sweep_children(client, run_id)
     summary = children_summary(client, run_id, children)
     counted = family_verdict(children, run_id, family)
-    verdict = sweep_verdict(summary, children) + warning_lines(children) + (counted[0] if counted else [])
+    verdict = (counted[0] if counted else []) + sweep_verdict(summary, children) + warning_lines(children)
     redact_yaml_file(folder / "multirun.yaml")  # Hydra's copy of the sweep, logged below
     log_summary(client, run_id, summary, folder, verdict, counted and counted[1])
     failed = failure_summary(children) if any(c.info.status != "FINISHED" for c in children) else None
@@ -308,9 +309,9 @@ CHARTED = 6  # metrics on the compare view's parallel-coordinates chart
 
 
 def save_view(client, parent, summary: pd.DataFrame) -> str | None:
-    """The sweep's compare view saved on its experiment (`mlflow_ui.sweep_view_state`): the axes it varies, the
-    console table's metrics as columns, and those that differ between its jobs, P(Yes) gaps first, on a
-    parallel-coordinates chart. Its key, or None for a sweep without a finished job."""
+    """The sweep's compare view saved on its experiment (`ui.sweep_view_state`): its jobs' whole names, the console
+    table's metrics as columns, the axes it varies, and the metrics that differ between its jobs, P(Yes) gaps last,
+    on a parallel-coordinates chart. Its key, or None for a sweep without a finished job."""
     finished = summary[summary["status"] == "FINISHED"] if len(summary) else summary
     if finished.empty:
         return None
@@ -319,7 +320,8 @@ def save_view(client, parent, summary: pd.DataFrame) -> str | None:
     differ = [m for m in columns if finished[m].nunique() > 1] or columns
     gaps = [m for m in differ if "p_gap" in m]  # last, delta_p_gap the very last: MLflow colours the lines by it
     charted = [m for m in differ if m not in gaps][:max(0, CHARTED - len(gaps))] + gaps
-    state = sweep_view_state(parent.info.run_id, axes, columns, charted)
+    longest = int(finished["run"].fillna("").str.len().max())
+    state = sweep_view_state(parent.info.run_id, axes, columns, charted, longest)
     return save_view_state(client, parent.info.experiment_id, parent.info.run_id, parent.info.run_name, state)
 
 
@@ -346,6 +348,8 @@ def print_summary(summary: pd.DataFrame, verdict: list[str], parent_id: str, exp
         console.print(line, highlight=False, soft_wrap=True)
     if view:
         console.print(f"compare its jobs: {view_url(uri, experiment_id, view)}", highlight=False, soft_wrap=True)
+        console.print(f"its jobs on a parallel-coordinates chart: {view_url(uri, experiment_id, view, charts=True)}",
+                      highlight=False, soft_wrap=True)
 
 
 def failure_summary(children: list) -> str:

@@ -55,24 +55,24 @@ def where_lines(uri: str, experiment_id: str, run_id: str | None = None) -> list
     command = ui_command(uri)
     url = run_url(uri, experiment_id, run_id)
     lines = [f"start the MLflow UI with: {command}", f"then open: {url}"] if command else [f"open: {url}"]
-    return lines + [f"every job of the experiment, side by side: {view_url(uri, experiment_id, JOBS_VIEW, False)}"]
+    return lines + [f"every job of the experiment, side by side: {view_url(uri, experiment_id, JOBS_VIEW)}"]
 
 
 SHARED_VIEW_TAG = "mlflow.sharedViewState."  # MLflow 3's saved views: an experiment tag each, opened by its key
 
 
-def sweep_view_state(parent_id: str, axes: list[str], columns: list[str], charted: list[str]) -> dict:
+def sweep_view_state(parent_id: str, axes: list[str], columns: list[str], charted: list[str],
+                     longest_name: int) -> dict:
     """The runs page as a sweep is compared (MLflow 3.17's saved-view state): its jobs alone (a search on their
-    parent, sorted by name so they are not nested under it), all shown, the axes it varies and the metrics
-    `columns` as table columns, and a parallel-coordinates chart over those axes (as params) and the metrics
-    `charted`, ahead of the per-metric charts MLflow draws itself."""
+    parent, sorted by name so they are not nested under it), all shown, laid out as `table_layout` says (whole names,
+    the metrics `columns`, then the axes it varies), and, in its charts, a parallel-coordinates chart over those axes
+    (as params) and the metrics `charted`, ahead of the per-metric charts MLflow draws itself."""
     section = "fairaudit-sweep"
     chart = {"uuid": f"fairaudit-parallel-{parent_id}", "type": "PARALLEL", "runsCountToCompare": 100,
              "metricSectionId": section, "deleted": False, "isGenerated": False, "selectedParams": axes,
              "selectedMetrics": charted, "showAllRuns": True}
     return {"searchFilter": f"tags.mlflow.parentRunId = '{parent_id}'", "orderByKey": "tags.`mlflow.runName`",
-            "orderByAsc": True, "runsHiddenMode": "SHOW_ALL",
-            "selectedColumns": [*(f"params.`{a}`" for a in axes), *(f"metrics.`{m}`" for m in columns)],
+            "orderByAsc": True, "runsHiddenMode": "SHOW_ALL", **table_layout(axes, columns, longest_name),
             "compareRunCharts": [chart],
             "compareRunSections": [{"uuid": section, "name": "Sweep: its axes and headline metrics", "display": True,
                                     "isReordered": False, "deleted": False, "isGenerated": False, "columns": 1,
@@ -93,25 +93,48 @@ def save_view_state(client, experiment_id: str, key: str, name: str, state: dict
 
 JOBS_VIEW = "fairaudit-jobs"  # the experiment's view of its job runs, which every run and sweep prints
 RUN_NAME_COLUMN = "attributes.`Run Name`"
-NAME_PX = (6.2, 90, 190, 640)  # the run name column: px per character, besides, at least, at most
+CREATED_COLUMN = "runDateAndNestInfo"  # MLflow 3.17's Created column (its grid field), pinned beside the name
+NAME_PX = (5.8, 40, 150, 560)  # the run name column: px per character, besides, at least, at most
+CREATED_PX, METRIC_PX = 64, 80  # the Created column's width (its status icon, the time cut) and each metric column's
+FIRST_SCREEN_PX = 1070  # the runs table's width in a 1,400 x 900 window, its checkbox column aside
+
+
+def name_width(longest_name: int) -> int:
+    """The run name column's width in px: the longest name whole."""
+    px, besides, least, most = NAME_PX
+    return int(min(most, max(least, px * longest_name + besides)))
+
+
+def first_screen(metrics: list[str], name_px: int) -> list[str]:
+    """`metrics` in the order the runs table shows them: as many as fit beside the names in a 1,400-px window, the
+    P(Yes) gaps among them (the measure that still moves when every answer is the same), then the rest."""
+    room = max(0, (FIRST_SCREEN_PX - name_px - CREATED_PX) // METRIC_PX)
+    gaps = [m for m in metrics if "p_gap" in m][:room]
+    shown = [m for m in metrics if m not in gaps][:room - len(gaps)] + gaps
+    return shown + [m for m in metrics if m not in shown]
+
+
+def table_layout(axes: list[str], metrics: list[str], longest_name: int) -> dict:
+    """The runs table's columns in a saved view: the run names whole, the `metrics` the first screen holds
+    (`first_screen`), then the rest and the grid's `axes` (as params), which the names already spell out."""
+    width = name_width(longest_name)
+    columns = [*(f"metrics.`{m}`" for m in first_screen(metrics, width)), *(f"params.`{a}`" for a in axes)]
+    return {"selectedColumns": columns, "columnOrder": [RUN_NAME_COLUMN, CREATED_COLUMN, *columns],
+            "columnWidths": {RUN_NAME_COLUMN: width, CREATED_COLUMN: CREATED_PX,
+                             **{f"metrics.`{m}`": METRIC_PX for m in metrics}}}
 
 
 def jobs_view_state(axes: list[str], metrics: list[str], longest_name: int) -> dict:
     """The runs page as it should open on an experiment (MLflow 3.17's saved-view state): its job runs alone (not
     nested under their sweeps: MLflow nests only runs sorted by start time, so these are sorted by name, which
-    leads with what sets each apart), the run names whole, the grid's `axes` (as params) and the headline `metrics`
-    as columns, in that order."""
-    px, besides, least, most = NAME_PX
-    width = int(min(most, max(least, px * longest_name + besides)))
-    columns = [*(f"params.`{a}`" for a in axes), *(f"metrics.`{m}`" for m in metrics)]
+    leads with what sets each apart), laid out as `table_layout` says."""
     return {"searchFilter": "tags.`fairaudit.kind` = 'job'", "orderByKey": "tags.`mlflow.runName`",
-            "orderByAsc": True, "selectedColumns": columns, "columnOrder": [RUN_NAME_COLUMN, *columns],
-            "columnWidths": {RUN_NAME_COLUMN: width}}
+            "orderByAsc": True, **table_layout(axes, metrics, longest_name)}
 
 
-def view_url(uri: str, experiment_id: str, key: str, charts: bool = True) -> str:
-    """The runs page of an experiment in a saved view: as charts (a sweep's parallel-coordinates chart first), or
-    as its table."""
+def view_url(uri: str, experiment_id: str, key: str, charts: bool = False) -> str:
+    """The runs page of an experiment in a saved view: as its table, or as charts (a sweep's parallel-coordinates
+    chart first)."""
     base = redact(uri).rstrip("/") if served(uri) else UI_ADDRESS
     return (f"{base}/#/experiments/{experiment_id}/runs{VIEW}&viewStateShareKey={key}"
             + ("&compareRunsMode=CHART" if charts else ""))
