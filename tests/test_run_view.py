@@ -189,8 +189,11 @@ def test_the_sweeps_compare_view_is_saved_on_its_experiment(sweep):
     assert chart["type"] == "PARALLEL" and chart["selectedParams"] == ["dataset"]
     assert chart["selectedMetrics"][-3:] == ["p_gap_think", "p_gap_nothink", "delta_p_gap"]
     assert "params.`dataset`" in state["selectedColumns"] and "metrics.`delta_p_gap`" in state["selectedColumns"]
-    assert "metrics.`delta_p_gap`" in state["columnOrder"][:10]  # on the first screen, beside the whole names
-    assert state["columnWidths"]["attributes.`Run Name`"] >= 5.8 * max(len(name) for name in children)
+    width = state["columnWidths"]["attributes.`Run Name`"]
+    assert width >= 5.8 * max(len(name) for name in children)  # whole names
+    room = (1070 - width - 64) // 80  # metric columns a 1,400-px window shows beside them, the gaps among them
+    assert state["columnOrder"][:2] == ["attributes.`Run Name`", "runDateAndNestInfo"]
+    assert state["columnOrder"].index("metrics.`delta_p_gap`") < 2 + room
     url = (f"http://127.0.0.1:5000/#/experiments/{parent.info.experiment_id}/runs"
            f"?workflowType=machine_learning&viewStateShareKey={parent.info.run_id}")
     assert f"compare its jobs: {url}\n" in result.stderr  # its table: the numbers
