@@ -56,11 +56,11 @@ def test_report_of_a_study_reads_its_sweep_not_the_latest_other(tmp_path):
     assert report.data.tags["fairaudit.source_parent"] == parent.info.run_id
     assert set(report.data.tags["fairaudit.source_runs"].split(",")) == {run.info.run_id for run in jobs}
     # Table 2 carries each run's P(Yes) gap, by hand from its records: what a "read the P(Yes) gap" warning points at
-    table2 = pd.read_csv(tmp_path / "report" / "table2.csv")
+    table2 = pd.read_csv(tmp_path / "report" / "table2.csv", dtype={"seed": str})
     for run in jobs:
         records = pd.read_parquet(client.download_artifacts(run.info.run_id, "records/records.parquet", str(tmp_path)))
         wide = records.pivot(index="pair_id", columns=["arm", "side"], values="p_yes").dropna()
         gap = {arm: (wide[(arm, "alpha")] - wide[(arm, "alpha_prime")]).abs().mean() for arm in ("think", "nothink")}
-        row = table2[table2["seed"].astype(str) == run.data.tags["seed"]].iloc[0]
+        row = table2[table2["seed"] == run.data.tags["seed"]].iloc[0]
         for arm in ("think", "nothink"):
             assert row[f"p_gap_{arm}"] == pytest.approx(gap[arm]), arm
