@@ -34,6 +34,20 @@ def test_a_study_without_an_experiment_of_its_own_is_one_line(tmp_path, monkeypa
         study_selection(["+experiment=mine"])
 
 
+def test_a_study_not_yet_run_is_one_line_naming_how_to_run_it(tmp_path):
+    from mlflow import MlflowClient
+
+    from fairaudit.report.runs import experiment_ids
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    with pytest.raises(AuditError, match=r"^select.experiment: no MLflow experiment 'seed_sweep' in sqlite:.*"
+                                         r" \(study seed_sweep's runs go there, and none has run: fairaudit "
+                                         r"\+experiment=seed_sweep runs it\); experiments: \['Default'\]$"):
+        experiment_ids(client, "seed_sweep")
+    with pytest.raises(AuditError, match=r"no MLflow experiment 'mine' in sqlite:\S+; experiments"):
+        experiment_ids(client, "mine")  # no study logs there: the plain line
+
+
 @pytest.mark.slow
 def test_report_of_a_study_reads_its_sweep_not_the_latest_other(tmp_path):
     """A seed sweep, then another sweep (the latest): `report +experiment=seed_sweep` reports the seed sweep's jobs."""

@@ -12,6 +12,7 @@ import pandas as pd
 from fairaudit.analysis.study import AXES
 from fairaudit.errors import AuditError
 from fairaudit.errors.interrupt import environment_note
+from fairaudit.report.studies import study_logging_to
 from fairaudit.tracking import tags as t
 from fairaudit.tracking.runs import finite_metrics, parent_run_id
 from fairaudit.tracking.scratch import scratch
@@ -46,7 +47,10 @@ def experiment_ids(client, names: str | list[str] | None) -> list[str]:
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
             known = sorted(e.name for e in client.search_experiments())
-            raise AuditError(f"select.experiment: no MLflow experiment {name!r} in {client.tracking_uri}; "
+            study = study_logging_to(name)
+            ran = f" (study {study}'s runs go there, and none has run: fairaudit +experiment={study} runs it)" \
+                if study else ""
+            raise AuditError(f"select.experiment: no MLflow experiment {name!r} in {client.tracking_uri}{ran}; "
                              f"experiments: {known}")
         ids.append(experiment.experiment_id)
     return ids

@@ -34,3 +34,12 @@ def study_experiment(name: str) -> str:
                          "so its runs cannot be told from others' by it; report its sweep with "
                          "select.sweep_dir=multirun/... or select.parent=RUN_ID (the id its sweep printed)")
     return experiment
+
+
+def study_logging_to(experiment: str) -> str | None:
+    """The study whose runs log to MLflow experiment `experiment` (its `tracking.experiment`), if one does."""
+    for name in registry.names("experiment"):
+        logged = (registry.settings("experiment", name).get("tracking") or {}).get("experiment")
+        if logged == experiment:
+            return name
+    return None
