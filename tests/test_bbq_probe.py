@@ -12,8 +12,9 @@ from mlflow.tracking import MlflowClient
 
 from conftest import run_app
 from fairaudit.errors import AuditError
+from fairaudit.probes import ModelSpec
 from fairaudit.probes.bbq import BBQProbe, role_probs, shown
-from fairaudit.prompts.yesno import Arm
+from fairaudit.prompts.yesno import Arm, Thinking
 
 pytestmark = pytest.mark.slow
 SHIPPED = ["Age", "Disability_status", "Nationality", "Physical_appearance", "Religion", "Sexual_orientation"]
@@ -81,13 +82,34 @@ def test_the_probe_refuses_an_arm_against_itself_and_rotates_options():
     probe = BBQProbe(NOTHINK)
     with pytest.raises(AuditError, match="is also the probe's baseline"):
         probe.arms(Arm("nothink", False, 16))
-    assert [a.family for a in probe.arms(Arm("think", True, 8))] == ["mcq", "mcq"]
+    think = Arm("think", True, 8)
+    assert probe.arms(think) == [think, Arm(**NOTHINK)]  # asked under their own families, nothing relabelled
     assert shown(["a", "b", "c"], 1) == ["c", "a", "b"]  # option j moves to (j + 1) mod 3
     # order 1 shows (c, a, b): shown probabilities (0.5, 0.3, 0.2) are c 0.5, a 0.3, b 0.2; biased a, unknown c
     record = pd.Series({"permutation": 1, "biased_option": 0, "unknown_option": 2})
     assert role_probs(np.array([[0.5, 0.3, 0.2]]), record).tolist() == [[0.3, 0.2, 0.5]]
     with pytest.raises(AuditError, match="probe.K"):
         BBQProbe(NOTHINK, K=0)
+
+
+def test_the_family_check_takes_the_arm_families_a_probe_declares():
+    from fairaudit.job.config import check_fit
+    from fairaudit.probes import Needs
+    from fairaudit.prompts.mcq import MCQ_ARMS
+
+    class Items:
+        name, family = "bbq", "mcq"
+
+    spec = ModelSpec("tiny", Thinking(style="native"), {})
+    for arm in (Arm("think", True, 8), Arm("reason", True, 8, "mcq")):
+        check_fit(BBQProbe(NOTHINK), "bbq", BBQProbe(NOTHINK).arms(arm), Items(), spec)
+    assert BBQProbe.needs.takes_arm("decision") and BBQProbe.needs.takes_arm("mcq") and "reason" in MCQ_ARMS
+    only_mcq = type("OnlyMCQ", (), {"needs": Needs("mcq")})()
+    with pytest.raises(AuditError, match="^probe 'p' takes mcq arms; arm 'think' is a decision arm$"):
+        check_fit(only_mcq, "p", [Arm("think", True, 8)], Items(), spec)
+    picky = type("Picky", (), {"needs": Needs("mcq", arm_families=("mcq", "other"))})()
+    with pytest.raises(AuditError, match="^probe 'p' takes mcq or other arms; arm 'think' is a decision arm$"):
+        check_fit(picky, "p", [Arm("think", True, 8)], Items(), spec)
 
 
 def test_the_plan_sizes_the_exact_test_over_every_category():
