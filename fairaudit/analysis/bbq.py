@@ -9,8 +9,8 @@ Both are a ratio of sums, (2 B - N) / D with D = N (s_DIS) or n (s_AMB), so s_AM
 s) are one statistic, never multiplied as independent estimates. Its interval is the Student t of the delete-one-
 template jackknife of that ratio (`jackknife_t_interval`): a template's name and label variants, polarities and
 conditions share its wording, so the template, not the item, is the independent unit; the jackknife recomputes the
-ratio without each template, so a large template weighs by its own influence (the linearised sandwich
-`stats.clustered_t_interval` understates it, and covered 92-94% within one category's ~19 templates).
+ratio without each template, so a large template weighs by its own influence, which the linearised sandwich
+(`stats.clustered_t_interval`) understates with few templates (docs/studies.md, "Calibrated on planted effects").
 """
 
 from __future__ import annotations
