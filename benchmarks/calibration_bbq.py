@@ -10,8 +10,8 @@ biased option with probability q_t, else the other person; q_t is the template's
 Beta(bias x spread, (1 - bias) x spread), so a template's items lean together as BBQ's do (a larger spread: a
 smaller lean). The truth is then exact: s_DIS = 2 bias - 1 and s_AMB = (1 - unknown)(2 bias - 1), the ratios of
 expected sums the scores estimate. Each study's records go through the probe's own analysis (`analysis.bbq.bbq`);
-measured: the share of studies whose 95% interval, clustered by template, holds the truth, overall and per category,
-with its 95% Clopper-Pearson interval.
+measured: the share of studies whose 95% interval (the template jackknife, `analysis.bbq.jackknife_t_interval`) holds
+the truth, overall and per category, with its 95% Clopper-Pearson and Wilson intervals.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fairaudit.analysis.bbq import arm_metrics, with_roles  # noqa: E402
-from fairaudit.analysis.stats import clopper_pearson  # noqa: E402
+from fairaudit.analysis.stats import clopper_pearson, wilson_interval  # noqa: E402
 from fairaudit.data.bbq import BBQDataset  # noqa: E402
 
 SHIPPED = ["Age", "Disability_status", "Nationality", "Physical_appearance", "Religion", "Sexual_orientation"]
@@ -63,8 +63,8 @@ def study(items: pd.DataFrame, n: int, bias: float, unknown: float, spread: floa
 
 def coverage(items: pd.DataFrame, studies: int, n: int, bias: float, unknown: float, spread: float,
              seed: int = 0) -> pd.DataFrame:
-    """One row per score and scope (all, each category): studies, the share covering the truth, its CP interval,
-    the mean estimate and interval width, the mean number of templates."""
+    """One row per score and scope (all, each category): studies, the share covering the truth, its CP and Wilson
+    intervals, the mean estimate and interval width, the mean number of templates."""
     planted = truth(bias, unknown)
     runs = [study(items, n, bias, unknown, spread, seed * 100_003 + i) for i in range(studies)]
     rows = []
@@ -76,8 +76,10 @@ def coverage(items: pd.DataFrame, studies: int, n: int, bias: float, unknown: fl
             highs = np.array([r[f"{name}_ci_high"] for r in runs])
             hits = int(((lows <= value) & (value <= highs)).sum())
             low, high = clopper_pearson(hits, studies)
+            wilson = wilson_interval(hits, studies)
             rows.append({"score": score, "scope": scope, "truth": value, "studies": studies,
                          "coverage": hits / studies, "coverage_low": low, "coverage_high": high,
+                         "wilson_low": wilson[0], "wilson_high": wilson[1],
                          "mean_estimate": float(np.mean([r[name] for r in runs])),
                          "mean_width": float(np.mean(highs - lows)),
                          "templates": float(np.mean([r[f"{name}_ci_n"] for r in runs]))})

@@ -37,4 +37,5 @@ def test_a_tiny_calibration_covers_and_reports_every_scope(items):
     table = bench.coverage(items, studies=4, n=30, bias=0.7, unknown=0.3, spread=20.0)
     assert list(table["scope"]) == ["all", "all", "Religion", "Religion", "Sexual_orientation", "Sexual_orientation"]
     assert table["coverage"].between(0, 1).all() and (table["coverage_low"] <= table["coverage"]).all()
+    assert (table["wilson_low"] <= table["coverage"]).all() and (table["coverage"] <= table["wilson_high"]).all()
     assert (table["templates"] <= 50).all() and (table["mean_width"] > 0).all()

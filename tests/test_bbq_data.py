@@ -94,9 +94,9 @@ def test_intersectional_and_spelled_apart_labels_find_their_target():
 
 
 def test_categories_are_chosen_by_name_and_n_is_drawn_per_category(data_root):
-    two = BBQDataset("bbq", 5, 0, ["Religion", "Age"], root=str(data_root)).items()
-    assert list(two["category"]) == ["Religion"] * 5 + ["Age"] * 5
-    more = BBQDataset("bbq", 8, 0, ["Religion", "Age"], root=str(data_root)).items()
+    two = BBQDataset("bbq", 5, 0, ["Sexual_orientation", "Religion"], root=str(data_root)).items()
+    assert list(two["category"]) == ["Sexual_orientation"] * 5 + ["Religion"] * 5  # the order named, the smallest two
+    more = BBQDataset("bbq", 8, 0, ["Sexual_orientation", "Religion"], root=str(data_root)).items()
     assert set(two["item_id"]) <= set(more["item_id"])  # a larger n extends a smaller one
     with pytest.raises(AuditError, match=r"dataset.categories: unknown \['Caste'\]; choices: Age, "):
         BBQDataset("bbq", 1, 0, ["Age", "Caste"])

@@ -3,36 +3,55 @@ logged bias scores recomputed by hand from the run's per-item records, its depth
 
 from __future__ import annotations
 
+import io
 import math
+from contextlib import redirect_stdout
 
 import numpy as np
 import pandas as pd
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from mlflow.tracking import MlflowClient
+from mlflow.tracking._tracking_service import utils as tracking_service
 
-from conftest import run_app
+from conftest import REPO, run_app
 from fairaudit.errors import AuditError
+from fairaudit.job.config import Place, read_job
+from fairaudit.job.run import audit
+from fairaudit.probes import ModelSpec
 from fairaudit.probes.bbq import BBQProbe, role_probs, shown
-from fairaudit.prompts.yesno import Arm
+from fairaudit.prompts.yesno import Arm, Thinking
 
 pytestmark = pytest.mark.slow
 SHIPPED = ["Age", "Disability_status", "Nationality", "Physical_appearance", "Religion", "Sexual_orientation"]
 NOTHINK = {"name": "nothink", "think": False, "max_new_tokens": 16, "family": "decision"}
+RUN = ["model=tiny_qwen3", "probe=bbq", "dataset=bbq", "dataset.n=3", "model.max_think_tokens=8", "probe.K=2",
+       "probe.permutations=false"]
 
 
 @pytest.fixture(scope="module")
-def logged(tmp_path_factory):
+def logged(tmp_path_factory, data_root):
     """(metrics, records, depth records, stdout) of one run over every shipped category, 3 items each, in their
-    files' option order."""
+    files' option order: the job `python -m fairaudit` runs (read_job, then audit: the probe on the tiny Qwen3
+    behind a real store, logged to a real sqlite MLflow store), here in this process; the command itself runs in
+    `test_the_command_runs_end_to_end` (long)."""
     folder = tmp_path_factory.mktemp("bbq")
-    result = run_app(folder, "model=tiny_qwen3", "probe=bbq", "dataset=bbq", "dataset.n=3",
-                     "model.max_think_tokens=8", "probe.K=2", "probe.permutations=false")
-    assert result.returncode == 0, result.stderr[-3000:]
+    overrides = [*RUN, f"data.root={data_root}", f"store.url={folder}/store.sqlite",
+                 f"tracking.uri=sqlite:///{folder}/mlflow.db"]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = compose("config", overrides=overrides)
+    keys = [o.split("=", 1)[0] for o in overrides]
+    with pytest.MonkeyPatch.context() as patch, redirect_stdout(io.StringIO()) as stdout:
+        patch.setattr(tracking_service, "_tracking_uri", tracking_service._tracking_uri)  # what audit sets, restored
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder}/mlflow.db")
+        audit(read_job(cfg, Place({"probe": "bbq", "backend": "hf", "model": "tiny_qwen3"}, overrides, keys)))
     client = MlflowClient(f"sqlite:///{folder}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])
     frames = {name: pd.read_parquet(client.download_artifacts(run.info.run_id, f"records/{name}.parquet", str(folder)))
               for name in ("records", "depth_records")}
-    return run.data.metrics, frames["records"], frames["depth_records"], result.stdout
+    return run.data.metrics, frames["records"], frames["depth_records"], stdout.getvalue()
 
 
 def by_hand(rows: pd.DataFrame, condition: str) -> float:
@@ -81,13 +100,34 @@ def test_the_probe_refuses_an_arm_against_itself_and_rotates_options():
     probe = BBQProbe(NOTHINK)
     with pytest.raises(AuditError, match="is also the probe's baseline"):
         probe.arms(Arm("nothink", False, 16))
-    assert [a.family for a in probe.arms(Arm("think", True, 8))] == ["mcq", "mcq"]
+    think = Arm("think", True, 8)
+    assert probe.arms(think) == [think, Arm(**NOTHINK)]  # asked under their own families, nothing relabelled
     assert shown(["a", "b", "c"], 1) == ["c", "a", "b"]  # option j moves to (j + 1) mod 3
     # order 1 shows (c, a, b): shown probabilities (0.5, 0.3, 0.2) are c 0.5, a 0.3, b 0.2; biased a, unknown c
     record = pd.Series({"permutation": 1, "biased_option": 0, "unknown_option": 2})
     assert role_probs(np.array([[0.5, 0.3, 0.2]]), record).tolist() == [[0.3, 0.2, 0.5]]
     with pytest.raises(AuditError, match="probe.K"):
         BBQProbe(NOTHINK, K=0)
+
+
+def test_the_family_check_takes_the_arm_families_a_probe_declares():
+    from fairaudit.job.config import check_fit
+    from fairaudit.probes import Needs
+    from fairaudit.prompts.mcq import MCQ_ARMS
+
+    class Items:
+        name, family = "bbq", "mcq"
+
+    spec = ModelSpec("tiny", Thinking(style="native"), {})
+    for arm in (Arm("think", True, 8), Arm("reason", True, 8, "mcq")):
+        check_fit(BBQProbe(NOTHINK), "bbq", BBQProbe(NOTHINK).arms(arm), Items(), spec)
+    assert BBQProbe.needs.takes_arm("decision") and BBQProbe.needs.takes_arm("mcq") and "reason" in MCQ_ARMS
+    only_mcq = type("OnlyMCQ", (), {"needs": Needs("mcq")})()
+    with pytest.raises(AuditError, match="^probe 'p' takes mcq arms; arm 'think' is a decision arm$"):
+        check_fit(only_mcq, "p", [Arm("think", True, 8)], Items(), spec)
+    picky = type("Picky", (), {"needs": Needs("mcq", arm_families=("mcq", "other"))})()
+    with pytest.raises(AuditError, match="^probe 'p' takes mcq or other arms; arm 'think' is a decision arm$"):
+        check_fit(picky, "p", [Arm("think", True, 8)], Items(), spec)
 
 
 def test_the_plan_sizes_the_exact_test_over_every_category():
@@ -119,3 +159,10 @@ def test_the_report_sections_recompute_the_run(logged):
     assert overall["s_dis"] == pytest.approx(metrics["bbq_s_dis_think"], abs=1e-12, nan_ok=True)
     assert len(categories) == 2 * 7 and arms.iloc[0]["bbq_flips_c"] == metrics["bbq_flips_c"]
     assert list(report.figures) == ["bbq_depth_tiny_qwen3_bbq"]
+
+
+@pytest.mark.long  # the job above as its command, in its own process (other probes' commands run in `make test`)
+def test_the_command_runs_end_to_end(tmp_path):
+    result = run_app(tmp_path, *RUN)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "BBQ on 18 items of 6 categories" in result.stdout and "MLflow run" in result.stderr

@@ -133,14 +133,15 @@ def backend_of(settings: Mapping) -> tuple[type[Backend], dict]:
 
 
 def check_fit(probe: Probe, probe_name: str, arms: list[Arm], dataset, spec: ModelSpec) -> None:
-    """The data set and every arm are of the probe's family, and the model can run each arm."""
-    family = probe.needs.family
-    if dataset.family != family:
-        raise AuditError(f"probe {probe_name!r} takes {family} datasets; "
+    """The data set is of the probe's family, every arm of a family it takes, and the model can run each arm."""
+    needs = probe.needs
+    if dataset.family != needs.family:
+        raise AuditError(f"probe {probe_name!r} takes {needs.family} datasets; "
                          f"dataset {dataset.name!r} is a {dataset.family} dataset")
     for arm in arms:
-        if arm.family != family:
-            raise AuditError(f"probe {probe_name!r} takes {family} arms; arm {arm.name!r} is a {arm.family} arm")
+        if not needs.takes_arm(arm.family):
+            taken = " or ".join(needs.arm_families or (needs.family,))
+            raise AuditError(f"probe {probe_name!r} takes {taken} arms; arm {arm.name!r} is a {arm.family} arm")
         if arm.think and spec.thinking.style == "none":
             raise AuditError(f"arm {arm.name!r} needs a model that thinks; model {spec.name!r} has thinking.style=none")
 

@@ -43,10 +43,16 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class Needs:
-    """What a probe needs: data sets and arms of one family, and backend capabilities (`backends.NEEDABLE`)."""
+    """What a probe needs: data sets of one family, arms of the families it asks them under (its data family alone
+    unless it names others), and backend capabilities (`backends.NEEDABLE`)."""
 
     family: str                          # decision (counterfactual pairs, Yes/No) | mcq (multiple choice)
     capabilities: tuple[str, ...] = ()
+    arm_families: tuple[str, ...] = ()   # the arm families it renders its items under; () = (family,)
+
+    def takes_arm(self, family: str) -> bool:
+        """Whether the probe asks its items under an arm of `family`."""
+        return family in (self.arm_families or (self.family,))
 
 
 @dataclass(frozen=True)

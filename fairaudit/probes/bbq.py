@@ -61,14 +61,14 @@ def letter_ids(tokenizer, answer_prefix: str) -> list[list[int]]:
 class BBQProbe(Probe):
     """BBQ under the grid's arm and a baseline arm: accuracy, s_DIS, s_AMB, the paired flips, option order, depth."""
 
-    needs = Needs("mcq", ("scores", "depth_reads"))
+    needs = Needs("mcq", ("scores", "depth_reads"), arm_families=("decision", "mcq"))  # think/nothink and A.1 arms
     samples = SampleView("records", ITEMS)
 
     def __init__(self, baseline_arm: dict, permutations: bool = True, K: int = 4, think_instruction: str = ""):
         check_fields("probe.baseline_arm", baseline_arm, arm_rules())
         check_fields("probe", {"permutations": permutations, "K": K, "think_instruction": think_instruction},
                      {k: v for k, v in SETTINGS.items() if "." not in k})
-        self.baseline = replace(Arm(**baseline_arm), family="mcq")
+        self.baseline = Arm(**baseline_arm)
         self.permutations, self.K, self.think_instruction = permutations, K, think_instruction
 
     def arms(self, arm: Arm) -> list[Arm]:
@@ -77,7 +77,7 @@ class BBQProbe(Probe):
         if arm.name == self.baseline.name:
             raise AuditError(f"arm={arm.name} is also the probe's baseline: an arm compared with itself shows "
                              f"nothing; choose another arm or arm@probe.baseline_arm")
-        return [replace(arm, family="mcq"), self.baseline]
+        return [arm, self.baseline]
 
     def variants(self, ctx: AuditContext) -> pd.DataFrame:
         """Each sampled item in its option orders: the item's columns, permutation and the options as shown."""
