@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import warm
 from fairaudit.catalog.registry import names, target
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +43,7 @@ os.environ["FAIRAUDIT_HOME"] = HOME
 
 
 def pytest_sessionfinish(session, exitstatus):
+    warm.stop()  # this worker's warm interpreter for `python -m fairaudit` runs (tests/warm.py)
     shutil.rmtree(HOME, ignore_errors=True)
 
 
@@ -185,5 +187,4 @@ def run_app(tmp_path: Path, *overrides: str, module: str = "fairaudit", timeout:
         f"hydra.sweep.dir={tmp_path}/multirun",
     ]
     args = [sys.executable, "-m", module, *places, *overrides]
-    return subprocess.run(args, cwd=tmp_path if in_tmp else REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return warm.run_python(args, cwd=tmp_path if in_tmp else REPO, env=env, timeout=timeout)

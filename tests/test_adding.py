@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from conftest import DATA_ROOT, REPO
+from warm import run_python
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +66,7 @@ def run(copy: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProce
     """A command of the copy: its own `fairaudit` package first on the path, its store and MLflow file inside it."""
     env = {**os.environ, "PYTHONPATH": str(copy), "FAIRAUDIT_DATA": str(DATA_ROOT), "PYTHONUNBUFFERED": "1",
            "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, *args], cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    return run_python([sys.executable, *args], cwd=copy, env=env, timeout=timeout)
 
 
 def audit(copy: Path, *overrides: str) -> subprocess.CompletedProcess:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import subprocess
+import os
 import sys
 from types import SimpleNamespace
 
@@ -26,6 +26,7 @@ from fairaudit.analysis.power import (
     paired_gap_power,
 )
 from fairaudit.analysis.stats import partial_correlation
+from warm import run_python
 
 sys.path.insert(0, str(REPO))
 from benchmarks import calibration as bench  # noqa: E402
@@ -189,8 +190,8 @@ def test_the_script_prints_every_probes_tables(tmp_path):
     tiny = ["--rows", str(tmp_path / "rows"), "--studies", "2", "--pairs", "20", "--gaps", "0", "2", "--n-boot", "100",
             "--influence-studies", "2", "--items", "10", "--shifts", "1", "--cdpg-studies", "2", "--cdpg-pairs", "20",
             "--cdpg-gaps", "1", "--position-studies", "2", "--questions", "20", "--growths", "30"]
-    done = subprocess.run([sys.executable, "benchmarks/calibration.py", *tiny], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+    done = run_python([sys.executable, "benchmarks/calibration.py", *tiny], cwd=REPO, env=dict(os.environ),
+                      timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("counterfactual on backend=mock: 2 studies x 20 pairs per planted thinking gap")
@@ -210,8 +211,8 @@ def test_the_script_prints_every_probes_tables(tmp_path):
     assert lines[start + 9].startswith("| planted growth | studies | pbs | pbs_q1 |")
     assert lines[start + 11].startswith("| 30 | 2 | ") and lines[start + 12].startswith("| all | 2 | ")
     rows = str(tmp_path / "rows-position.csv")   # the same studies twice, as runs of two seeds are pooled
-    pooled = subprocess.run([sys.executable, "benchmarks/calibration.py", "--pool", rows, rows], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    pooled = run_python([sys.executable, "benchmarks/calibration.py", "--pool", rows, rows], cwd=REPO,
+                        env=dict(os.environ), timeout=120)
     assert pooled.returncode == 0, pooled.stderr[-2000:]
     lines = pooled.stdout.splitlines()
     assert lines[0] == "position: the 4 studies of 2 files pooled" and lines[3].startswith("| 30 | 0.3111 | 20 | 4 |")

@@ -13,13 +13,13 @@ import pytest
 from conftest import DATA_ROOT, REPO, run_app
 from fairaudit.catalog import registry
 from fairaudit.cli import main as cli
+from warm import run_python
 
-ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1"}
 
 
 def fairaudit(*args: str, cwd: Path = REPO, python: str = sys.executable, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([python, "-m", "fairaudit", *args], cwd=cwd, env={**ENV, **env}, capture_output=True,
-                          text=True, timeout=600)
+    return run_python([python, "-m", "fairaudit", *args], cwd=cwd, env={**ENV, **env}, timeout=600)
 
 
 def test_help_describes_the_commands(capsys):

@@ -13,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +30,7 @@ from fairaudit.conformance.command import MODELS, declaration
 from fairaudit.models.locate import tiny_qwen3_dir
 from model_server import ModelServer
 from scripted import ScriptedModel
+from warm import run_python
 
 Factory = Callable[[Path], contextlib.AbstractContextManager[Backend]]
 
@@ -149,13 +150,12 @@ def test_a_missing_capability_is_one_audit_error(backend, subject):
 
 
 def test_fairaudit_check_holds_an_installed_backend_to_the_same_checks():
-    done = subprocess.run([sys.executable, "-m", "fairaudit", "check", "backend=mock"], capture_output=True, text=True,
-                          timeout=600)
+    done = run_python([sys.executable, "-m", "fairaudit", "check", "backend=mock"], env=dict(os.environ), timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == [f"ok      {check.__name__}" for check in checks.CHECKS] + [
         f"backend=mock: {len(checks.CHECKS)} of {len(checks.CHECKS)} checks hold"]
-    refused = subprocess.run([sys.executable, "-m", "fairaudit", "check", "backend=mock", "extra"],
-                             capture_output=True, text=True, timeout=600)
+    refused = run_python([sys.executable, "-m", "fairaudit", "check", "backend=mock", "extra"], env=dict(os.environ),
+                         timeout=600)
     assert refused.returncode == 2 and refused.stderr.startswith("error: fairaudit check takes one backend=NAME")
 
 

@@ -18,6 +18,7 @@ from conftest import DATA_ROOT, REPO, model_results, run_app
 from fairaudit.catalog.registry import store_report_settings
 from fairaudit.models.locate import tiny_qwen3_dir
 from fairaudit.report import app as report
+from warm import run_python
 
 pytestmark = pytest.mark.slow
 TINY = ("model=tiny_qwen3", "dataset.n=4")
@@ -83,9 +84,9 @@ def test_artifacts_go_beside_the_tracking_database_whatever_the_working_folder(t
     after_tiny_run(tiny_run, tmp_path)  # the model's results from the store: this is about where files go
     elsewhere.mkdir()
     env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT)}
-    done = subprocess.run([sys.executable, "-m", "fairaudit", *TINY, f"tracking.uri=sqlite:///{db}",
-                           f"store.url={tmp_path}/store.sqlite", f"hydra.run.dir={tmp_path}/outputs"],
-                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    done = run_python([sys.executable, "-m", "fairaudit", *TINY, f"tracking.uri=sqlite:///{db}",
+                       f"store.url={tmp_path}/store.sqlite", f"hydra.run.dir={tmp_path}/outputs"],
+                      cwd=elsewhere, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{db}")
     (run,) = client.search_runs([client.get_experiment_by_name("fairaudit").experiment_id])

@@ -17,6 +17,7 @@ import pytest
 from conftest import REPO, run_app
 from fairaudit.catalog import registry
 from fairaudit.errors import AuditError
+from warm import run_python
 
 # The modules every probe goes through; none may name one. Tests' shared files: conftest and the helper
 # modules the tests import (tests/*.py other than test_*.py).
@@ -307,8 +308,7 @@ def assert_the_external_audit_ran(tmp_path: Path, env: dict[str, str]) -> None:
     P(Yes) is the backend's constant 0.75 on both sides, logged to MLflow with its verdict."""
     from mlflow import MlflowClient
 
-    listed = subprocess.run([sys.executable, "-m", "fairaudit", "list"], capture_output=True, text=True,
-                            env={**os.environ, **env}, timeout=120)
+    listed = run_python([sys.executable, "-m", "fairaudit", "list"], env={**os.environ, **env}, timeout=120)
     assert listed.returncode == 0, listed.stderr[-2000:]
     entries = {line.split()[0]: line for line in listed.stdout.splitlines() if line.startswith("  ")}
     assert "outside fairaudit" in entries["mean_p_yes"] and "[can: scores]" in entries["constant"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -23,6 +22,7 @@ from fairaudit.probes.influence_transcripts import A_PRIVATE, Trace, visibility
 from fairaudit.prompts.yesno import Arm
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
+from warm import run_python
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -204,10 +204,9 @@ def test_private_channel_smoke_study_then_report_shows_tables_1_to_5_at_both_thr
     study = run_app(tmp_path, "+experiment=private_channel_smoke", "-m", timeout=1800)
     assert study.returncode == 0, study.stderr[-3000:]
     uri, out = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "report"
-    report = subprocess.run(
+    report = run_python(
         [sys.executable, "-m", "fairaudit.report", f"tracking.uri={uri}", f"select.sweep_dir={tmp_path / 'multirun'}",
-         f"output_dir={out}"], cwd=tmp_path, env={**os.environ, "FAIRAUDIT_DATA": str(data_root)},
-        capture_output=True, text=True, timeout=600)
+         f"output_dir={out}"], cwd=tmp_path, env={**os.environ, "FAIRAUDIT_DATA": str(data_root)}, timeout=600)
     assert report.returncode == 0, report.stderr[-3000:]
     md = (out / "report.md").read_text()
     for title in ("Table 1: probe comparison (%), at both thresholds", "Table 2: length-matched validation (masked)",

@@ -37,6 +37,7 @@ from fairaudit.cli.credentials import into_environment
 from fairaudit.errors import interrupt
 from fairaudit.errors import secrets as redact
 from fairaudit.job.launcher_files import PrivateLauncherFiles, launcher_folder
+from warm import run_python
 
 JOB = ("backend=mock", "model=tiny_qwen3", "dataset.n=3", "model.max_think_tokens=64", "backend.trace_tokens.median=20",
        "probe.n_boot=100")
@@ -113,8 +114,7 @@ def test_a_password_hydra_would_cut_is_one_line_that_holds_no_piece_of_it(case, 
 def fairaudit(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO),
            "FAIRAUDIT_HOME": str(tmp_path), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "fairaudit", *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return run_python([sys.executable, "-m", "fairaudit", *args], cwd=tmp_path, env=env, timeout=900)
 
 
 def test_a_password_read_from_the_environment_that_would_be_cut_is_one_line(tmp_path):
