@@ -24,7 +24,8 @@ from fairaudit.analysis.cost import (
 from fairaudit.analysis.numbers import format_number
 from fairaudit.errors import AuditError
 from fairaudit.errors.rules import check_fields, integer, list_of, number, one_of, optional, text
-from fairaudit.job.config import Job, build_backend
+from fairaudit.job.client import build_backend
+from fairaudit.job.config import Job
 from fairaudit.plan.rehearsal import (
     JobPlan,
     census_key,
