@@ -30,8 +30,8 @@ def run(cfg: DictConfig) -> ProbeResult | None:
 
 def audit(job: Job) -> ProbeResult:
     """Load the job's model behind the store, run its probe and log the run; its verdict and metrics printed. The run
-    meets tracking at three stages: its run opened (`Tracker.open`), its outcome logged and the run closed
-    (`Tracker.finish`), or the run closed KILLED or FAILED with its one line (`Tracker.end`)."""
+    meets tracking at three stages: its run opened with its config and params (`Tracker.open`), its outcome logged
+    (`RunContent.log_all`), its run closed: FINISHED, or KILLED or FAILED with its one line (`Tracker.end`)."""
     store, backend, client = open_client(job)
     run_name, tags, params = run_identity(job, backend)
     tracker = Tracker.open(job.tracking, run_name, tags, params, job.place.sweep_dir, job.settings)
@@ -44,8 +44,9 @@ def audit(job: Job) -> ProbeResult:
         steps = others.counted(result.metrics, client.model_calls) if others else {}
         verdict = job.probe.verdict(result)
         title_figures(result.figures, f"{job.spec.name}, {job.dataset.name}: {' vs '.join(a.name for a in job.arms)}")
-        tracker.finish(job.settings, job.place.overrides, (job.dataset.name, data_source(job.dataset)), result,
-                       job.probe.samples, verdict, run_name, steps)
+        tracker.content.log_all(job.settings, job.place.overrides, (job.dataset.name, data_source(job.dataset)),
+                                result, job.probe.samples, verdict, run_name, steps)
+        tracker.end()
         ended = True
     except BaseException as error:
         stop = stopped(error, client.model_calls, store, tracker)

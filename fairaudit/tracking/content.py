@@ -16,7 +16,7 @@ from fairaudit.analysis.degenerate import WARNING
 from fairaudit.analysis.undefined import reasons_by_text, why_undefined
 from fairaudit.errors.disk import size_of
 from fairaudit.errors.secrets import redact
-from fairaudit.tracking.database import logged_despite_a_race
+from fairaudit.tracking.retries import logged_despite_a_race
 from fairaudit.tracking.scratch import scratch
 from fairaudit.tracking.tags import HEADLINE_TAG, MAX_TAG, NOTE_TAG, UNBOUNDED_TAG, UNDEFINED_TAG, WARNINGS_TAG
 

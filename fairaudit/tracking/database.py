@@ -1,13 +1,11 @@
 """The tracking database opened for a command (`open_tracking`: a server that answers, a local sqlite file made ready,
 the experiment), its artifacts kept beside a local one (`mlartifacts/`) whatever folder a command runs from; and how
-its failures read: a server gone, a database locked, damaged or full, each one line, and MLflow's look-then-insert
-races between parallel jobs (`logged_despite_a_race`)."""
+its failures read: a server gone, a database locked, damaged or full, each one line."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
 
 from fairaudit.errors import AuditError
 from fairaudit.errors.damage import damaged_error, is_damaged, quick_check, tracking_way_back
@@ -35,9 +33,9 @@ def artifact_root(uri: str) -> Path | None:
 
 def prepare_tracking(uri: str) -> None:
     """A local sqlite tracking database made ready (`schema.prepare_database`); nothing for a server."""
-    path = sqlite_path(uri)
+    path, root = sqlite_path(uri), artifact_root(uri)
     if path is not None:
-        prepare_database(path, artifact_root(uri))
+        prepare_database(path, root)
 
 
 def open_tracking(uri: str, experiment: str):
@@ -181,16 +179,3 @@ def tracking_fault(error: BaseException, uri: str, mlflow_only: bool = True) -> 
         return locked_error(path, WHAT, "the results computed so far are in the store") if is_locked(error) else None
     problem = server_problem(uri)
     return AuditError(problem) if problem else None
-
-
-def logged_despite_a_race(log: Callable[[], object]) -> None:
-    """log(), once more if it lost a race: MLflow looks for a row (a data set, an experiment tag) and inserts it when
-    absent, not atomically, so a parallel job of the same sweep inserting the same row between the two breaks the
-    table's unique key (IntegrityError on sqlite, UniqueViolation on PostgreSQL, named in a server's message too);
-    the second look finds that row."""
-    try:
-        log()
-    except Exception as error:
-        if "IntegrityError" not in str(error) and "UniqueViolation" not in str(error):
-            raise
-        log()

@@ -1,7 +1,7 @@
 """MLflow runs: one per job, which the run meets at three stages: opened with its config and params once its inputs
-are checked (`Tracker.open`), its outcome logged and the run closed FINISHED (`Tracker.finish`), or closed FAILED or
-KILLED with its one line (`Tracker.end`); each holds everything the run needs to be repeated, and a run a killed
-process left RUNNING is closed by the next of its job."""
+are checked (`Tracker.open`), its outcome logged (`Tracker.content`, a `RunContent`), and closed: FINISHED, or
+FAILED or KILLED with its one line (`Tracker.end`). A run holds everything it needs to be repeated, and a run a
+killed process left RUNNING is closed by the next of its job."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import hashlib
 import json
 from typing import Any, Mapping
 
-from fairaudit.errors.locks import is_locked
 from fairaudit.errors.secrets import redact
 from fairaudit.tracking.content import RunContent
-from fairaudit.tracking.database import close_on_a_full_disk, logged_despite_a_race, open_tracking
+from fairaudit.tracking.database import close_on_a_full_disk, open_tracking
 from fairaudit.tracking.http import one_try
+from fairaudit.tracking.retries import despite_a_lock, logged_despite_a_race
 from fairaudit.tracking.succession import close_stale_runs, parent_run_id, process_tags, supersede_ended
 from fairaudit.tracking.tags import (
     ERROR_TAG,
@@ -94,14 +94,6 @@ class Tracker:
             self.mlflow.log_params(dict(items[start:start + 100]))
         return run_id
 
-    def finish(self, config: Mapping, overrides: list[str], dataset: tuple[str, str], result, samples,
-               verdict: list[str], title: str, steps: Mapping[str, list[float]] | None = None) -> None:
-        """Everything a finished job logs (`RunContent.log_all`: its config, data set, result, sample pages, verdict
-        and headline; `steps`: metrics logged by step, e.g. each worker's computed calls), then its run closed
-        FINISHED."""
-        self.content.log_all(config, overrides, dataset, result, samples, verdict, title, steps or {})
-        self.end()
-
     def end(self, failed: bool = False, error: str | None = None, killed: bool = False) -> bool:
         """Close the run (KILLED when `killed`: stopped by the user); `error` (one line) becomes its error tag
         and description. Closing a failed or killed run is best effort, one try: its tracking server may be the
@@ -128,19 +120,3 @@ class Tracker:
                 with contextlib.suppress(Exception):
                     self.mlflow.end_run(status="KILLED" if killed else "FAILED")
         return closed
-
-
-def despite_a_lock(write, tries: int = 5) -> None:
-    """write(), again after a pause when sqlite refused it at once as "database is locked": two processes writing
-    one MLflow database at the same instant (a stopped sweep's jobs closing their runs together) can each hold a
-    read lock the other's write waits on, and sqlite then fails one of them without waiting its busy timeout."""
-    import time
-
-    for attempt in range(tries):
-        try:
-            write()
-            return
-        except Exception as error:
-            if attempt == tries - 1 or not is_locked(error):
-                raise
-            time.sleep(0.2 * (attempt + 1))
