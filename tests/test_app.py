@@ -7,7 +7,8 @@ import math
 from omegaconf import OmegaConf
 
 from fairaudit.models.files import checkpoint_spec
-from fairaudit.tracking.runs import finite_metrics, flatten
+from fairaudit.tracking.content import finite_metrics
+from fairaudit.tracking.runs import flatten
 
 
 def test_checkpoint_mapping_passes_through():

@@ -175,7 +175,7 @@ def test_ratio_interval_for_b2_c20_of_1000_pairs_is_unbounded_above_and_reports_
     assert m["c_b_ratio_exact_ci_low"] == pytest.approx(2.4292, rel=1e-4)
     assert (m["c_b_ratio_ci_n"], m["c_b_ratio_ci_few"]) == (22, 0.0)
     assert (m["delta_d_cf_ci_n"], m["delta_d_cf_ci_few"]) == (1000, 0.0)
-    from fairaudit.tracking.runs import finite_metrics, json_metrics, unbounded_note
+    from fairaudit.tracking.content import finite_metrics, json_metrics, unbounded_note
     assert "c_b_ratio_ci_high" not in finite_metrics(m) and json_metrics(m)["c_b_ratio_ci_high"] is None
     assert unbounded_note(m) == "c_b_ratio_ci_high=+inf (unbounded; not logged as metrics)"   # the run's tag
     assert unbounded_note({"c_b_ratio": 2.0, "x": math.nan}) is None

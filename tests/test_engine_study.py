@@ -15,7 +15,8 @@ from omegaconf import OmegaConf
 
 from conftest import REPO
 from fairaudit.analysis import engines
-from fairaudit.job.config import Place, build_backend, read_job
+from fairaudit.job.client import build_backend
+from fairaudit.job.config import Place, read_job
 from fairaudit.job.tags import engine_label, engine_params
 from fairaudit.probes.counterfactual import CounterfactualProbe
 from fairaudit.report import app

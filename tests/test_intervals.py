@@ -22,7 +22,7 @@ from fairaudit.job.config import Place, read_job
 from fairaudit.probes import AuditContext
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
-from fairaudit.tracking.runs import finite_metrics, json_metrics
+from fairaudit.tracking.content import finite_metrics, json_metrics
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 TINY = ["model=tiny_qwen3", "model.max_think_tokens=8"]

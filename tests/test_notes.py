@@ -64,7 +64,7 @@ def tracker(tmp_path):
 def test_a_runs_warnings_and_reasons_are_logged_as_tags_and_warnings_txt(tracker, tmp_path):
     run_id = tracker.start("adult | m counterfactual think", {t.KIND_TAG: "job"}, {})
     verdict = ["think against nothink on 2 pairs: nothing.", f"warning: {YES}", "warning: second"]
-    tracker.log_verdict(verdict, {"cell_c": 0, "asym_c": NAN, "d_disp_c_think": NAN, "n_pairs": 2})
+    tracker.content.log_verdict(verdict, {"cell_c": 0, "asym_c": NAN, "d_disp_c_think": NAN, "n_pairs": 2})
     tracker.end()
     run = tracker.client.get_run(run_id)
     assert run.data.tags[t.WARNINGS_TAG] == f"{YES}\nsecond"

@@ -53,7 +53,7 @@ def logged(tmp_path_factory):
     metrics = paired_metrics(lambda rows: contingency(rows, n_boot=200), records, "think", "nothink", n_boot=200)
     tracker = Tracker(f"sqlite:///{tmp}/mlflow.db", "numbers")
     run_id = tracker.start("tiny p", {"fairaudit.kind": "job"}, {})
-    tracker.log_result(metrics, {}, {}, {})
+    tracker.content.log_result(metrics, {}, {}, {})
     tracker.end()
     client = MlflowClient(f"sqlite:///{tmp}/mlflow.db")
     path = client.download_artifacts(run_id, "metrics.json", str(tmp))

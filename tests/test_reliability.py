@@ -127,7 +127,7 @@ def test_failing_sweep_jobs_become_failed_children_and_the_rest_run(tmp_path, la
 def test_concurrent_first_starts_share_one_tracking_database(tmp_path):
     """Processes opening a new sqlite tracking database at once: one builds it, the others wait and use it."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    code = f"from fairaudit.tracking.runs import open_tracking; print(open_tracking({uri!r}, 'fairaudit')[1])"
+    code = f"from fairaudit.tracking.database import open_tracking; print(open_tracking({uri!r}, 'fairaudit')[1])"
     env = {**ENV, **cache_without_schema(tmp_path)}  # both build MLflow's schema at once, then the database
     procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]

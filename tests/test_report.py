@@ -18,7 +18,7 @@ from fairaudit.analysis.stats import mcnemar_exact_log10_p, t_interval
 from fairaudit.catalog.registry import store_report_settings
 from fairaudit.errors import AuditError
 from fairaudit.report import app
-from fairaudit.tracking.runs import finite_metrics
+from fairaudit.tracking.content import finite_metrics
 from fairaudit.views import render
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")

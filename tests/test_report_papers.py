@@ -15,7 +15,7 @@ import test_report
 from fairaudit.analysis.contingency import contingency
 from fairaudit.analysis.position import pbs_wilcoxon, position
 from fairaudit.report import app
-from fairaudit.tracking.runs import finite_metrics
+from fairaudit.tracking.content import finite_metrics
 from test_cdpg_analysis import build_depth, build_records
 from test_paper000_tables import SPLIT, TABLE_2, TABLE_13_14, integer_moves, pair_records
 from test_report import Store, report_cfg

@@ -22,7 +22,7 @@ from conftest import run_app
 from fairaudit.analysis.numbers import format_number
 from fairaudit.job.grid import sweep_run_name, swept
 from fairaudit.job.tags import job_run_name
-from fairaudit.tracking.runs import json_metrics
+from fairaudit.tracking.content import json_metrics
 from servers import free_port, wait_until
 
 TAGS = {"model": "smollm2", "dataset": "adult", "probe": "counterfactual", "arm": "think", "seed": "3",

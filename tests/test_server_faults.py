@@ -21,7 +21,8 @@ from fairaudit.store import faults
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import Store
 from fairaudit.tracking import http
-from fairaudit.tracking.runs import Tracker, open_tracking
+from fairaudit.tracking.database import open_tracking
+from fairaudit.tracking.runs import Tracker
 from tests.servers import PG_BIN, PostgresServer, free_port
 from tests.test_store import ScriptedBackend, requests
 

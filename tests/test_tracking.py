@@ -18,7 +18,8 @@ from omegaconf import OmegaConf
 from conftest import REPO, building_tracking_db, cache_without_schema
 from fairaudit.report.runs import select_runs
 from fairaudit.tracking.jobs_view import refresh_jobs_view
-from fairaudit.tracking.runs import Tracker, process_tags
+from fairaudit.tracking.runs import Tracker
+from fairaudit.tracking.succession import process_tags
 from fairaudit.tracking.tags import EXPERIMENT_KIND_TAG, KEY_TAG, MODEL_TRAINING_KIND, PROCESS_TAGS, SUPERSEDED_TAG
 from fairaudit.tracking.ui import JOBS_VIEW, SHARED_VIEW_TAG
 
@@ -155,7 +156,8 @@ def test_a_data_set_another_job_inserts_between_mlflows_look_and_insert_is_linke
     db = tmp_path / "mlflow.db"
     tracker.start("job", {}, {})
     with another_job_inserting_first(db, "datasets", lambda parameters: ("another-job-uuid", *parameters[1:])):
-        tracker.log_dataset(pd.DataFrame({"age": [39, 50], "sex": ["Male", "Female"]}), "adult", "/data/adult.csv")
+        tracker.content.log_dataset(pd.DataFrame({"age": [39, 50], "sex": ["Male", "Female"]}), "adult",
+                                    "/data/adult.csv")
     run_id = tracker.run.info.run_id
     tracker.end()
     (linked,) = tracker.client.get_run(run_id).inputs.dataset_inputs

@@ -136,7 +136,7 @@ def test_nothing_is_snapped_on_its_way_to_mlflow_or_the_screen():
     """Float noise is made 0 where a sum cancels (tests/test_numbers.py), never on the way out: a small value,
     a p of 3.2e-14 above all, is logged and printed as it is."""
     from fairaudit.analysis.numbers import format_number
-    from fairaudit.tracking.runs import finite_metrics, json_metrics
+    from fairaudit.tracking.content import finite_metrics, json_metrics
     from fairaudit.views.render import display
 
     small = {"trunc_ccp_chi2_p": 3.2e-14, "partial_rho_length_pbs_p": 1.5e-37, "n": 3}

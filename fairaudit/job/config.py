@@ -27,8 +27,6 @@ from fairaudit.models.checks import check_model_folder
 from fairaudit.models.files import ModelFiles, ModelMissing
 from fairaudit.probes import ModelSpec, Probe
 from fairaudit.prompts.yesno import Arm, Thinking
-from fairaudit.store.client import CachingClient
-from fairaudit.store.results import Store
 
 
 @dataclass(frozen=True)
@@ -261,23 +259,3 @@ class ModelSource:
         """The backend outside a run, on `model_dir` (default: the model's folder), built as a run builds it."""
         return self.backend_class(model_dir=str(model_dir or self.folder()), dtype=self.model["dtype"],
                                   batch_size=self.model["batch_size"], **self.backend_settings)
-
-
-def build_backend(job: Job, model_dir: Path) -> Backend:
-    """The job's backend on its model's folder (`job.source.folder()`); the constructor reads only what names the model:
-    weights load on the first model call. Under store.batch_keyed a backend that is not batch-invariant stores its
-    results under its batch size too (`/batch<N>` after its fingerprint), so each batch size computes its own."""
-    backend = job.backend_class(model_dir=str(model_dir), dtype=job.model["dtype"],
-                                batch_size=job.model["batch_size"], **job.backend_settings)
-    if job.batch_keyed and not backend.batch_invariant:
-        backend.fingerprint = f"{backend.fingerprint}/batch{job.model['batch_size']}"
-    return backend
-
-
-def open_client(job: Job) -> tuple[Store, Backend, CachingClient]:
-    """The job's store, backend and the client between them: the model's files checked first, then the store opened
-    (a database server that refuses: one line before the backend reads the model)."""
-    model_dir = job.source.folder()  # its files checked before anything opens
-    store = Store(job.store_url)
-    backend = build_backend(job, model_dir)
-    return store, backend, CachingClient(backend, store, chunk_size=job.model["batch_size"])

@@ -7,7 +7,8 @@ from omegaconf import DictConfig
 from fairaudit.errors import AuditError, failure_line, interrupt
 from fairaudit.errors.disk import artifacts_full
 from fairaudit.errors.interrupt import Interrupted
-from fairaudit.job.config import Job, open_client, read_job
+from fairaudit.job.client import open_client
+from fairaudit.job.config import Job, read_job
 from fairaudit.job.dry_run import preview
 from fairaudit.job.tags import run_identity
 from fairaudit.job.workers import helpers
@@ -15,9 +16,9 @@ from fairaudit.probes import AuditContext, ProbeResult
 from fairaudit.store.results import Store
 from fairaudit.terminal.output import console
 from fairaudit.terminal.results import print_result, print_verdict, summary_table
-from fairaudit.tracking.database import database_full, tracking_fault
+from fairaudit.tracking.database import failure_of
 from fairaudit.tracking.jobs_view import refresh_jobs_view
-from fairaudit.tracking.runs import Tracker, tracking_failure
+from fairaudit.tracking.runs import Tracker
 from fairaudit.tracking.ui import where_lines
 
 
@@ -29,23 +30,23 @@ def run(cfg: DictConfig) -> ProbeResult | None:
 
 def audit(job: Job) -> ProbeResult:
     """Load the job's model behind the store, run its probe and log the run; its verdict and metrics printed. The run
-    meets tracking at three stages: its run opened (`Tracker.start`), its outcome logged and the run closed
-    (`Tracker.finish`), or the run closed KILLED or FAILED with its one line (`Tracker.end`)."""
+    meets tracking at three stages: its run opened with its config and params (`Tracker.open`), its outcome logged
+    (`RunContent.log_all`), its run closed: FINISHED, or KILLED or FAILED with its one line (`Tracker.end`)."""
     store, backend, client = open_client(job)
-    run_name, tags, params, parent = run_identity(job, backend)
-    tracker = Tracker(*job.tracking)
-    run_id = tracker.start(run_name, tags, params, parent, job.settings)
+    run_name, tags, params = run_identity(job, backend)
+    tracker = Tracker.open(job.tracking, run_name, tags, params, job.place.sweep_dir, job.settings)
+    run_id = tracker.run.info.run_id
     ended = False
     try:
         with helpers(job) as others:
             result = job.probe.run(AuditContext(client, backend.tokenizer, job.spec, job.dataset, job.arm))
         result.metrics.update(client.metrics())
-        if others:
-            log_workers(tracker, result, client.model_calls, others.calls)
+        steps = others.counted(result.metrics, client.model_calls) if others else {}
         verdict = job.probe.verdict(result)
         title_figures(result.figures, f"{job.spec.name}, {job.dataset.name}: {' vs '.join(a.name for a in job.arms)}")
-        tracker.finish(job.settings, job.place.overrides, (job.dataset.name, data_source(job.dataset)), result,
-                       job.probe.samples, verdict, run_name)
+        tracker.content.log_all(job.settings, job.place.overrides, (job.dataset.name, data_source(job.dataset)),
+                                result, job.probe.samples, verdict, run_name, steps)
+        tracker.end()
         ended = True
     except BaseException as error:
         stop = stopped(error, client.model_calls, store, tracker)
@@ -71,27 +72,13 @@ def interrupted_line(kept: int) -> str:
 
 
 def stopped(error: BaseException, kept: int, store: Store, tracker: Tracker) -> BaseException:
-    """What a run that stopped raises: `Interrupted` for Ctrl-C (SIGTERM, SIGHUP), a failed resource's one line
-    (`fault_of`), else the error itself."""
+    """What a run that stopped raises: `Interrupted` for Ctrl-C (SIGTERM, SIGHUP), the one line of a resource that
+    failed mid-run (the store: its server gone, frozen or locked, its file locked or damaged; tracking: its server
+    or database gone, locked, damaged or full, the artifacts' disk full), else the error itself."""
     if isinstance(error, KeyboardInterrupt):
         return Interrupted(kept)
-    return fault_of(error, tracker.uri, store, tracker) or error
-
-
-def log_workers(tracker: Tracker, result: ProbeResult, own: int, helpers_calls: list[int]) -> None:
-    """A job run over several processes: `model_calls` counts every process's computed calls, `workers` how many
-    processes ran it, and `worker_model_calls` each one's (its step the worker's number, 0 for this process)."""
-    result.metrics["model_calls"] = own + sum(helpers_calls)
-    result.metrics["workers"] = 1 + len(helpers_calls)
-    tracker.log_steps("worker_model_calls", [own, *helpers_calls])
-
-
-def fault_of(error: BaseException, uri: str, store: Store, tracker: Tracker) -> AuditError | None:
-    """The one-line error for a resource that failed mid-run: the store (its server gone, frozen or locked, its file
-    locked or damaged), the tracking server or database (gone, locked, damaged, full), the artifacts' disk full; None
-    for anything else."""
-    return (store.fault(error) or tracking_failure(error, uri) or database_full(error, uri)
-            or tracking_fault(error, uri) or artifacts_full(error, tracker.run.info.artifact_uri, tracker.writing))
+    return (store.fault(error) or failure_of(error, tracker.uri)
+            or artifacts_full(error, tracker.run.info.artifact_uri, tracker.content.writing) or error)
 
 
 def data_source(dataset) -> str:

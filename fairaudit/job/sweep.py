@@ -31,7 +31,8 @@ from fairaudit.job.tags import job_run_name, job_tags
 from fairaudit.terminal.output import print_error, print_line, print_traceback, quiet_libraries
 from fairaudit.tracking import tags as t
 from fairaudit.tracking.database import server_problem
-from fairaudit.tracking.runs import Tracker, config_key, parent_run_id
+from fairaudit.tracking.runs import Tracker, config_key
+from fairaudit.tracking.succession import parent_run_id
 from fairaudit.tracking.sweeps import Sweep, close_parent, open_parent
 
 

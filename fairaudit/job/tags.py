@@ -10,7 +10,7 @@ from fairaudit import __version__
 from fairaudit.backends import Backend
 from fairaudit.models.files import checkpoint_spec
 from fairaudit.tracking import tags as t
-from fairaudit.tracking.runs import config_key, parent_run_id
+from fairaudit.tracking.runs import config_key
 
 if TYPE_CHECKING:
     from fairaudit.job.config import Job
@@ -77,12 +77,11 @@ def job_run_name(tags: dict[str, str], varied: list[str]) -> str:
     return " ".join(shown) + (" | " if shown else "") + " ".join(rest)
 
 
-def run_identity(job: "Job", backend: Backend) -> tuple[str, dict[str, str], dict[str, str], str | None]:
-    """What the job's run is opened with: its name, its tags, its params (the grid's axes as short params, so
-    Compare can plot against them; the engine's) and its sweep's parent run."""
+def run_identity(job: "Job", backend: Backend) -> tuple[str, dict[str, str], dict[str, str]]:
+    """What the job's run is opened with: its name, its tags and its params (the grid's axes as short params, so
+    Compare can plot against them; the engine's)."""
     batch_size = job.model["batch_size"]
     tags = {**job_tags(job.settings, job.place), t.ENGINE_TAG: engine_label(backend, batch_size)}
     axes = {axis: tags[axis] for axis in t.AXIS_TAGS}
     params = {**axes, **engine_params(backend, batch_size)}
-    parent = parent_run_id(job.place.sweep_dir) if job.place.sweep_dir else None
-    return job_run_name(tags, job.place.varied), tags, params, parent
+    return job_run_name(tags, job.place.varied), tags, params

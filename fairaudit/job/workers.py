@@ -44,6 +44,14 @@ class Helpers:
     def total(self) -> int:
         return sum(self.calls)
 
+    def counted(self, metrics: dict, own: int) -> dict[str, list[float]]:
+        """The job's calls over its processes: `model_calls` set to every process's computed calls (`own`: this
+        process's), `workers` to how many processes ran it; returns `worker_model_calls`, each one's by step (the
+        worker's number, 0 for this process)."""
+        metrics["model_calls"] = own + self.total
+        metrics["workers"] = 1 + len(self.calls)
+        return {"worker_model_calls": [own, *self.calls]}
+
 
 def spec_of(job, index: int) -> dict:
     """What a helper needs to run `job`'s probe: its resolved settings and its place, as plain values."""
@@ -152,7 +160,8 @@ def work(spec: dict) -> int:
     stopped; returns the calls it computed (all committed)."""
     from omegaconf import OmegaConf
 
-    from fairaudit.job.config import Place, open_client, read_job
+    from fairaudit.job.client import open_client
+    from fairaudit.job.config import Place, read_job
     from fairaudit.probes import AuditContext
 
     job = read_job(OmegaConf.create(spec["settings"]), place=Place(**spec["place"]), here=False)

@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from fairaudit.catalog import registry
 from fairaudit.errors import AuditError
-from fairaudit.job.config import Job, Place, build_backend, read_job
+from fairaudit.job.client import build_backend
+from fairaudit.job.config import Job, Place, read_job
 from fairaudit.job.preflight import GridJob, data_line, dataset_key, each_job, one_line, repeats, value_line
 from fairaudit.models.files import ModelMissing
 from fairaudit.models.locate import hub_cache_only, tiny_qwen3_dir

@@ -22,9 +22,11 @@ from fairaudit.analysis.cost import (
     whole_jobs_wall,
 )
 from fairaudit.analysis.numbers import format_number
+from fairaudit.catalog import registry
 from fairaudit.errors import AuditError
 from fairaudit.errors.rules import check_fields, integer, list_of, number, one_of, optional, text
-from fairaudit.job.config import Job, build_backend
+from fairaudit.job.client import build_backend
+from fairaudit.job.config import Job
 from fairaudit.plan.rehearsal import (
     JobPlan,
     census_key,
@@ -49,7 +51,7 @@ RULES = {"sample": integer(2), "exact_prompts": optional(integer(1)), "pilot": o
          "csv": optional(text()), "speeds": optional(text()), "gpus": list_of(integer(1), nonempty=False),
          "load_s": number(0),
          "alpha": number(0, 0.5, lo_open=True), "correction": one_of(*power.CORRECTIONS),
-         "family": list_of(text(), nonempty=False), "power": number(0, 0.999, lo_open=True)}
+         "family": optional(list_of(text(), nonempty=False)), "power": number(0, 0.999, lo_open=True)}
 
 
 def effect_in(low: float | None, high: float | None, what: str, high_in: bool = False):
@@ -237,18 +239,19 @@ class Rule(NamedTuple):
 
 def test_rows(plans: list[JobPlan], settings: dict) -> pd.DataFrame:
     """One row per planned test of each job: its power (or an interval's expected width) at the job's units and the
-    units each job needs for `plan.power` (or the width wanted). A test in `plan.family` is sized as the report
-    decides it (`Rule`): the hypothesis's replicate jobs (seeds, engines) combined, then the family correction
-    over one test per hypothesis and metric; `level` is then Bonferroni's alpha / m, Holm's first step."""
+    units each job needs for `plan.power` (or the width wanted). A test of the family (`planned_family`) is sized as
+    the report decides it (`Rule`): the hypothesis's replicate jobs (seeds, engines) combined, then the family
+    correction over one test per hypothesis and metric; `level` is then Bonferroni's alpha / m, Holm's first step."""
     tests = [(plan, test) for plan in plans
              for test in plan.job.probe.planned_tests(plan.job.arm, settings["effect"],
                                                       plan.pilot.result if plan.pilot else None)]
-    family = Counter((hypothesis(plan.job), test.metric) for plan, test in tests if test.metric in settings["family"])
+    in_family = planned_family(plans, settings["family"])
+    family = Counter((hypothesis(plan.job), test.metric) for plan, test in tests if test.metric in in_family)
     alike = len({(int(plan.units * test.share), test.effect, family[(hypothesis(plan.job), test.metric)])
-                 for plan, test in tests if test.metric in settings["family"]}) <= 1
+                 for plan, test in tests if test.metric in in_family}) <= 1
     rows, known = [], {}  # a family's alike tests are sized once
     for plan, test in tests:
-        corrected = test.metric in settings["family"]
+        corrected = test.metric in in_family
         rule = Rule(family[(hypothesis(plan.job), test.metric)], len(family), settings["alpha"],
                     settings["correction"], alike) if corrected else Rule(1, 1, settings["alpha"], "none")
         level = power.family_alpha(settings["alpha"], rule.tests, rule.correction)
@@ -258,6 +261,14 @@ def test_rows(plans: list[JobPlan], settings: dict) -> pd.DataFrame:
         rows.append({"job": plan.label, "test": test.name, "effect": test.effect, "method": test.method + rule.says(),
                      "level": level, "replicates": rule.replicates, "n": int(plan.units * test.share), **known[key]})
     return pd.DataFrame(rows)
+
+
+def planned_family(plans: list[JobPlan], family: list[str] | None) -> set[str]:
+    """The metrics whose tests are corrected together: `plan.family`, or (null) the family the report corrects for
+    the planned probes (`report.family` of conf/report.yaml, else what each probe declares as its `report.family`)."""
+    if family is not None:
+        return set(family)
+    return set(registry.report_family({plan.job.probe_name for plan in plans})["metrics"])
 
 
 def hypothesis(job: Job) -> str:

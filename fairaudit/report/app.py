@@ -23,8 +23,9 @@ from fairaudit.report.runs import (
 )
 from fairaudit.terminal.output import console, out
 from fairaudit.terminal.results import print_result, print_verdict
+from fairaudit.tracking.content import finite_metrics
 from fairaudit.tracking.location import validate_tracking
-from fairaudit.tracking.runs import finite_metrics, flatten
+from fairaudit.tracking.runs import flatten
 from fairaudit.tracking.tags import MAX_TAG, NOTE_TAG, VERSION_TAG
 from fairaudit.tracking.ui import where_lines
 from fairaudit.views import render

@@ -14,8 +14,9 @@ from fairaudit.errors import AuditError
 from fairaudit.errors.interrupt import environment_note
 from fairaudit.report.studies import study_logging_to
 from fairaudit.tracking import tags as t
-from fairaudit.tracking.runs import finite_metrics, parent_run_id
+from fairaudit.tracking.content import finite_metrics
 from fairaudit.tracking.scratch import scratch
+from fairaudit.tracking.succession import parent_run_id
 
 BASELINE_PARAM = "probe.baseline_arm.name"
 SETTING_PARAMS = ("probe.", "engine.")  # params kept as columns: a probe's settings and what its engine computed with

@@ -16,9 +16,10 @@ from fairaudit.errors.secrets import redact, redact_yaml_file
 from fairaudit.terminal.output import console
 from fairaudit.terminal.results import print_result, print_verdict, summary_frame_table
 from fairaudit.tracking import tags as t
+from fairaudit.tracking.database import open_tracking
 from fairaudit.tracking.notes import table_notes, warning_lines
-from fairaudit.tracking.runs import close_stale_runs, open_tracking, parent_run_id, process_tags, supersede_ended
 from fairaudit.tracking.scratch import scratch
+from fairaudit.tracking.succession import close_stale_runs, parent_run_id, process_tags, supersede_ended
 from fairaudit.tracking.ui import save_view_state, sweep_view_state, view_url, where_lines
 
 SHOWN_METRICS = 6  # headline metrics per job in the console's sweep table, the P(Yes) gaps besides

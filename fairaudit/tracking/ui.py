@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from fairaudit.errors.secrets import redact
-from fairaudit.tracking.database import logged_despite_a_race
+from fairaudit.tracking.retries import logged_despite_a_race
 
 UI_ADDRESS = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 VIEW = "?workflowType=machine_learning"  # MLflow 3's Model training view (runs, params, metrics), not its GenAI view
