@@ -39,10 +39,11 @@ PRELOAD = (
 )
 
 # The settings a run may change and still be forked: those read at run time only (fairaudit's own, MLflow's client
-# settings, libpq's, PYTHONPATH, which is put on the forked run's path as a new interpreter would), and those that
+# settings and the telemetry session an MLflow client leaves in its process's environment, libpq's, PYTHONPATH,
+# which is put on the forked run's path as a new interpreter would), and those that
 # fairaudit sets itself before a run (terminal.output.quiet_libraries), which it applies directly to a library already
 # imported; any other difference may change what a library did as it was imported, and gets a new interpreter.
-SAFE_PREFIXES = ("FAIRAUDIT_", "MLFLOW_", "PG")
+SAFE_PREFIXES = ("FAIRAUDIT_", "MLFLOW_", "_MLFLOW_", "PG")
 SAFE_KEYS = {"PYTHONUNBUFFERED", "PYTHONPATH", "PYTEST_CURRENT_TEST", "TOKENIZERS_PARALLELISM",
              "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "TORCHINDUCTOR_CACHE_DIR"}
 
