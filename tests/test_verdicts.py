@@ -162,8 +162,16 @@ FIRST_WORDS = {"counterfactual": "think against nothink on 3 Male/Female adult p
 PROBES = registry.names("probe")
 
 
+OWN_RUNS = {  # a probe that reads a data set of its own: its whole short run
+    "bbq": ("model=tiny_qwen3", "dataset=bbq", "dataset.n=3", "model.max_think_tokens=8", "probe.K=2",
+            "probe.permutations=false"),
+}
+
+
 def probe_run(probe: str) -> tuple[str, ...]:
     """The overrides of a short run of `probe` on the tiny model: its family's grid, then its own quicker settings."""
+    if probe in OWN_RUNS:
+        return (*OWN_RUNS[probe], f"probe={probe}")
     family = registry.probe_classes()[probe].needs.family
     return (*FAMILY_RUNS[family], f"probe={probe}", *QUICKER.get(probe, ()))
 
