@@ -4,9 +4,9 @@ per run, which runs `python -m <module>` as a fresh interpreter would (its argv,
 stderr; exit code or signal). A run spends most of its ~15 s importing; forked, it starts in well under a second.
 
 The fork is used only where it cannot change what the run does: the same interpreter and the same environment as
-the warm process but for settings that nothing reads at import time (FAIRAUDIT_*, PYTHONUNBUFFERED); any other
-difference (another Python, PYTHONPATH, HF_HOME, OMP_NUM_THREADS, stdin input) runs a real new interpreter, as
-does everything when FAIRAUDIT_TEST_COLD=1. fairaudit's own modules are never imported by the warm process, so each
+the warm process but for the settings SAFE_PREFIXES and SAFE_KEYS name (read at run time, or PYTHONPATH, which the
+forked run puts on its path); any other difference (another Python, HF_HOME, OMP_NUM_THREADS, stdin input) runs a
+real new interpreter, as does everything when FAIRAUDIT_TEST_COLD=1. fairaudit's own modules are never imported by the warm process, so each
 run imports the code as it is on disk.
 """
 
@@ -40,8 +40,7 @@ PRELOAD = (
 
 # The settings a run may change and still be forked: those read at run time only (fairaudit's own, MLflow's client
 # settings and the telemetry session an MLflow client leaves in its process's environment, libpq's, PYTHONPATH,
-# which is put on the forked run's path as a new interpreter would), and those that
-# fairaudit sets itself before a run (terminal.output.quiet_libraries), which it applies directly to a library already
+# which is put on the forked run's path as a new interpreter would), and those that fairaudit sets itself before a run (terminal.output.quiet_libraries), which it applies directly to a library already
 # imported; any other difference may change what a library did as it was imported, and gets a new interpreter.
 SAFE_PREFIXES = ("FAIRAUDIT_", "MLFLOW_", "_MLFLOW_", "PG")
 SAFE_KEYS = {"PYTHONUNBUFFERED", "PYTHONPATH", "PYTEST_CURRENT_TEST", "TOKENIZERS_PARALLELISM",
@@ -64,7 +63,7 @@ def stop() -> None:
 
 
 def differs_only_in_safe_keys(env: dict[str, str], base: dict[str, str]) -> bool:
-    """`env` is `base` but for keys read at run time only (FAIRAUDIT_*, PYTHONUNBUFFERED)."""
+    """`env` is `base` but for the keys SAFE_PREFIXES and SAFE_KEYS allow."""
     changed = {key for key in env.keys() | base.keys() if env.get(key) != base.get(key)}
     return all(key.startswith(SAFE_PREFIXES) or key in SAFE_KEYS for key in changed)
 
