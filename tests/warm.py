@@ -6,8 +6,8 @@ stderr; exit code or signal). A run spends most of its ~15 s importing; forked, 
 The fork is used only where it cannot change what the run does: the same interpreter and the same environment as
 the warm process but for the settings SAFE_PREFIXES and SAFE_KEYS name (read at run time, or PYTHONPATH, which the
 forked run puts on its path); any other difference (another Python, HF_HOME, OMP_NUM_THREADS, stdin input) runs a
-real new interpreter, as does everything when FAIRAUDIT_TEST_COLD=1. fairaudit's own modules are never imported by the warm process, so each
-run imports the code as it is on disk.
+real new interpreter, as does everything when FAIRAUDIT_TEST_COLD=1. fairaudit's own modules are never imported by
+the warm process, so each run imports the code as it is on disk.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ PRELOAD = (
 
 # The settings a run may change and still be forked: those read at run time only (fairaudit's own, MLflow's client
 # settings and the telemetry session an MLflow client leaves in its process's environment, libpq's, PYTHONPATH,
-# which is put on the forked run's path as a new interpreter would), and those that fairaudit sets itself before a run (terminal.output.quiet_libraries), which it applies directly to a library already
-# imported; any other difference may change what a library did as it was imported, and gets a new interpreter.
+# which is put on the forked run's path as a new interpreter would), and those that fairaudit sets itself before a run
+# (terminal.output.quiet_libraries), which it applies directly to a library already imported; any other difference
+# may change what a library did as it was imported, and gets a new interpreter.
 SAFE_PREFIXES = ("FAIRAUDIT_", "MLFLOW_", "_MLFLOW_", "PG")
 SAFE_KEYS = {"PYTHONUNBUFFERED", "PYTHONPATH", "PYTEST_CURRENT_TEST", "TOKENIZERS_PARALLELISM",
              "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "TORCHINDUCTOR_CACHE_DIR"}
