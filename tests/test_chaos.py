@@ -22,11 +22,10 @@ from fairaudit.store.results import Store
 from tests.conftest import DATA_ROOT, REPO, probe_metric_names
 from tests.servers import MlflowServer, PostgresServer, wait_until
 
-# In `make test-paper`: a SIGTERM the schedule sent while a worker was still reading its store killed it with the
-# signal's default action (exit -15, not 143) on a loaded machine; each fault alone runs in test_server_faults.py.
-pytestmark = [pytest.mark.cluster, pytest.mark.paper]
+pytestmark = pytest.mark.cluster
 JOB = ["model=tiny_qwen3", "backend=mock", "dataset.n=40", "backend.chunk_size=1", "model.max_think_tokens=600",
        "backend.trace_tokens.median=300"]  # 320 model calls, committed one by one
+PACE = ["backend.seconds_per_call=0.2"]  # the workers' calls: at least 20 s of them, so each fault lands mid-run
 WORKERS = 3
 LIFE_S = 600  # no worker runs longer, whatever the schedule did to it (a loaded 2-core machine starts one in minutes)
 STOPPED_S = 60  # a SIGTERMed worker closes its run and exits within this (6.6 s idle; 48 s measured at load 11)
@@ -72,29 +71,36 @@ def commits(url: str) -> tuple[int, int]:
 
 
 class Worker:
-    """One audit process: started, signalled, waited for within LIFE_S, and run again with its printed command."""
+    """One audit process: started, signalled, waited for within LIFE_S, and run again with its printed command. Its
+    stderr goes to a file per start, so the schedule can read what it printed so far."""
 
-    def __init__(self, command: list[str]):
-        self.command, self.codes, self.err, self.errs, self.starts = command, [], "", [], 0
+    def __init__(self, command: list[str], folder: Path):
+        self.command, self.folder, self.codes, self.err, self.errs, self.starts = command, folder, [], "", [], 0
         self.start()
 
     def start(self) -> None:
         self.started, self.starts = time.time(), self.starts + 1
-        self.proc = subprocess.Popen(self.command, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+        self.err_path = self.folder / f"stderr-{self.starts}"
+        with open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen(self.command, cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=err)
+
+    def mid_run(self) -> bool:
+        """Running, and it has printed no line that ends a run (an error it is exiting on, a stop)."""
+        printed = self.err_path.read_text(errors="replace")  # a line may be half written
+        return self.proc.poll() is None and not re.search(r"^(error|interrupted)", printed, re.M)
 
     def wait(self) -> None:
         """Its end: it must come within LIFE_S of its start (subprocess.TimeoutExpired otherwise)."""
-        _, self.err = self.proc.communicate(timeout=max(self.started + LIFE_S - time.time(), 1))
+        self.proc.wait(timeout=max(self.started + LIFE_S - time.time(), 1))
+        self.err = self.err_path.read_text(errors="replace")
         self.codes.append(self.proc.returncode)
         self.errs.append(self.err[-1500:])
 
     def resume(self) -> None:
         """Run again the command its last line printed (a SIGKILLed worker printed none: the same command)."""
-        last = self.err.strip().splitlines()[-1] if self.err.strip() else ""
-        printed = re.search(r": (\S+ -m fairaudit .*)$", last)
+        printed = re.findall(r": (\S+ -m fairaudit .*)$", self.err, re.M)
         if printed:
-            self.command = shlex.split(printed.group(1))
+            self.command = shlex.split(printed[-1])
         self.start()
 
 
@@ -132,8 +138,9 @@ def test_overlapping_audits_survive_kills_stops_and_server_faults(tmp_path, stor
     started = time.time()
     server = MlflowServer(tmp_path)
     clean = reference(tmp_path)
-    workers = [Worker([sys.executable, "-m", "fairaudit", *JOB, "tracking=server", f"tracking.uri={server.uri}",
-                       "tracking.experiment=chaos", f"store.url={store_url}", f"hydra.run.dir={tmp_path}/w{i}"])
+    workers = [Worker([sys.executable, "-m", "fairaudit", *JOB, *PACE, "tracking=server", f"tracking.uri={server.uri}",
+                       "tracking.experiment=chaos", f"store.url={store_url}", f"hydra.run.dir={tmp_path}/w{i}"],
+                      tmp_path)
                for i in range(WORKERS)]
     try:
         schedule(workers, server, postgres.pid, store_url)
@@ -169,10 +176,14 @@ def schedule(workers: list[Worker], server: MlflowServer, postmaster: int, store
     paused([server.proc.pid], 3)                  # the tracking server frozen briefly
     os.kill(group_of(postmaster)[-1], signal.SIGKILL)  # one server process killed: PostgreSQL restarts them all
     after(140)
-    w2.proc.send_signal(signal.SIGTERM)           # a worker stopped: its run KILLED, exit 143, within STOPPED_S
+    # a worker stopped mid-run: its run KILLED, exit 143, within STOPPED_S (w2, or w0 where the store's crash
+    # ended w2's run with its error line: a process exiting on its error is not mid-run)
+    stopped = next((worker for worker in (w2, w0) if worker.mid_run()), None)
+    assert stopped, f"no worker left mid-run to stop: {[w.proc.poll() for w in workers]}"
+    stopped.proc.send_signal(signal.SIGTERM)
     signalled = time.time()
-    w2.wait()
-    assert w2.codes == [143] and time.time() - signalled < STOPPED_S, w2.err[-3000:]
+    stopped.wait()
+    assert stopped.codes[-1] == 143 and time.time() - signalled < STOPPED_S, (stopped.codes, stopped.err[-3000:])
     os.killpg(server.proc.pid, signal.SIGKILL)    # the tracking server killed, then started again
     server.proc.wait()
     server.start()

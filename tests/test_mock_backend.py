@@ -3,6 +3,8 @@ set, its traces have the drawn lengths and budgets, and its results never pass f
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -157,3 +159,17 @@ def test_position_pref_favours_the_first_answer_by_what_the_trace_read_and_nothi
         np.testing.assert_allclose(shift, [0.3 + 20.0 * read / 1000, 0.0, 0.0, 0.0], atol=1e-12)
     assert MockBackend(tiny_qwen3_dir(), position_pref=0.0, position_pref_per_1k_tokens=0.0).fingerprint == \
         MockBackend(tiny_qwen3_dir()).fingerprint != preferring.fingerprint   # unset, a mock keeps its fingerprint
+
+
+def test_seconds_per_call_paces_every_kind_of_call_and_changes_no_answer():
+    plain, paced = MockBackend(tiny_qwen3_dir()), MockBackend(tiny_qwen3_dir(), seconds_per_call=0.05)
+    assert paced.fingerprint == plain.fingerprint  # a pace, not a setting of the answers: the store's results serve both
+    blocks = (Block((1, 2, 3)), Block((4, 5), "A", "private"))
+    nll = NLLRequest(blocks, (1,), ((), (0,)))
+    calls = {"target_nll": lambda b: b.target_nll([nll, nll, nll]),
+             "choice_probs": lambda b: b.choice_probs([(1, 2), (3, 4)], [(5,), (6,)])}
+    for name, call in calls.items():
+        start = time.monotonic()
+        answer = call(paced)
+        assert time.monotonic() - start >= 0.05 * (3 if name == "target_nll" else 2), name  # each call its share
+        np.testing.assert_array_equal(answer, call(plain))

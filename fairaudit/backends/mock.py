@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -87,7 +88,7 @@ def settings_rules() -> dict:
             "position_pref_per_1k_tokens": number(),
             "answers": list_of(text()), "protected": list_of(text(null=True), nonempty=False),
             "neutral": list_of(text(), nonempty=False), "thinking.style": one_of(*THINKING_STYLES),
-            "chunk_size": optional(integer(1))}
+            "chunk_size": optional(integer(1)), "seconds_per_call": number(0)}
 
 
 class MockBackend(Backend):
@@ -121,7 +122,7 @@ class MockBackend(Backend):
                  position_pref: float = 0.0, position_pref_per_1k_tokens: float = 0.0,
                  answers: Sequence[str] = ("Yes", "No"), protected: Sequence[str | None] = (),
                  neutral: Sequence[str] = (), thinking: Mapping | None = None,
-                 answer_prefix: str = "", chunk_size: int | None = None):
+                 answer_prefix: str = "", chunk_size: int | None = None, seconds_per_call: float = 0.0):
         lengths = {"distribution": "lognormal", "median": 1500, "sigma": 0.5, "low": 1, "high": 4000,
                    **(trace_tokens or {})}
         thinking = {"style": "native", "open": "<think>", "close": "</think>", **(thinking or {})}
@@ -142,6 +143,12 @@ class MockBackend(Backend):
         self.fingerprint = f"{BACKEND_VERSION}/{model_fingerprint(Path(model_dir), weights=False)}/{digest}"
         self._vocabulary(thinking, answer_prefix, [p for p in protected if p], list(neutral))
         self._words: dict[int, tuple[int, bool]] = {}
+        self.seconds_per_call = seconds_per_call  # a pace, not an answer: outside the settings the fingerprint reads
+
+    def _pace(self, calls: int) -> None:
+        """Take `seconds_per_call` per call, as a model would take its time (answers are the same either way)."""
+        if self.seconds_per_call:
+            time.sleep(self.seconds_per_call * calls)
 
     @property
     def batch_invariant(self) -> bool:
@@ -224,6 +231,7 @@ class MockBackend(Backend):
 
     def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]]) -> np.ndarray:
         """Softmax over the pooled choices of the mock logits after each prefix (see the protocol)."""
+        self._pace(len(prefixes))
         token_ids = choice_token_ids(choices)
         scores = [self._logits(np.fromiter(p, np.int64, len(p)), token_ids) for p in prefixes]
         return pooled_softmax(np.array(scores).reshape(len(prefixes), len(token_ids)), token_ids, choices)
@@ -231,6 +239,7 @@ class MockBackend(Backend):
     def depth_choice_probs(self, requests: Sequence[DepthRequest],
                            choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """choice_probs of prompt + trace[:cut] + suffix for every cut (the naive re-feed, exactly)."""
+        self._pace(len(requests))
         token_ids = choice_token_ids(choices)
         out = []
         for r in requests:
@@ -244,6 +253,7 @@ class MockBackend(Backend):
 
     def generate(self, requests: Sequence[GenerationRequest | GraphGenerationRequest]) -> list[Completion]:
         """A trace and an answer, or the answer alone, per request (see the module docstring); in request order."""
+        self._pace(len(requests))
         return [self._graph_completion(r) if isinstance(r, GraphGenerationRequest) else self._completion(r)
                 for r in requests]
 
@@ -302,6 +312,7 @@ class MockBackend(Backend):
 
     def target_nll(self, requests: Sequence[NLLRequest]) -> np.ndarray:
         """Seeded nats/token, positive, fixed by the target blocks and what they may see under the graph."""
+        self._pace(len(requests))
         values = []
         for r in requests:
             target = [t for b in r.target for t in r.blocks[b].ids]
