@@ -13,8 +13,8 @@ import traceback
 from pathlib import Path
 
 PRELOAD = ("fairaudit.cli.main", "fairaudit.job.__main__", "fairaudit.job.run", "fairaudit.report.__main__",
-           "fairaudit.store.cli", "fairaudit.data.fetch", "mlflow", "mlflow.tracking", "transformers", "gguf",
-           "sqlalchemy")
+           "fairaudit.report.app", "fairaudit.store.cli", "fairaudit.data.fetch", "mlflow", "mlflow.tracking",
+           "transformers", "gguf", "sqlalchemy")
 
 
 def preload() -> None:

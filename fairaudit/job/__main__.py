@@ -7,13 +7,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from fairaudit import CONF_DIR
-from fairaudit.job.run import run
-from fairaudit.job.sweep import run_sweep_job
-from fairaudit.terminal.task import run_or_exit
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
+    # imported here, once Hydra hands over a config: --help, --cfg and shell completion load no analysis or model code
+    from fairaudit.job.run import run
+    from fairaudit.job.sweep import run_sweep_job
+    from fairaudit.terminal.task import run_or_exit
+
     if HydraConfig.get().mode == RunMode.MULTIRUN:
         run_sweep_job(cfg)  # a failing job is recorded and the sweep goes on; the exit code comes at its end
     else:

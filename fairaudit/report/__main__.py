@@ -8,15 +8,17 @@ from omegaconf import DictConfig
 from fairaudit import CONF_DIR
 from fairaudit.catalog.registry import store_report_settings
 from fairaudit.errors import AuditError
-from fairaudit.report import app
 from fairaudit.report.studies import study_selection
-from fairaudit.terminal.task import run_or_exit
 
 store_report_settings()  # the probes' report settings (probes.<name>.<key>), before Hydra composes the config
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="report")
 def report(cfg: DictConfig) -> None:
+    # imported here, once Hydra hands over a config: --help, --cfg and shell completion load no analysis code
+    from fairaudit.report import app
+    from fairaudit.terminal.task import run_or_exit
+
     run_or_exit(app.run, cfg)
 
 
