@@ -163,7 +163,7 @@ def test_position_pref_favours_the_first_answer_by_what_the_trace_read_and_nothi
 
 def test_seconds_per_call_paces_every_kind_of_call_and_changes_no_answer():
     plain, paced = MockBackend(tiny_qwen3_dir()), MockBackend(tiny_qwen3_dir(), seconds_per_call=0.05)
-    assert paced.fingerprint == plain.fingerprint  # a pace, not a setting of the answers: the store's results serve both
+    assert paced.fingerprint == plain.fingerprint  # a pace, not an answer: the store serves both the same results
     blocks = (Block((1, 2, 3)), Block((4, 5), "A", "private"))
     nll = NLLRequest(blocks, (1,), ((), (0,)))
     calls = {"target_nll": lambda b: b.target_nll([nll, nll, nll]),
