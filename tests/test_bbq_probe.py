@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.tracking._tracking_service import utils as tracking_service
 
 from conftest import REPO, run_app
+from fairaudit.data.bbq import BBQDataset
 from fairaudit.errors import AuditError
 from fairaudit.job.config import Place, read_job
 from fairaudit.job.run import audit
@@ -115,13 +116,19 @@ def test_the_family_check_takes_the_arm_families_a_probe_declares():
     from fairaudit.probes import Needs
     from fairaudit.prompts.mcq import MCQ_ARMS
 
-    class Items:
-        name, family = "bbq", "mcq"
+    class Items(BBQDataset):  # BBQ's kind of data set, its items not read here
+        name = "bbq"
+
+        def __init__(self):
+            pass
 
     spec = ModelSpec("tiny", Thinking(style="native"), {})
     for arm in (Arm("think", True, 8), Arm("reason", True, 8, "mcq")):
         check_fit(BBQProbe(NOTHINK), "bbq", BBQProbe(NOTHINK).arms(arm), Items(), spec)
     assert BBQProbe.needs.takes_arm("decision") and BBQProbe.needs.takes_arm("mcq") and "reason" in MCQ_ARMS
+    other = type("MMLU", (), {"name": "mmlu", "family": "mcq"})()
+    with pytest.raises(AuditError, match="^probe 'bbq' reads dataset=bbq .*; dataset 'mmlu' is another mcq dataset$"):
+        check_fit(BBQProbe(NOTHINK), "bbq", BBQProbe(NOTHINK).arms(Arm("think", True, 8)), other, spec)
     only_mcq = type("OnlyMCQ", (), {"needs": Needs("mcq")})()
     with pytest.raises(AuditError, match="^probe 'p' takes mcq arms; arm 'think' is a decision arm$"):
         check_fit(only_mcq, "p", [Arm("think", True, 8)], Items(), spec)

@@ -102,6 +102,7 @@ MISTAKES = [
      "race has no value(s) ['Female', 'Male']"),
     ("cdpg on an arm that does not think", ["probe=cdpg", "arm=nothink"], "audit a thinking arm (arm=think)"),
     ("position on a decision arm", ["probe=position", "dataset=mmlu"], "probe 'position' takes mcq arms"),
+    ("bbq on another MCQ set", ["probe=bbq", "dataset=mmlu"], "probe 'bbq' reads dataset=bbq"),
     ("a list without -m", ["dataset=adult,compas"], "add -m to sweep it (fairaudit -m dataset=adult,compas)"),
     ("a key set twice", ["-m", "dataset=adult,compas", "dataset=credit"], "dataset is set twice"),
     ("unquoted non-ASCII", ["tracking.experiment=公平性审计"], "write 'tracking.experiment=\"公平性审计\"'"),

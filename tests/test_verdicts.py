@@ -154,6 +154,7 @@ QUICKER = {  # settings that keep a shipped probe's run short; a probe not named
     "cdpg": ("probe.K=2", "probe.k_list=[2]", "probe.n_boot=100"),
     "position": ("probe.truncation.enabled=false",),
     "influence": ("probe.max_block_tokens=4", "probe.conditions=[masked]"),
+    "bbq": ("probe.K=2", "probe.permutations=false"),
 }
 FIRST_WORDS = {"counterfactual": "think against nothink on 3 Male/Female adult pairs", "btm": "nothink -> think on 3",
                "cdpg": "CDPG on 3 Male/Female adult pairs",
@@ -162,18 +163,14 @@ FIRST_WORDS = {"counterfactual": "think against nothink on 3 Male/Female adult p
 PROBES = registry.names("probe")
 
 
-OWN_RUNS = {  # a probe that reads a data set of its own: its whole short run
-    "bbq": ("model=tiny_qwen3", "dataset=bbq", "dataset.n=3", "model.max_think_tokens=8", "probe.K=2",
-            "probe.permutations=false"),
-}
-
-
 def probe_run(probe: str) -> tuple[str, ...]:
-    """The overrides of a short run of `probe` on the tiny model: its family's grid, then its own quicker settings."""
-    if probe in OWN_RUNS:
-        return (*OWN_RUNS[probe], f"probe={probe}")
-    family = registry.probe_classes()[probe].needs.family
-    return (*FAMILY_RUNS[family], f"probe={probe}", *QUICKER.get(probe, ()))
+    """The overrides of a short run of `probe` on the tiny model: its family's grid (a probe that reads one kind of
+    data set: the first that has it, under the probe's own arms), then its own quicker settings."""
+    needs = registry.probe_classes()[probe].needs
+    grid = FAMILY_RUNS[needs.family] if needs.data is None else (
+        "model=tiny_qwen3", f"dataset={registry.datasets_reading(needs.data)[0]}", "dataset.n=3",
+        "model.max_think_tokens=8")
+    return (*grid, f"probe={probe}", *QUICKER.get(probe, ()))
 
 
 @pytest.mark.slow

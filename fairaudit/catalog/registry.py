@@ -108,6 +108,11 @@ def meta(group: str, name: str, key: str) -> Any:
     return settings(group, name).get(key)
 
 
+def datasets_reading(data: type) -> list[str]:
+    """The data sets (conf/dataset/) whose items are `data`'s: that class or a subclass of it."""
+    return [name for name in names("dataset") if issubclass(target("dataset", name), data)]
+
+
 def backend_classes() -> dict[str, type]:
     """Every backend class by its `backend=` name."""
     return {name: target("backend", name) for name in names("backend")}

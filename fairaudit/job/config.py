@@ -136,6 +136,10 @@ def check_fit(probe: Probe, probe_name: str, arms: list[Arm], dataset, spec: Mod
     if dataset.family != needs.family:
         raise AuditError(f"probe {probe_name!r} takes {needs.family} datasets; "
                          f"dataset {dataset.name!r} is a {dataset.family} dataset")
+    if needs.data is not None and not isinstance(dataset, needs.data):
+        readable = " or ".join(f"dataset={name}" for name in registry.datasets_reading(needs.data))
+        raise AuditError(f"probe {probe_name!r} reads {readable} (its items have what it measures); "
+                         f"dataset {dataset.name!r} is another {dataset.family} dataset")
     for arm in arms:
         if not needs.takes_arm(arm.family):
             taken = " or ".join(needs.arm_families or (needs.family,))

@@ -43,12 +43,13 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class Needs:
-    """What a probe needs: data sets of one family, arms of the families it asks them under (its data family alone
-    unless it names others), and backend capabilities (`backends.NEEDABLE`)."""
+    """What a probe needs: data sets of one family (or of one kind within it), arms of the families it asks them
+    under (its data family alone unless it names others), and backend capabilities (`backends.NEEDABLE`)."""
 
     family: str                          # decision (counterfactual pairs, Yes/No) | mcq (multiple choice)
     capabilities: tuple[str, ...] = ()
     arm_families: tuple[str, ...] = ()   # the arm families it renders its items under; () = (family,)
+    data: type | None = None             # the data set class whose items it reads (or a subclass); None: any
 
     def takes_arm(self, family: str) -> bool:
         """Whether the probe asks its items under an arm of `family`."""

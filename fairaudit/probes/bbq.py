@@ -25,7 +25,7 @@ from fairaudit.analysis.numbers import format_number as num
 from fairaudit.analysis.numbers import format_p
 from fairaudit.analysis.power import cells_at_ratio, mcnemar_power
 from fairaudit.backends import GenerationRequest
-from fairaudit.data.bbq import N_OPTIONS, OPTION_LETTERS, options_text
+from fairaudit.data.bbq import N_OPTIONS, OPTION_LETTERS, BBQDataset, options_text
 from fairaudit.errors import AuditError
 from fairaudit.errors.rules import MAX_CUTS, arm_rules, boolean, check_fields, integer, text
 from fairaudit.probes import AuditContext, Needs, PlannedTest, Probe, ProbeResult, Prompt, SampleView
@@ -61,7 +61,8 @@ def letter_ids(tokenizer, answer_prefix: str) -> list[list[int]]:
 class BBQProbe(Probe):
     """BBQ under the grid's arm and a baseline arm: accuracy, s_DIS, s_AMB, the paired flips, option order, depth."""
 
-    needs = Needs("mcq", ("scores", "depth_reads"), arm_families=("decision", "mcq"))  # think/nothink and A.1 arms
+    needs = Needs("mcq", ("scores", "depth_reads"), arm_families=("decision", "mcq"),  # think/nothink and A.1 arms
+                  data=BBQDataset)  # its contexts, conditions and biased options
     samples = SampleView("records", ITEMS)
 
     def __init__(self, baseline_arm: dict, permutations: bool = True, K: int = 4, think_instruction: str = ""):
