@@ -28,6 +28,7 @@ from fairaudit.store.client import CachingClient, generation_key
 from fairaudit.store.results import RESULTS, Store
 from servers import wait_until
 from test_store import ScriptedBackend, requests
+from warm import popen_python
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "FAIRAUDIT_DATA": str(DATA_ROOT)}
 WORKER = REPO / "tests" / "store_worker.py"
@@ -336,9 +337,9 @@ AUDIT = ("backend=mock", "model=tiny_qwen3", "dataset.n=60", "model.max_think_to
 
 
 def audit(folder: Path, store_url: str, name: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "fairaudit", *AUDIT, f"store.url={store_url}",
-                             f"tracking.uri=sqlite:///{folder}/mlflow.db", f"hydra.run.dir={folder}/{name}"],
-                            cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return popen_python([sys.executable, "-m", "fairaudit", *AUDIT, f"store.url={store_url}",
+                         f"tracking.uri=sqlite:///{folder}/mlflow.db", f"hydra.run.dir={folder}/{name}"],
+                        ENV, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def two_audits_at_once(folder: Path, store_url: str) -> tuple[int, int, int]:
@@ -377,9 +378,9 @@ def issue_pair(home: Path, store_url: str | None = None, bound: float = 1200) ->
     home.mkdir()
     url = [f"store.url={store_url}"] if store_url else []
     started, took = time.time(), {}
-    pair = [subprocess.Popen([sys.executable, "-m", "fairaudit", *ISSUE_PAIR, *url], cwd=home,
-                             env={**ENV, "FAIRAUDIT_HOME": str(home)}, stdout=subprocess.DEVNULL,
-                             stderr=(home / f"err{i}.txt").open("w")) for i in range(2)]
+    pair = [popen_python([sys.executable, "-m", "fairaudit", *ISSUE_PAIR, *url], {**ENV, "FAIRAUDIT_HOME": str(home)},
+                         cwd=home, stdout=subprocess.DEVNULL, stderr=(home / f"err{i}.txt").open("w"))
+            for i in range(2)]
     try:
         while len(took) < 2 and time.time() < started + bound:
             took.update({i: time.time() - started for i, proc in enumerate(pair) if i not in took and proc.poll()

@@ -18,7 +18,7 @@ from conftest import DATA_ROOT, REPO, model_results, run_app
 from fairaudit.catalog.registry import store_report_settings
 from fairaudit.models.locate import tiny_qwen3_dir
 from fairaudit.report import app as report
-from warm import run_python
+from warm import popen_python, run_python
 
 pytestmark = pytest.mark.slow
 TINY = ("model=tiny_qwen3", "dataset.n=4")
@@ -190,10 +190,9 @@ def test_killed_run_resumes_where_it_stopped(tmp_path):
     overrides = ["model=tiny_qwen3", "dataset.n=8", "model.batch_size=2", "model.max_think_tokens=32"]
     env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT)}
     store = tmp_path / "store.sqlite"
-    proc = subprocess.Popen([sys.executable, "-m", "fairaudit", f"store.url={store}",
-                             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
-                             *overrides], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = popen_python([sys.executable, "-m", "fairaudit", f"store.url={store}",
+                         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
+                         *overrides], env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stored = 0
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:

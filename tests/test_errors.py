@@ -13,6 +13,7 @@ import pytest
 
 from conftest import DATA_ROOT, REPO, model_results, run_app
 from fairaudit.cli.overrides import check
+from warm import popen_python
 
 
 @pytest.mark.parametrize("argv, line", [
@@ -104,10 +105,10 @@ def _interrupted(tmp_path, overrides: list[str], after: int):
     """A real `python -m fairaudit` run, sent SIGINT once `after` results are in its store."""
     store = tmp_path / "store.sqlite"
     env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "fairaudit", f"store.url={store}",
-                             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
-                             f"hydra.sweep.dir={tmp_path}/multirun", *overrides],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen_python([sys.executable, "-m", "fairaudit", f"store.url={store}",
+                         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
+                         f"hydra.sweep.dir={tmp_path}/multirun", *overrides],
+                        env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)

@@ -21,6 +21,7 @@ import pytest
 from conftest import DATA_ROOT, REPO, model_results
 from fairaudit.errors.locks import LOCK_WAIT_S, holders, locked_error
 from fork_runner import fairaudit, preload
+from warm import popen_python
 
 BASE = ("model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8")
 MCQ = ("probe=position", "dataset=mmlu", "arm=direct")
@@ -161,8 +162,7 @@ def test_a_store_locked_mid_run_is_one_line_naming_its_holder_and_the_run_ends_f
     commit waits LOCK_WAIT_S, then the run ends FAILED with one line naming the holder; the re-run resumes."""
     job = ("model=tiny_qwen3", "backend=mock", "dataset.n=40", "backend.chunk_size=1", "model.max_think_tokens=600",
            "backend.trace_tokens.median=300")
-    proc = subprocess.Popen(command(tmp_path, *job), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = popen_python(command(tmp_path, *job), ENV, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     while proc.poll() is None and model_results(tmp_path / "store.sqlite") < 8:
         time.sleep(0.01)
     holder = hold(tmp_path / "store.sqlite", 600)
@@ -193,8 +193,8 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path, sig, sweep):
 
     overrides = ["model=tiny_qwen3", "dataset.n=8", "model.batch_size=2", "model.max_think_tokens=32",
                  *(["-m", "dataset=adult,compas"] if sweep else [])]
-    proc = subprocess.Popen(command(tmp_path, *overrides), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = popen_python(command(tmp_path, *overrides), ENV, cwd=REPO, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and model_results(tmp_path / "store.sqlite") < 4:
         time.sleep(0.05)

@@ -15,6 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import DATA_ROOT, REPO, model_results
+from warm import popen_python
 
 ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 JOB = ("backend=mock", "model=tiny_qwen3", "backend.chunk_size=1", "model.max_think_tokens=1200",
@@ -59,8 +60,8 @@ def stop_sweep(tmp_path: Path, launcher: str | list[str], sig: int,
     (SIGINT to its whole process group, as a terminal's Ctrl-C); (its process, its stderr, seconds from the signal
     until no process of its session is left)."""
     chosen = LAUNCHERS[launcher] if isinstance(launcher, str) else launcher  # a launcher's name, or its overrides
-    proc = subprocess.Popen(sweep_command(tmp_path, pairs, *chosen), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = popen_python(sweep_command(tmp_path, pairs, *chosen), ENV, cwd=REPO, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 600
     while proc.poll() is None and time.time() < deadline and not generating(tmp_path, 1 if launcher == "basic" else 2):
         time.sleep(0.2)

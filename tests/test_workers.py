@@ -67,6 +67,7 @@ def test_a_worker_killed_mid_job_leaves_its_calls_to_the_others(tmp_path):
     import sys
 
     from conftest import DATA_ROOT, REPO
+    from warm import popen_python
 
     (tmp_path / "one").mkdir()
     alone = run_app(tmp_path / "one", *SMALL, env={"OMP_NUM_THREADS": "1"}, timeout=1200)
@@ -75,10 +76,9 @@ def test_a_worker_killed_mid_job_leaves_its_calls_to_the_others(tmp_path):
     folder = tmp_path / "killed"
     folder.mkdir()
     env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1"}
-    job = subprocess.Popen([sys.executable, "-m", "fairaudit", f"store.url={folder}/store.sqlite",
-                            f"tracking.uri=sqlite:///{folder}/mlflow.db", f"hydra.run.dir={folder}/out",
-                            *SMALL, "job.workers=3"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
+    job = popen_python([sys.executable, "-m", "fairaudit", f"store.url={folder}/store.sqlite",
+                        f"tracking.uri=sqlite:///{folder}/mlflow.db", f"hydra.run.dir={folder}/out",
+                        *SMALL, "job.workers=3"], env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     victim = first_helper(job.pid, deadline=time.time() + 600)
     time.sleep(5)  # into its calls
     os.kill(victim, signal.SIGKILL)

@@ -2,6 +2,8 @@
 libraries a run imports (torch, transformers, MLflow, Hydra, pandas, scipy, matplotlib) once, then forks a process
 per run, which runs `python -m <module>` as a fresh interpreter would (its argv, environment, folder, stdout and
 stderr; exit code or signal). A run spends most of its ~15 s importing; forked, it starts in well under a second.
+`run_python` waits for the run as subprocess.run does; `popen_python` hands back a handle with Popen's face, for the
+tests that signal a run or watch it while it runs.
 
 The fork is used only where it cannot change what the run does: the same interpreter and the same environment as
 the warm process but for the settings SAFE_PREFIXES and SAFE_KEYS name (read at run time, or PYTHONPATH, which the
@@ -16,12 +18,14 @@ import io
 import json
 import locale
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -41,11 +45,14 @@ PRELOAD = (
 # The settings a run may change and still be forked: those read at run time only (fairaudit's own, MLflow's client
 # settings and the telemetry session an MLflow client leaves in its process's environment, libpq's, PYTHONPATH,
 # which is put on the forked run's path as a new interpreter would), and those that fairaudit sets itself before a run
-# (terminal.output.quiet_libraries), which it applies directly to a library already imported; any other difference
-# may change what a library did as it was imported, and gets a new interpreter.
+# (terminal.output.quiet_libraries), which it applies directly to a library already imported, and KMP_INIT_AT_FORK,
+# which joblib and scikit-learn set in the test worker's own environment when a test imports them (it tells Intel's
+# OpenMP what to do at a fork; torch uses GNU OpenMP); any other difference may change what a library did as it
+# was imported, and gets a new interpreter.
 SAFE_PREFIXES = ("FAIRAUDIT_", "MLFLOW_", "_MLFLOW_", "PG")
 SAFE_KEYS = {"PYTHONUNBUFFERED", "PYTHONPATH", "PYTEST_CURRENT_TEST", "TOKENIZERS_PARALLELISM",
-             "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "TORCHINDUCTOR_CACHE_DIR"}
+             "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "TORCHINDUCTOR_CACHE_DIR",
+             "KMP_INIT_AT_FORK"}
 
 
 def run_python(args: list[str], env: dict[str, str], cwd: Path | str | None = None,
@@ -55,7 +62,25 @@ def run_python(args: list[str], env: dict[str, str], cwd: Path | str | None = No
     cannot change what the command does."""
     if not WARM.can_run(args, env):
         return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    return WARM.run(args, Path(cwd or os.getcwd()), env, timeout)
+    process = WarmProcess(args, Path(cwd or os.getcwd()), env, subprocess.PIPE, subprocess.PIPE)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+
+
+def popen_python(args: list[str], env: dict[str, str], cwd: Path | str | None = None, stdout=None, stderr=None,
+                 start_new_session: bool = False) -> subprocess.Popen:
+    """`subprocess.Popen(args, cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=True, start_new_session=...)` for
+    a Python command, forked from the warm interpreter where that cannot change what it does: a process with its own
+    pid that signals reach, whose exit code or signal `poll`, `wait` and `communicate` give as Popen's do."""
+    if not WARM.can_run(args, env):
+        return subprocess.Popen(args, cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=True,
+                                start_new_session=start_new_session)
+    return WarmProcess(args, Path(cwd or os.getcwd()), env, stdout, stderr, start_new_session)
 
 
 def stop() -> None:
@@ -109,37 +134,102 @@ class Warm:
         return (os.environ.get("FAIRAUDIT_TEST_COLD") != "1" and args[0] == sys.executable and runs_code
                 and differs_only_in_safe_keys(env, self.env) and self.start())
 
-    def run(self, args: list[str], cwd: Path, env: dict[str, str],
-            timeout: float | None) -> subprocess.CompletedProcess:
-        """The command forked from the warm process, as `subprocess.run(..., capture_output=True, text=True)`."""
-        with tempfile.TemporaryDirectory(prefix="fairaudit-warm-run-") as out:
-            request = {"argv": args[1:], "cwd": str(cwd), "env": env, "stdout": f"{out}/stdout",
-                       "stderr": f"{out}/stderr"}
-            returncode = self.exchange(request, timeout, args)
-            stdout, stderr = (as_text(Path(out, name).read_bytes()) for name in ("stdout", "stderr"))
-        return subprocess.CompletedProcess(args, returncode, stdout, stderr)
-
-    def exchange(self, request: dict, timeout: float | None, args: list[str]) -> int:
-        """Send one run to the warm process; its return code as subprocess gives it (-N for signal N)."""
-        with socket.socket(socket.AF_UNIX) as conn:
-            conn.connect(self.address)
-            conn.sendall(json.dumps(request).encode() + b"\n")
-            replies = conn.makefile("r")
-            pid = json.loads(replies.readline())["pid"]
-            conn.settimeout(timeout)
-            try:
-                return json.loads(replies.readline())["returncode"]
-            except (socket.timeout, TimeoutError):
-                os.kill(pid, signal.SIGKILL)
-                raise subprocess.TimeoutExpired(args, timeout) from None
-
 
 WARM = Warm()  # this test worker's, started by its first run
 
 
-def as_text(data: bytes) -> str:
-    """Bytes decoded as `subprocess.run(text=True)` decodes them (the locale's encoding, universal newlines)."""
-    return io.TextIOWrapper(io.BytesIO(data), encoding=locale.getpreferredencoding(False)).read()
+class WarmProcess:
+    """A run forked from the warm process, with the face of subprocess.Popen(text=True): `pid`, `args`,
+    `returncode`, `stdout`/`stderr` (text pipes where PIPE was asked), `poll`, `wait`, `communicate`, `send_signal`,
+    `terminate`, `kill`. Its output goes straight to the descriptors given (passed over the warm process's socket),
+    and its exit code (or -N for signal N) comes back on that socket."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str], stdout=None, stderr=None,
+                 start_new_session: bool = False):
+        self.args, self.returncode, self._readers = args, None, None
+        ours, theirs = zip(*(descriptor(target, fd) for fd, target in ((1, stdout), (2, stderr))))
+        self.stdout, self.stderr = ours
+        self._conn = socket.socket(socket.AF_UNIX)
+        self._conn.connect(WARM.address)
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        try:
+            socket.send_fds(self._conn, [b"F"], [stdin, *theirs])
+            request = {"argv": args[1:], "cwd": str(cwd), "env": env, "session": start_new_session}
+            self._conn.sendall(json.dumps(request).encode() + b"\n")
+        finally:
+            for fd in (stdin, *theirs):
+                os.close(fd)
+        self._replies = self._conn.makefile("r")
+        self.pid = json.loads(self._replies.readline())["pid"]
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._conn], [], [], 0)[0]:
+            self._read_exit()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self._conn.settimeout(timeout)
+            try:
+                self._read_exit()
+            except (socket.timeout, TimeoutError):
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str | None, str | None]:
+        """Everything the run writes to its pipes until it ends, then its end (TimeoutExpired past `timeout`: call
+        again to go on reading)."""
+        if self._readers is None:
+            self._readers = [Reader(stream) for stream in (self.stdout, self.stderr)]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reader in self._readers:
+            reader.join(None if deadline is None else max(deadline - time.monotonic(), 0))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        self.wait(None if deadline is None else max(deadline - time.monotonic(), 0))
+        return self._readers[0].text, self._readers[1].text
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _read_exit(self) -> None:
+        line = self._replies.readline()
+        self.returncode = json.loads(line)["returncode"] if line else -signal.SIGKILL  # its waiter was killed
+        self._conn.close()
+
+
+def descriptor(target, fd: int) -> tuple[io.TextIOWrapper | None, int]:
+    """For a run's stdout (fd 1) or stderr (fd 2) given as Popen takes it: (the test's end of a PIPE, else None;
+    a descriptor of the caller's for the run to write to, which the caller closes once it is sent)."""
+    if target == subprocess.PIPE:
+        read, write = os.pipe()
+        return io.TextIOWrapper(io.FileIO(read, "r"), encoding=locale.getpreferredencoding(False)), write
+    if target == subprocess.DEVNULL:
+        return None, os.open(os.devnull, os.O_WRONLY)
+    if target == subprocess.STDOUT:
+        raise ValueError("stderr=STDOUT: give the run's stderr a pipe or a file of its own")
+    return None, os.dup(fd if target is None else target if isinstance(target, int) else target.fileno())
+
+
+class Reader(threading.Thread):
+    """A pipe read to its end on a thread of its own (`text`; None where there is no pipe)."""
+
+    def __init__(self, stream: io.TextIOWrapper | None):
+        super().__init__(daemon=True)
+        self.stream, self.text = stream, None
+        self.start()
+
+    def run(self) -> None:
+        if self.stream is not None:
+            with self.stream:
+                self.text = self.stream.read()
 
 
 # The warm process itself.
@@ -161,17 +251,20 @@ def serve(address: str) -> dict:
 
 
 def fork_run(conn: socket.socket) -> dict:
-    """In a waiter: read the request and fork the run, which returns the request; the waiter reports the run's pid,
-    then its return code, and exits."""
+    """In a waiter: read the request (its stdin, stdout and stderr come as descriptors) and fork the run, which
+    returns the request; the waiter reports the run's pid, then its return code, and exits."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
-        request = json.loads(conn.makefile("r").readline())
+        _, fds, _, _ = socket.recv_fds(conn, 1, 3)
+        request = {**json.loads(conn.makefile("r").readline()), "fds": fds}
         pid = os.fork()
     except BaseException:
         os._exit(1)
     if pid == 0:
         conn.close()
         return request
+    for fd in fds:  # the run's alone now, so that a pipe ends when the run does
+        os.close(fd)
     try:
         conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
         status = os.waitpid(pid, 0)[1]
@@ -185,10 +278,11 @@ def become(request: dict) -> None:
     """Turn the forked process into `python -m MODULE ARGV...` started in the request's folder and environment."""
     import runpy
 
-    stdin = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(stdin, 0)
-    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+    if request["session"]:
+        os.setsid()
+    for fd, given in enumerate(request["fds"]):
+        os.dup2(given, fd)
+        os.close(given)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
