@@ -3,6 +3,7 @@ blocks marked runnable run (on the tiny model), and `make run` prints what the R
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
@@ -17,11 +18,13 @@ from conftest import DATA_ROOT, REPO
 from fairaudit.cli.main import COMMANDS
 from fairaudit.cli.overrides import check
 from fairaudit.data.fetch import DATASETS
+from warm import run_python
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 README_MAX_LINES = 250
 FENCE = re.compile(r"^```(\S*)([^\n]*)\n(.*?)^```", re.S | re.M)
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+SETTING = re.compile(r"[A-Za-z_]\w*=.*")  # a shell word that sets a variable for the command after it
 TINY = ["model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8"]  # appended to every runnable audit command
 
 
@@ -116,16 +119,35 @@ def test_every_command_the_docs_show_still_composes(page, line):
 
 
 def shim(folder: Path) -> dict[str, str]:
-    """An environment whose `fairaudit` is this checkout's, every audit run on the tiny model."""
+    """An environment whose `fairaudit` is this checkout's, every audit run on the tiny model (bin/shim.py,
+    linked as bin/fairaudit on the PATH)."""
     folder.mkdir()
-    script = folder / "fairaudit"
+    script = folder / "shim.py"  # not fairaudit.py: on the path before the package, it would hide it
     script.write_text(f"#!{sys.executable}\nimport sys\nfrom fairaudit.cli.main import COMMANDS, main\n"
                       "args = sys.argv[1:]\n"
-                      "if not args or (args[0] not in COMMANDS and not args[0].startswith('-')):\n"
+                      "if not args or (args[0] not in COMMANDS and (args[0] in ('-m', '--multirun')\n"
+                      "                                            or not args[0].startswith('-'))):\n"
                       f"    args += {TINY!r}\nsys.argv[0] = 'fairaudit'\nsys.exit(main(args))\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    (folder / "fairaudit").symlink_to(script)
     return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO),
             "FAIRAUDIT_DATA": str(DATA_ROOT), "FAIRAUDIT_HOME": str(folder.parent), "OMP_NUM_THREADS": "1"}
+
+
+def run_line(line: str, folder: Path, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
+    """A shell line run in `folder` as bash runs it. A Python command, or `fairaudit` where `env` has the shim, with
+    no shell syntax but leading NAME=value settings, runs the command itself: forked from the warm interpreter where
+    it can be (tests/warm.py)."""
+    command = re.split(r"\s#", line, maxsplit=1)[0]  # a comment, at the start of a word, may hold any character
+    words = [] if re.search(r"[|&;<>$`*?(){}\[\]~]", command) else shlex.split(command)
+    settings = dict(word.split("=", 1) for word in itertools.takewhile(SETTING.fullmatch, words))
+    words = words[len(settings):]
+    shimmed = Path(env["PATH"].split(os.pathsep)[0]) / "shim.py"
+    if words[:1] == ["fairaudit"] and shimmed.exists():
+        words = [sys.executable, str(shimmed), *words[1:]]
+    if words[:1] == [sys.executable]:
+        return run_python(words, {**env, **settings, "PATH": os.environ["PATH"]}, cwd=folder, timeout=timeout)
+    return subprocess.run(["bash", "-c", line], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 RUNNABLE = [(page.name, i, body) for page in PAGES for i, (lang, info, body) in enumerate(blocks(page))
@@ -140,7 +162,7 @@ def test_blocks_marked_runnable_run_on_the_tiny_model(tmp_path, page, index, bod
     for line in commands(body):
         line = re.sub(r"^(\S*python\S*) -m fairaudit(\.report)?",
                       lambda m: "fairaudit" + (" report" if m.group(2) else ""), line)
-        done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        done = run_line(line, tmp_path, env)
         assert done.returncode == 0, f"{page}: {line}\n{done.stderr[-3000:]}"
 
 
@@ -165,7 +187,7 @@ def test_make_run_prints_the_verdict_the_gap_and_the_url_as_the_readme_shows(tmp
     env = {**os.environ, "PYTHONPATH": str(REPO), "FAIRAUDIT_DATA": str(DATA_ROOT), "FAIRAUDIT_HOME": str(tmp_path)}
     out = ""
     for line in recipe:
-        done = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+        done = run_line(line, tmp_path, env, timeout=1800)
         assert done.returncode == 0, done.stderr[-3000:]
         out, err = done.stdout, done.stderr
     shown = readme_output()
