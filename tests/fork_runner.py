@@ -12,9 +12,9 @@ import tempfile
 import traceback
 from pathlib import Path
 
-PRELOAD = ("fairaudit.cli.main", "fairaudit.job.__main__", "fairaudit.job.run", "fairaudit.report.__main__",
-           "fairaudit.report.app", "fairaudit.store.cli", "fairaudit.data.fetch", "mlflow", "mlflow.tracking",
-           "transformers", "gguf", "sqlalchemy")
+PRELOAD = ("fairaudit.cli.main", "fairaudit.job.__main__", "fairaudit.job.run", "fairaudit.job.sweep",
+           "fairaudit.terminal.task", "fairaudit.report.__main__", "fairaudit.report.app", "fairaudit.store.cli",
+           "fairaudit.data.fetch", "mlflow", "mlflow.tracking", "transformers", "gguf", "sqlalchemy")
 
 
 def preload() -> None:

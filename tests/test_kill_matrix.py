@@ -23,6 +23,7 @@ from typing import Callable
 import pytest
 
 from conftest import DATA_ROOT, REPO, count, integrity, model_results
+from warm import popen_python
 
 # At CI size one result per store commit: 800 commits of a job that generates in a second, so the moment inside
 # a commit is there to be caught on a loaded machine (with 8 per commit it was missed once in CI).
@@ -30,7 +31,7 @@ SIZES = {"ci": ("dataset.n=100", "model.max_think_tokens=600", "backend.trace_to
                 "backend.chunk_size=1"),
          "paper": ("dataset.n=5000", "model.max_think_tokens=3000", "backend.trace_tokens.median=2000")}
 JOB = ("backend=mock", "model=tiny_qwen3")
-ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1"}  # MKL's threads follow OMP's
 
 
 def command(folder: Path, size: str) -> list[str]:
@@ -51,8 +52,8 @@ def empty_tracking_db(tmp_path_factory) -> Path:
 def launch(folder: Path, size: str) -> subprocess.Popen:
     """The job in a process group of its own, its temporary files (the samples' pages) in folder/tmp."""
     (folder / "tmp").mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(command(folder, size), cwd=REPO, env={**ENV, "TMPDIR": str(folder / "tmp")},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return popen_python(command(folder, size), {**ENV, "TMPDIR": str(folder / "tmp")}, cwd=REPO,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
 def the_run(folder: Path):

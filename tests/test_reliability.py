@@ -29,9 +29,10 @@ from conftest import (
     model_results,
     run_app,
 )
+from warm import popen_python
 
 TINY = ("model=tiny_qwen3", "model.max_think_tokens=4", "probe.n_boot=100")
-ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1"}  # MKL's threads follow OMP's
 
 
 def all_runs(tmp_path: Path) -> list:
@@ -142,9 +143,9 @@ def test_concurrent_first_starts_share_one_tracking_database(tmp_path):
 @pytest.mark.long
 def test_two_concurrent_first_runs_both_finish(tmp_path):
     places = [f"store.url={tmp_path}/store.sqlite", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
-    procs = [subprocess.Popen([sys.executable, "-m", "fairaudit", *places, f"hydra.run.dir={tmp_path}/out{i}", *TINY,
-                               "dataset.n=1", f"dataset.seed={i}"], cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    procs = [popen_python([sys.executable, "-m", "fairaudit", *places, f"hydra.run.dir={tmp_path}/out{i}", *TINY,
+                           "dataset.n=1", f"dataset.seed={i}"], ENV, cwd=REPO, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE) for i in range(2)]
     errors = [proc.communicate(timeout=900)[1] for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0], [err[-2000:] for err in errors]
     assert sorted(r.info.status for r in all_runs(tmp_path)) == ["FINISHED", "FINISHED"]
@@ -229,8 +230,8 @@ def kill_when(tmp_path: Path, moment: Callable[[Path], bool], overrides: tuple[s
     args = [sys.executable, "-m", "fairaudit", f"store.url={tmp_path}/store.sqlite",
             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
             f"hydra.sweep.dir={tmp_path}/multirun", *TINY, *overrides]
-    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = popen_python(args, env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        start_new_session=True)
     deadline = time.time() + 600
     while proc.poll() is None and time.time() < deadline and not moment(tmp_path):
         time.sleep(0.01)

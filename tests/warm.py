@@ -44,15 +44,15 @@ PRELOAD = (
 
 # The settings a run may change and still be forked: those read at run time only (fairaudit's own, MLflow's client
 # settings and the telemetry session an MLflow client leaves in its process's environment, libpq's, PYTHONPATH,
-# which is put on the forked run's path as a new interpreter would), and those that fairaudit sets itself before a run
-# (terminal.output.quiet_libraries), which it applies directly to a library already imported, and KMP_INIT_AT_FORK,
+# which is put on the forked run's path as a new interpreter would), those that fairaudit sets itself before a run
+# (terminal.output.quiet_libraries), which it applies directly to a library already imported, KMP_INIT_AT_FORK,
 # which joblib and scikit-learn set in the test worker's own environment when a test imports them (it tells Intel's
-# OpenMP what to do at a fork; torch uses GNU OpenMP); any other difference may change what a library did as it
-# was imported, and gets a new interpreter.
+# OpenMP what to do at a fork; torch uses GNU OpenMP), and TMPDIR, read again in the forked run; any other
+# difference may change what a library did as it was imported, and gets a new interpreter.
 SAFE_PREFIXES = ("FAIRAUDIT_", "MLFLOW_", "_MLFLOW_", "PG")
 SAFE_KEYS = {"PYTHONUNBUFFERED", "PYTHONPATH", "PYTEST_CURRENT_TEST", "TOKENIZERS_PARALLELISM",
              "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "TORCHINDUCTOR_CACHE_DIR",
-             "KMP_INIT_AT_FORK"}
+             "KMP_INIT_AT_FORK", "TMPDIR"}
 
 
 def run_python(args: list[str], env: dict[str, str], cwd: Path | str | None = None,
@@ -278,6 +278,7 @@ def become(request: dict) -> None:
     """Turn the forked process into `python -m MODULE ARGV...` started in the request's folder and environment."""
     import runpy
 
+    tempfile.tempdir = None  # read again from TMPDIR, as a new interpreter would
     if request["session"]:
         os.setsid()
     for fd, given in enumerate(request["fds"]):
