@@ -159,7 +159,9 @@ class WarmProcess:
         finally:
             for fd in (stdin, *theirs):
                 os.close(fd)
-        self._replies = self._conn.makefile("r")
+        # unbuffered, so that a reply not read yet stays in the socket where `poll`'s select sees it (a buffered
+        # reader could take the exit's line along with the pid's, for a run that ends at once)
+        self._replies = self._conn.makefile("rb", buffering=0)
         self.pid = json.loads(self._replies.readline())["pid"]
 
     def poll(self) -> int | None:
