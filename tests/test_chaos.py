@@ -72,15 +72,17 @@ def commits(url: str) -> tuple[int, int]:
 
 class Worker:
     """One audit process: started, signalled, waited for within LIFE_S, and run again with its printed command. Its
-    stderr goes to a file per start, so the schedule can read what it printed so far."""
+    stderr goes to a file of its own per start (`{name}-stderr-{start}`), so the schedule can read what it printed so
+    far."""
 
-    def __init__(self, command: list[str], folder: Path):
-        self.command, self.folder, self.codes, self.err, self.errs, self.starts = command, folder, [], "", [], 0
+    def __init__(self, command: list[str], folder: Path, name: str):
+        self.command, self.folder, self.name = command, folder, name
+        self.codes, self.err, self.errs, self.starts = [], "", [], 0
         self.start()
 
     def start(self) -> None:
         self.started, self.starts = time.time(), self.starts + 1
-        self.err_path = self.folder / f"stderr-{self.starts}"
+        self.err_path = self.folder / f"{self.name}-stderr-{self.starts}"
         with open(self.err_path, "w") as err:
             self.proc = subprocess.Popen(self.command, cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=err)
 
@@ -101,6 +103,7 @@ class Worker:
         printed = re.findall(r": (\S+ -m fairaudit .*)$", self.err, re.M)
         if printed:
             self.command = shlex.split(printed[-1])
+            assert f"hydra.run.dir={self.folder}/{self.name}" in self.command, printed[-1]  # its own, whole
         self.start()
 
 
@@ -140,7 +143,7 @@ def test_overlapping_audits_survive_kills_stops_and_server_faults(tmp_path, stor
     clean = reference(tmp_path)
     workers = [Worker([sys.executable, "-m", "fairaudit", *JOB, *PACE, "tracking=server", f"tracking.uri={server.uri}",
                        "tracking.experiment=chaos", f"store.url={store_url}", f"hydra.run.dir={tmp_path}/w{i}"],
-                      tmp_path)
+                      tmp_path, f"w{i}")
                for i in range(WORKERS)]
     try:
         schedule(workers, server, postgres.pid, store_url)
