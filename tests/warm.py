@@ -295,12 +295,36 @@ def become(request: dict) -> None:
     # `python -m` puts the working folder first on the path, `python SCRIPT` the script's folder; then PYTHONPATH
     sys.path[:] = [os.getcwd() if first == "-m" else os.path.dirname(os.path.abspath(first)),
                    *entries(request["env"].get("PYTHONPATH")), *LIBRARY_PATH]
-    if first == "-m":
-        sys.argv = ["-m", *rest[1:]]
-        runpy.run_module(rest[0], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = [first, *rest]
-        runpy.run_path(first, run_name="__main__")
+    try:
+        if first == "-m":
+            sys.argv = ["-m", *rest[1:]]
+            runpy.run_module(rest[0], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [first, *rest]
+            runpy.run_path(first, run_name="__main__")
+    except SystemExit as stop:
+        exit_as_an_interpreter(stop.code)
+    exit_as_an_interpreter(0)
+
+
+def exit_as_an_interpreter(code) -> None:
+    """End the run as a new interpreter ends on `sys.exit(code)`: its threads joined, its atexit handlers run, its
+    standard streams flushed, the code (None 0, a message printed and 1). Not the freeing of every object a
+    finalizing interpreter does last: here they are the warm process's (copied pages, seconds), and no run sees it.
+    An uncaught exception is left to the interpreter (its traceback, its exit code)."""
+    import atexit
+
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    threading._shutdown()  # what Py_FinalizeEx does first, then atexit's handlers
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a reader that went away
+            pass
+    os._exit((code or 0) & 0xFF)
 
 
 def entries(pythonpath: str | None) -> list[str]:
@@ -318,4 +342,7 @@ if __name__ == "__main__":
             importlib.import_module(name)
         except ImportError:  # an optional part of a library this environment lacks: the run imports what it has
             pass
+    import gc
+
+    gc.freeze()  # the libraries' objects out of every collection a run makes: a full one would copy their pages
     become(serve(sys.argv[1]))
