@@ -5,6 +5,7 @@ inherits no usable thread pool)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -14,7 +15,8 @@ from pathlib import Path
 
 PRELOAD = ("fairaudit.cli.main", "fairaudit.job.__main__", "fairaudit.job.run", "fairaudit.job.sweep",
            "fairaudit.terminal.task", "fairaudit.report.__main__", "fairaudit.report.app", "fairaudit.store.cli",
-           "fairaudit.data.fetch", "mlflow", "mlflow.tracking", "transformers", "gguf", "sqlalchemy")
+           "fairaudit.data.fetch", "torch", "mlflow", "mlflow.tracking", "transformers", "gguf",
+           "sqlalchemy")
 
 
 def preload() -> None:
@@ -31,9 +33,11 @@ def fairaudit(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
     sys.stdout.flush()
     sys.stderr.flush()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        gc.freeze()  # this process's objects out of the child's collections: a full one would copy their pages
         pid = os.fork()
         if pid == 0:
             _child(argv, cwd, env or {}, out.fileno(), err.fileno())
+        gc.unfreeze()
         code = _wait(pid, timeout)
         out.seek(0)
         err.seek(0)
