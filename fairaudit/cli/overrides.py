@@ -300,12 +300,26 @@ def compose_problem(config_name: str, overrides) -> str | None:
                                         for o in keys) if p), None)
             if problem:
                 return problem
-            return added_setting_problem(kept, compose(config_name, overrides=[job_line(o) for o in kept]))
+            return added_setting_problem(kept, with_settings(base, keys))
         except Exception as error:  # a composition Hydra would refuse: its message, on one line
             return " ".join(str(error).split())
         finally:
             GlobalHydra.instance().clear()
     return None
+
+
+def with_settings(base, keys):
+    """The job's whole config: `base` (composed without the settings `keys`) with them applied as Hydra applies a
+    command line's settings once its groups are composed (a second composition costs as much as the first)."""
+    import copy
+
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    config = copy.deepcopy(base)
+    ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides([job_line(o) for o in keys]),
+                                               config)
+    return config
 
 
 def sweeps_itself(argv: list[str]) -> bool:
