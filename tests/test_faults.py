@@ -21,7 +21,7 @@ import pytest
 from conftest import DATA_ROOT, REPO, model_results
 from fairaudit.errors.locks import LOCK_WAIT_S, holders, locked_error
 from fork_runner import fairaudit, preload
-from warm import popen_python
+from warm import popen_python, run_python
 
 BASE = ("model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8")
 MCQ = ("probe=position", "dataset=mmlu", "arm=direct")
@@ -178,7 +178,7 @@ def test_a_store_locked_mid_run_is_one_line_naming_its_holder_and_the_run_ends_f
     assert line.startswith(f"error: {tmp_path}/store.sqlite (the store, store.url) stayed locked by pid {holder.pid} (")
     assert LOCK_WAIT_S <= waited < LOCK_WAIT_S + 60
     assert statuses(tmp_path) == ["FAILED"]
-    again = subprocess.run(command(tmp_path, *job), cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900)
+    again = run_python(command(tmp_path, *job), ENV, cwd=REPO, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     assert statuses(tmp_path) == ["FAILED", "FINISHED"]
 

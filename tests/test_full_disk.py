@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA_ROOT, REPO, integrity, model_results
+from warm import popen_python, run_python
 
 pytestmark = [pytest.mark.slow, pytest.mark.long,
               pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small filesystem needs root")]
@@ -75,8 +76,8 @@ def test_a_disk_that_fills_mid_run_is_one_line_a_failed_run_and_a_resume_once_fr
     store, db, mounts = LAYOUTS[layout](tmp_path)
     small = mounts[0][0]
     with small_filesystems(*mounts):
-        proc = subprocess.Popen(command(store, db, tmp_path), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = popen_python(command(store, db, tmp_path), ENV, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
         start = time.time()
         while model_results(store) < 300 and proc.poll() is None and time.time() - start < 600:
             time.sleep(0.01)
@@ -94,8 +95,7 @@ def test_a_disk_that_fills_mid_run_is_one_line_a_failed_run_and_a_resume_once_fr
         assert run.info.status == "FAILED" and run.data.tags["fairaudit.error"] == errors[0].removeprefix("error: ")
 
         filler.unlink()
-        again = subprocess.run(command(store, db, tmp_path), cwd=REPO, env=ENV, capture_output=True, text=True,
-                               timeout=900)
+        again = run_python(command(store, db, tmp_path), ENV, cwd=REPO, timeout=900)
         assert again.returncode == 0, again.stderr[-3000:]
         runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
         (finished,) = [r for r in runs if r.info.status == "FINISHED"]

@@ -23,7 +23,7 @@ from typing import Callable
 import pytest
 
 from conftest import DATA_ROOT, REPO, count, integrity, model_results
-from warm import popen_python
+from warm import popen_python, run_python
 
 # At CI size one result per store commit: 800 commits of a job that generates in a second, so the moment inside
 # a commit is there to be caught on a loaded machine (with 8 per commit it was missed once in CI).
@@ -189,8 +189,7 @@ def test_kill_9_at_each_moment_then_the_rerun_resumes_and_equals_an_uninterrupte
     assert integrity(tmp_path / "store.sqlite") == "ok"
     stored = model_results(tmp_path / "store.sqlite")
     start = time.time()
-    rerun = subprocess.run(command(tmp_path, size), cwd=REPO, env={**ENV, "TMPDIR": str(tmp_path / "tmp")},
-                           capture_output=True, text=True, timeout=3600)
+    rerun = run_python(command(tmp_path, size), {**ENV, "TMPDIR": str(tmp_path / "tmp")}, cwd=REPO, timeout=3600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     seconds = time.time() - start
     assert integrity(tmp_path / "store.sqlite") == "ok" and integrity(tmp_path / "mlflow.db") == "ok"

@@ -29,7 +29,7 @@ from conftest import (
     model_results,
     run_app,
 )
-from warm import popen_python
+from warm import popen_python, run_python
 
 TINY = ("model=tiny_qwen3", "model.max_think_tokens=4", "probe.n_boot=100")
 ENV = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1"}  # MKL's threads follow OMP's
@@ -252,10 +252,9 @@ def test_kill_9_then_the_same_run_again_leaves_nothing_running_or_counted_twice(
     moment, overrides = MOMENTS[name]
     env = {**ENV, **cache_without_schema(tmp_path)}  # the first start builds MLflow's schema too
     kill_when(tmp_path, moment, overrides, env)
-    rerun = subprocess.run([sys.executable, "-m", "fairaudit", f"store.url={tmp_path}/store.sqlite",
-                            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
-                            f"hydra.sweep.dir={tmp_path}/multirun2", *TINY, *overrides], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=900)
+    rerun = run_python([sys.executable, "-m", "fairaudit", f"store.url={tmp_path}/store.sqlite",
+                        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/outputs",
+                        f"hydra.sweep.dir={tmp_path}/multirun2", *TINY, *overrides], env, cwd=tmp_path, timeout=900)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert integrity(tmp_path / "mlflow.db") == "ok"
     found = all_runs(tmp_path)
