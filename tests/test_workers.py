@@ -15,8 +15,9 @@ from mlflow.tracking import MlflowClient
 from conftest import run_app
 from fairaudit.analysis.cost import gpu_hours, split_jobs_wall, whole_jobs_wall
 
-DEFAULT_AUDIT: tuple[str, ...] = ()  # the default audit: SmolLM2 on 20 Adult pairs, think against nothink
-SMALL = ("dataset.n=8",)  # the killed-worker case: enough calls that a helper is mid-job when it is killed
+# The default audit (SmolLM2, think against nothink) on 8 Adult pairs: enough calls that each of three helpers computes
+# some and that a helper is mid-job when it is killed
+SMALL = ("dataset.n=8",)
 
 
 def test_the_grid_on_n_accelerators_whole_or_split():
@@ -42,15 +43,23 @@ def comparable(metrics: dict) -> dict:
             and not k.startswith("padding_share")}
 
 
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory) -> tuple[dict, pd.DataFrame]:
+    """The job in one process: its metrics and records, what the split job must equal."""
+    folder = tmp_path_factory.mktemp("one")
+    result = run_app(folder, *SMALL, env={"OMP_NUM_THREADS": "1"}, timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics, records, _, _ = the_run(folder)
+    return metrics, records
+
+
 @pytest.mark.slow
 @pytest.mark.long
-def test_a_job_split_over_three_workers_equals_the_job_in_one_process(tmp_path):
-    for name, extra in (("one", ()), ("three", ("job.workers=3",))):
-        (tmp_path / name).mkdir()
-        result = run_app(tmp_path / name, *DEFAULT_AUDIT, *extra, env={"OMP_NUM_THREADS": "1"}, timeout=1200)
-        assert result.returncode == 0, result.stderr[-3000:]
-    one, one_records, _, _ = the_run(tmp_path / "one")
-    three, three_records, client, run_id = the_run(tmp_path / "three")
+def test_a_job_split_over_three_workers_equals_the_job_in_one_process(tmp_path, alone):
+    result = run_app(tmp_path, *SMALL, "job.workers=3", env={"OMP_NUM_THREADS": "1"}, timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    one, one_records = alone
+    three, three_records, client, run_id = the_run(tmp_path)
     assert comparable(three) == comparable(one)
     pd.testing.assert_frame_equal(three_records, one_records)
     steps = [m.value for m in sorted(client.get_metric_history(run_id, "worker_model_calls"), key=lambda m: m.step)]
@@ -60,7 +69,7 @@ def test_a_job_split_over_three_workers_equals_the_job_in_one_process(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.long
-def test_a_worker_killed_mid_job_leaves_its_calls_to_the_others(tmp_path):
+def test_a_worker_killed_mid_job_leaves_its_calls_to_the_others(tmp_path, alone):
     """SIGKILL to one helper as soon as it computes: the job still ends FINISHED with every call in the store once
     (its rows, one per key, as many as one process computes), the dead helper's claims taken over at once."""
     import subprocess
@@ -69,10 +78,7 @@ def test_a_worker_killed_mid_job_leaves_its_calls_to_the_others(tmp_path):
     from conftest import DATA_ROOT, REPO
     from warm import popen_python
 
-    (tmp_path / "one").mkdir()
-    alone = run_app(tmp_path / "one", *SMALL, env={"OMP_NUM_THREADS": "1"}, timeout=1200)
-    assert alone.returncode == 0, alone.stderr[-3000:]
-    one, one_records, _, _ = the_run(tmp_path / "one")
+    one, one_records = alone
     folder = tmp_path / "killed"
     folder.mkdir()
     env = {**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT), "OMP_NUM_THREADS": "1"}
