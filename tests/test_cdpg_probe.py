@@ -56,6 +56,7 @@ def prefill_think_traces(ctx: AuditContext) -> None:
     ctx.client.store.put_many("generate", ctx.client.fingerprint, items)
 
 
+@pytest.mark.slow
 def test_depth_records_cut_each_trace_into_equal_token_segments(context):
     probe = CDPGProbe(NOTHINK, K=4, k_list=(2, 4, 8))
     result = probe.run(context)
@@ -78,8 +79,10 @@ def test_depth_records_cut_each_trace_into_equal_token_segments(context):
 
 
 def test_second_run_reads_depths_from_the_store(context):
+    probe = CDPGProbe(NOTHINK, K=4, k_list=(2, 4, 8))
+    probe.run(context)  # the store filled, here or by the test before it (which test-fast leaves out)
     before = context.client.model_calls
-    CDPGProbe(NOTHINK, K=4, k_list=(2, 4, 8)).run(context)
+    probe.run(context)
     assert context.client.model_calls == before
 
 
