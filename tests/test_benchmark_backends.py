@@ -25,6 +25,7 @@ def columns(bench):
     return {"hf": hf, "second": bench.run_backend(cfg, K=2, temperature=0.0, shared=shared)}
 
 
+@pytest.mark.slow
 def test_each_phase_is_timed_and_counted(columns):
     hf = columns["hf"]
     assert hf["generations"] == 2 and 0 < hf["generated_tokens"] <= 12

@@ -80,6 +80,7 @@ def test_the_gap_differences_sd_vanishes_without_spread_and_matches_the_simulate
     assert first == pytest.approx(second, rel=0.01) and 0.2 < first < 0.3   # 0.242 at 2M draws
 
 
+@pytest.mark.slow
 def test_the_mock_plants_the_gaps_the_truth_assumes(tmp_path, data_root):
     """Without side_sd each reading's logit gap is exactly effect (nothink) and effect + thinking gap (think);
     with it the gaps spread by sqrt(2) side_sd and the pair's logit is shared by the arms."""
@@ -118,6 +119,7 @@ def test_coverage_and_rejections_are_counted_by_hand():
     assert bench.pooled_coverage(rows)["p_gap_think"]["share"] == 0.75
 
 
+@pytest.mark.slow
 def test_a_few_dozen_real_studies_reject_and_cover_as_planned():
     """20 studies of 40 pairs at a thinking gap of 2.5 (the benchmark's table holds the null and the other gaps)."""
     studies, pairs = 20, 40
@@ -270,6 +272,7 @@ def test_cdpg_coverage_and_power_are_counted_by_hand():
     assert table.loc["a", "reported"] == 0 and "| 0 | 0.0908 |" in cdpg_bench.markdown(table.reset_index())
 
 
+@pytest.mark.slow
 def test_a_few_dozen_real_cdpg_studies_land_on_the_planted_slope():
     """12 studies of 60 pairs at a thinking gap of 1 (the benchmark's table holds the null and the other gaps)."""
     rows = cdpg_bench.run_gap(1.0, 12, 60, seed=7)
@@ -316,6 +319,7 @@ def test_at_a_fixed_length_the_preference_is_binomial_and_unrelated_to_length():
     assert truth["partial_rho"] == pytest.approx(0, abs=1e-12) and truth["pbs_q4"] == pytest.approx(binomial, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_the_position_truth_agrees_with_a_simulation_of_the_same_model():
     words, opener = position_bench.mock_facts()
     plant = position_bench.PositionPlant(per_1k_tokens=30.0)
@@ -382,6 +386,7 @@ def test_position_power_and_points_are_counted_by_hand():
         position_bench.summary(rows.assign(n_questions_complete=59))
 
 
+@pytest.mark.slow
 def test_a_few_real_position_studies_reject_and_land_as_planned(data_root):
     """8 studies of 60 questions at a growth of 40 (the benchmark's table holds the null and the other growths)."""
     studies = 8

@@ -86,6 +86,7 @@ def test_a_zombie_process_counts_as_gone_and_its_claims_are_taken_at_once(tmp_pa
     store.claims.release_all()
 
 
+@pytest.mark.slow
 def test_a_live_process_renews_its_claims_past_their_lease(tmp_path):
     holder, other = Store(tmp_path / "s.sqlite"), Store(tmp_path / "s.sqlite")
     holder.claims.lease_s = 1.0

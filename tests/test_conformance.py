@@ -187,6 +187,7 @@ def test_the_fingerprint_changes_with_the_backend_version_and_the_model_files(en
         assert built.fingerprint != original
 
 
+@pytest.mark.slow
 def test_fingerprints_of_different_backends_never_coincide():
     fingerprints = {}
     for subject in SUBJECTS:

@@ -63,6 +63,7 @@ def test_an_unparsed_answer_counts_as_a_change_and_drops_its_pair():
     assert table.loc["all", "answers_changed"] == 1 and table.loc["all", "cells_changed"] == 1  # p3: cell a -> dropped
 
 
+@pytest.mark.slow
 def test_a_spread_that_is_the_same_in_every_resample_has_a_point_interval():
     """Engine B reads P(Yes | alpha) under think 0.1 higher on every pair where it is already the higher side:
     every pair's think gap grows by exactly 0.1, so the spread of p_gap_think is 0.1 in every resample of pairs."""
@@ -110,6 +111,7 @@ def study(tmp_path_factory):
     return store, parent, result, root / "out"
 
 
+@pytest.mark.slow
 def test_the_report_gives_each_engines_value_the_spread_and_its_interval(study):
     store, parent, result, out = study
     table = pd.read_csv(out / "engines.csv")
@@ -192,6 +194,7 @@ def batch_study(tmp_path_factory):
     return store, parent, result, root / "out"
 
 
+@pytest.mark.slow
 def test_the_batch_size_spread_is_over_the_two_batch_sizes_alone(batch_study):
     store, parent, result, out = batch_study
     within = pd.read_csv(out / "engines_within.csv")
@@ -218,6 +221,7 @@ def built_backend(data_root, *overrides: str):
     return build_backend(job, job.source.folder()), job.model["batch_size"]
 
 
+@pytest.mark.slow
 def test_batch_keyed_stores_a_batch_dependent_engine_under_its_batch_size(data_root):
     plain, size = built_backend(data_root, "model.batch_size=4")
     keyed, _ = built_backend(data_root, "model.batch_size=4", "store.batch_keyed=true")

@@ -96,6 +96,7 @@ def test_fingerprint_names_weights_and_numerics(backend):
     assert HFBackend(backend.model_dir, batch_size=1).fingerprint == backend.fingerprint
 
 
+@pytest.mark.slow
 def test_a_model_loads_once_and_only_one_is_held():
     from fairaudit.backends import hf
     from fairaudit.backends.hf import HFBackend

@@ -36,6 +36,7 @@ def tiny_context(tmp_path, n=3):
     return AuditContext(backend, backend.tokenizer, spec, dataset, Arm("think", True, 8))
 
 
+@pytest.mark.slow
 def test_probe_on_tiny_qwen3_records_controls_and_cache(tmp_path):
     probe = InfluenceProbe(max_block_tokens=6)
     ctx = tiny_context(tmp_path)

@@ -147,6 +147,7 @@ def store(mlflow_db, tmp_path, request) -> Store:
     return Store(mlflow_db, tmp_path, request.node.name)
 
 
+@pytest.mark.slow
 def test_a_three_dataset_sweeps_report_shows_holm_and_bh_beside_each_mcnemar_p(store, tmp_path):
     parent = store.sweep()
     cells = {"adult": (75, 363), "compas": (10, 19), "credit": (8, 11)}   # (b, c): p = 2.2e-46, ~0.14, ~0.65
@@ -175,6 +176,7 @@ def test_a_three_dataset_sweeps_report_shows_holm_and_bh_beside_each_mcnemar_p(s
     assert (logged["family_n_tests"], logged["family_n_significant_bh"]) == (3, 1)
 
 
+@pytest.mark.slow
 def test_a_report_over_a_three_seed_sweep_of_three_data_sets_counts_three_tests(store, tmp_path):
     """Nine runs, three hypotheses: each data set's seeds are one test, whose p is 3/2 x their median."""
     parent = store.sweep()

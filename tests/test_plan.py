@@ -68,6 +68,7 @@ def test_a_plan_after_a_run_never_fails_on_what_the_store_holds(tmp_path, capsys
     assert frame["stored_share"][0] == 0.0 and frame["new_calls"][0] > 0
 
 
+@pytest.mark.slow
 def test_prompt_tokens_are_the_dry_runs_prompts_rendered_and_tokenized(tmp_path, capsys):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -91,6 +92,7 @@ def test_prompt_tokens_are_the_dry_runs_prompts_rendered_and_tokenized(tmp_path,
     assert frame["prompt_tokens"][0] == sum(map(len, encode_texts(tokenizer, [p.text for p in prompts])))
 
 
+@pytest.mark.slow
 def test_a_grid_counts_shared_calls_once_and_sizes_mcnemar_at_the_familys_level(tmp_path, capsys):
     frame = planned(tmp_path, capsys, "model=tiny_qwen3", "dataset.n=4", "-m", "dataset=adult,compas",
                     "probe=counterfactual,btm", "plan.effect.c_b_ratio=3")
@@ -112,6 +114,7 @@ def test_a_grid_counts_shared_calls_once_and_sizes_mcnemar_at_the_familys_level(
     assert holm(need) >= 0.8 > power.mcnemar_power(need, p_b, p_c, level)   # Holm's second step counts
 
 
+@pytest.mark.slow
 def test_a_pilot_runs_a_share_of_the_units_on_the_model_and_the_plan_uses_what_it_measured(tmp_path, capsys):
     frame = planned(tmp_path, capsys, *TINY, "plan.pilot=0.5")
     store = Store(tmp_path / "store.sqlite")
@@ -125,6 +128,7 @@ def test_a_pilot_runs_a_share_of_the_units_on_the_model_and_the_plan_uses_what_i
     assert frame["trace_tokens"][0] <= 24  # the tiny model's think budget; measured, not assumed
 
 
+@pytest.mark.slow
 def test_a_plan_without_a_pilot_is_timed_at_the_rates_an_earlier_pilot_saved(tmp_path, capsys):
     speeds = tmp_path / "speeds.json"
     piloted = planned(tmp_path, capsys, *TINY, "plan.pilot=0.5", f"plan.speeds={speeds}", csv="pilot.csv")
@@ -157,6 +161,7 @@ def test_bad_plan_settings_are_one_line_before_anything_loads(tmp_path, capsys, 
     assert not (tmp_path / "plan.csv").exists() and not (tmp_path / "store.sqlite").exists()
 
 
+@pytest.mark.slow
 def test_a_plan_writes_no_file_unasked_and_no_zero_time(tmp_path, capsys, monkeypatch):
     from fairaudit.cli.main import main
 

@@ -92,6 +92,7 @@ def test_paired_gap_power_matches_simulation(mean):
     assert abs(paired_gap_power(30, mean, 1.0) - simulated) <= WITHIN
 
 
+@pytest.mark.slow
 def test_cell_gap_power_by_hand_and_by_simulation():
     """A cell holding each of 3 pairs with chance 1/2 has 2 pairs with chance 3/8 and 3 with 1/8 (under 2: no test)."""
     by_hand = 3 / 8 * paired_gap_power(2, 0.5, 1.0) + 1 / 8 * paired_gap_power(3, 0.5, 1.0)

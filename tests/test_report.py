@@ -125,6 +125,7 @@ def grid(store) -> tuple[str, list[str]]:
     return parent, ids
 
 
+@pytest.mark.slow
 def test_pooled_row_is_contingency_of_the_pooled_records(store, grid, tmp_path):
     parent, ids = grid
     result = app.run(report_cfg(store, tmp_path / "out"))
@@ -337,6 +338,7 @@ def test_a_sign_test_p_below_the_smallest_double_is_nan_and_lives_in_its_log10()
     assert study.sign_test(study.sign_comparisons(cells.iloc[:1000], "delta", 0))["p"] == pytest.approx(2.0 ** -1000)
 
 
+@pytest.mark.slow
 def test_checkpoint_sweep_report(store, tmp_path):
     """3 checkpoints x 5 seeds in one sweep: seed summaries per checkpoint, sign test 15/15, a curve figure."""
     parent = store.sweep()
@@ -374,6 +376,7 @@ def test_natural_order():
 # ---------------------------------------------------------------- selection
 
 
+@pytest.mark.slow
 def test_selection_latest_sweep_tags_and_status(store, tmp_path):
     old = store.sweep()
     store.job(synthetic_records(0, 8), old, model="old")
@@ -406,6 +409,7 @@ def test_selection_latest_sweep_tags_and_status(store, tmp_path):
     assert by_dir.selection.parent == old
 
 
+@pytest.mark.slow
 def test_by_default_the_latest_studys_runs_of_every_probe(store, tmp_path, capsys):
     """A counterfactual sweep, then a btm sweep of the same grid: both are reported (Table 2 is not lost), the
     newest sweep of each probe, not an older study's. Tables the selection cannot fill are one line each."""

@@ -56,6 +56,7 @@ def paper000_report(store, tmp_path):
     return app.run(cfg)
 
 
+@pytest.mark.slow
 def test_paper000_tables_and_figures_from_a_sweep(paper000_report):
     result = paper000_report
     names = {s.name for s in result.report.sections}
@@ -109,6 +110,7 @@ def mcq_records(model: str, arm: str, seed: int, n_questions: int = 12) -> pd.Da
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 def test_position_bias_tables_from_a_sweep(store, tmp_path):
     parent = store.sweep()
     frames = {("r1_distill_qwen_7b", "reason"): mcq_records("r1_distill_qwen_7b", "reason", 0),

@@ -83,6 +83,7 @@ EVERY_KIND = list(dict.fromkeys([
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.floats(0.0, 1.0), min_size=2, max_size=6), st.floats(0.5, 0.999))
+@pytest.mark.slow
 def test_every_seed_interval_holds_its_mean_and_lies_in_its_metrics_range(shares, level):
     """For every metric of the report's seed list and one of each other kind: seed values drawn inside its range
     (spread over a bounded one, over 50 from its end for a half-line), the seed summary's interval contains the mean
@@ -128,6 +129,7 @@ def test_no_count_interval_across_seeds_is_ever_below_zero(counts, level):
     assert (summary["ci_high"] >= summary["mean"]).all()
 
 
+@pytest.mark.slow
 def test_a_seed_sweeps_report_prints_the_p_yes_gaps_and_no_count_below_zero(store, tmp_path, capsys):
     parent = store.sweep()
     for seed, cell_b in enumerate([0, 0, 0, 0, 1]):

@@ -142,6 +142,7 @@ def test_smoke_study_then_report_end_to_end(tmp_path, data_root):
     assert "table2.csv" in {a.path for a in client.list_artifacts(reports[0].info.run_id)}
 
 
+@pytest.mark.slow
 def test_position_bias_is_the_papers_matched_pairs_modes_and_benchmarks():
     """§3.1: each reasoning model in reasoning mode, each Instruct model direct and CoT; §3.5 sizes; §4: Q4_K_M in
     llama.cpp, an 8192-token context."""

@@ -40,6 +40,7 @@ def cut_short_sweep(store, finished: int) -> str:
 RESUME = "resume it with: fairaudit model=tiny_qwen3 dataset.n=2 dataset=adult,compas,credit -m"
 
 
+@pytest.mark.slow
 def test_a_report_on_a_sweep_cut_short_names_the_jobs_left_and_the_resume_command(store, tmp_path, capsys):
     parent = cut_short_sweep(store, finished=1)
     result = app.run(report_cfg(store, tmp_path / "out", "log_to_mlflow=false"))
