@@ -309,9 +309,10 @@ def become(request: dict) -> None:
 
 def exit_as_an_interpreter(code) -> None:
     """End the run as a new interpreter ends on `sys.exit(code)`: its threads joined, its atexit handlers run, its
-    standard streams flushed, the code (None 0, a message printed and 1). Not the freeing of every object a
-    finalizing interpreter does last: here they are the warm process's (copied pages, seconds), and no run sees it.
-    An uncaught exception is left to the interpreter (its traceback, its exit code)."""
+    standard streams flushed, the code (None 0, a message printed and 1). Not the freeing of every object that a
+    finalizing interpreter does last: most are the warm process's (copied pages, seconds). The one difference a run
+    could show: a file it leaves open and unflushed at exit loses what it buffered here (FAIRAUDIT_TEST_COLD=1
+    runs every run in a new interpreter). An uncaught exception is left to the interpreter (traceback, exit code)."""
     import atexit
 
     if code is not None and not isinstance(code, int):
