@@ -182,7 +182,8 @@ def test_runs_starting_at_once_under_one_new_parent_folder_keep_their_folders(tm
                               stderr=subprocess.PIPE, text=True) for name in "abc"]
     while len(list(tmp_path.glob("ready-*"))) < 3 and all(proc.poll() is None for proc in procs):
         time.sleep(0.01)
-    (tmp_path / "go").write_text(str(time.time() + 0.5))
+    (tmp_path / "go.new").write_text(str(time.time() + 0.5))
+    (tmp_path / "go.new").rename(tmp_path / "go")  # whole when it appears: a process may read it at once
     errors = [proc.communicate(timeout=300)[1] for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0, 0], [err[-2000:] for err in errors]
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.glob("*/new/*")) == \
