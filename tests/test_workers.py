@@ -15,8 +15,8 @@ from mlflow.tracking import MlflowClient
 from conftest import run_app
 from fairaudit.analysis.cost import gpu_hours, split_jobs_wall, whole_jobs_wall
 
-# The default audit (SmolLM2, think against nothink) on 8 Adult pairs: enough calls that each of three helpers computes
-# some and that a helper is mid-job when it is killed
+# The default audit (SmolLM2, think against nothink) on 8 Adult pairs: enough calls that a helper is mid-job when it is
+# killed
 SMALL = ("dataset.n=8",)
 
 
