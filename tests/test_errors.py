@@ -58,18 +58,24 @@ from fairaudit.cli import main as cli
 try:
     cli.main(sys.argv[1:])
 finally:
-    print(*(name for name in ("mlflow", "transformers") if name in sys.modules))
+    print(*(name for name in ("mlflow", "transformers", "torch") if name in sys.modules))
 """
 
 
 @pytest.mark.slow
-def test_a_bad_value_is_told_without_importing_mlflow_or_transformers(tmp_path):
-    """Seconds of imports a typo need not wait for: the libraries are quieted through their environment."""
-    done = subprocess.run([sys.executable, "-c", IMPORTED, "model.batch_size=0", f"hydra.run.dir={tmp_path}/out",
+@pytest.mark.parametrize("setting, says", [
+    ("model.batch_size=0", "model.batch_size=0 must be an integer >= 1"),
+    ("backend.device=gpu", "backend.device='gpu' must be one of auto"),  # the hf backend's own check
+    ("probe=bbq", "probe 'bbq' takes mcq datasets"),  # the probe's fit to the data set, after the backend's class
+])
+def test_a_bad_value_is_told_without_importing_mlflow_transformers_or_torch(tmp_path, setting, says):
+    """Seconds of imports a typo need not wait for: the libraries are quieted through their environment, and the hf
+    backend imports torch where a model loads or a CUDA or MPS device is asked for."""
+    done = subprocess.run([sys.executable, "-c", IMPORTED, setting, f"hydra.run.dir={tmp_path}/out",
                            f"store.url={tmp_path}/s.sqlite", f"tracking.uri=sqlite:///{tmp_path}/m.db"],
                           cwd=REPO, env={**os.environ, "FAIRAUDIT_DATA": str(DATA_ROOT)}, capture_output=True,
                           text=True, timeout=300)
-    assert done.returncode == 2 and "model.batch_size=0 must be an integer >= 1" in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 2 and says in done.stderr, done.stderr[-2000:]
     assert done.stdout.strip() == ""
 
 

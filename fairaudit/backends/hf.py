@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-import torch
 
 from fairaudit.backends import (
     Backend,
@@ -20,24 +20,34 @@ from fairaudit.backends import (
     NLLRequest,
 )
 from fairaudit.backends.common import DTYPES, completion_from_ids, stop_token_ids
-from fairaudit.backends.tensors import (
-    last_token_choice_probs,
-    left_pad,
-    next_cache,
-    next_tokens,
-    positions_after_left_pad,
-    torch_dtype,
-)
 from fairaudit.errors import AuditError
 from fairaudit.models.locate import model_fingerprint
 from fairaudit.terminal.output import console
 
+if TYPE_CHECKING:
+    import torch
+
 BACKEND_VERSION = "hf-1"
 ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+# torch is imported where a device is picked or a model runs, not with this module: the command line's checks and
+# the catalog's lookups of the backend's class do not pay for it.
+
+
+def inference(method):
+    """`torch.inference_mode()` around a backend method."""
+    @functools.wraps(method)
+    def run(*args, **kwargs):
+        import torch
+
+        with torch.inference_mode():
+            return method(*args, **kwargs)
+    return run
 
 
 def pick_device(device: str) -> torch.device:
     """'auto' is CUDA when available, else CPU."""
+    import torch
+
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
@@ -51,7 +61,10 @@ def load_model(model_dir: str, dtype: str, device: torch.device, attn_implementa
 
     One model is held at a time: a sweep that moves on to another model frees the last one first.
     """
+    import torch
     from transformers import AutoModelForCausalLM
+
+    from fairaudit.backends.tensors import torch_dtype
 
     key = (model_dir, dtype, str(device), attn_implementation)
     if key not in _LOADED:
@@ -87,12 +100,16 @@ def device_problem(device) -> str | None:
     if device in ("auto", "cpu"):
         return None
     if kind == "cuda" and (not index or index.isdigit()):
+        import torch
+
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if int(index or 0) >= count:
             return (f"backend.device={device!r} is not available: this machine has {count} CUDA device(s); "
                     "use auto or cpu")
         return None
     if device == "mps":
+        import torch
+
         return None if torch.backends.mps.is_available() else "backend.device='mps' is not available on this machine"
     return f"backend.device={device!r} must be one of auto, cpu, cuda, cuda:N, mps"
 
@@ -151,7 +168,7 @@ class HFBackend(Backend):
         for start in range(0, len(order), self.batch_size):
             yield order[start:start + self.batch_size]
 
-    @torch.inference_mode()
+    @inference
     def generate(self, requests: Sequence[GenerationRequest | GraphGenerationRequest]) -> list[Completion]:
         """Greedy, sampled and graph requests, each kind batched by prompt length; results in request order."""
         out: list[Completion | None] = [None] * len(requests)
@@ -173,6 +190,8 @@ class HFBackend(Backend):
 
     def _padded_prompts(self, requests: Sequence[GenerationRequest]) -> tuple[torch.Tensor, torch.Tensor]:
         """The requests' prompts left-padded into (input_ids, attention_mask), their padding tallied."""
+        from fairaudit.backends.tensors import left_pad
+
         ids, mask = left_pad([r.prompt_ids for r in requests], self.pad_id)
         self._tally("prompt_prefill", *ids.shape, [len(r.prompt_ids) for r in requests])
         return ids, mask
@@ -190,6 +209,10 @@ class HFBackend(Backend):
     def _sample_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Nucleus sampling, batched. Each row draws from its own generator seeded by its request,
         so a continuation does not depend on what it was batched with."""
+        import torch
+
+        from fairaudit.backends.tensors import next_cache, next_tokens, positions_after_left_pad
+
         ids, mask = (t.to(self.device) for t in self._padded_prompts(requests))
         generators, temperature, top_p = self._sampling(requests)
         positions = positions_after_left_pad(mask)
@@ -213,6 +236,8 @@ class HFBackend(Backend):
 
     def _sampling(self, requests) -> tuple[list, torch.Tensor, torch.Tensor]:
         """Per request: a generator seeded by its seed (None when greedy), its temperature and top_p."""
+        import torch
+
         generators = [torch.Generator(self.device).manual_seed(r.seed or 0) if r.temperature > 0.0 else None
                       for r in requests]
         temperature = torch.tensor([r.temperature for r in requests], device=self.device)
@@ -233,8 +258,11 @@ class HFBackend(Backend):
         (its own earlier tokens included) plus the tokens generated before it, at the next position
         of the full sequence.
         """
+        import torch
+
         from fairaudit.backends.graphs import graph_allowed
         from fairaudit.backends.packing import additive_mask, pad_allowed
+        from fairaudit.backends.tensors import next_cache, next_tokens
 
         rows, step_rows = [], []
         for r in requests:
@@ -277,7 +305,7 @@ class HFBackend(Backend):
             return Completion(self.tokenizer.decode(kept, skip_special_tokens=False), tuple(kept), "stop")
         return self._completion(new_ids, request.max_new_tokens)
 
-    @torch.inference_mode()
+    @inference
     def target_nll(self, requests: Sequence[NLLRequest]) -> np.ndarray:
         """Mean target NLL in nats/token under each request's graph, tree-packed (see the protocol)."""
         from fairaudit.backends.graphs import packed_target_nll
@@ -288,9 +316,11 @@ class HFBackend(Backend):
     def _completion(self, new_ids: list[int], budget: int) -> Completion:
         return completion_from_ids(self.tokenizer, new_ids, self.stop_ids, budget)
 
-    @torch.inference_mode()
+    @inference
     def choice_probs(self, prefixes: Sequence[Sequence[int]], choices: Sequence[Sequence[int]]) -> np.ndarray:
         """Softmax over the pooled choices at the position after each prefix (see the protocol)."""
+        from fairaudit.backends.tensors import last_token_choice_probs
+
         out = np.zeros((len(prefixes), len(choices)))
         for batch in self._batches([len(p) for p in prefixes]):
             lengths = [len(prefixes[i]) for i in batch]
@@ -304,7 +334,7 @@ class HFBackend(Backend):
         return {f"padding_share_{stage}": 1.0 - self.useful[stage] / computed
                 for stage, computed in self.computed.items() if computed}
 
-    @torch.inference_mode()
+    @inference
     def depth_choice_probs(self, requests: Sequence[DepthRequest],
                            choices: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """All cuts of a trace in one packed forward pass (tree attention mask); equals the naive re-feed."""
