@@ -10,6 +10,7 @@ the Hydra callback conf/config.yaml names is an edge of the audit's Hydra app, `
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -30,6 +31,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache  # parsed once a session: the package's files do not change while the tests read them
 def modules() -> dict[str, ast.Module]:
     return {module_name(p): ast.parse(p.read_text(), str(p)) for p in sorted(PACKAGE.rglob("*.py"))}
 
@@ -84,6 +86,12 @@ def config_targets(known: set[str]) -> tuple[set[str], set[str]]:
 
 
 def import_graph() -> dict[str, set[str]]:
+    """Each module of the package: the modules it imports, looks up by name, or reaches through the configs."""
+    return {name: set(targets) for name, targets in _import_graph().items()}
+
+
+@functools.cache
+def _import_graph() -> dict[str, set[str]]:
     trees = modules()
     known = set(trees)
     targets, callbacks = config_targets(known)
