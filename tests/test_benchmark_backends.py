@@ -53,6 +53,7 @@ def test_the_table_prints_every_figure_and_the_ratios_to_hf(bench, columns, caps
     assert f"decode_tok_s {mock['decode_tok_s'] / hf['decode_tok_s']:.2f}" in line
 
 
+@pytest.mark.slow
 def test_long_traces_run_to_their_budget(bench):
     figures = bench.run_backend(bench.compose_config("hf", ["model=tiny_qwen3"], 1, 6), K=2, temperature=0.0,
                                 trace_tokens=16)

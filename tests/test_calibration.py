@@ -102,6 +102,7 @@ def test_the_mock_plants_the_gaps_the_truth_assumes(tmp_path, data_root):
     assert (records["trace_tokens"][records["arm"] == "think"] == bench.TRACE).all()
 
 
+@pytest.mark.slow
 def test_coverage_and_rejections_are_counted_by_hand():
     assert bench.covers(0.1, 0.3, 0.3) and bench.covers(0.1, 0.3, 0.1) and not bench.covers(0.1, 0.3, 0.31)
     assert not bench.covers(math.inf, math.inf, 1.0) and not bench.covers(math.nan, 0.3, 0.2)
@@ -134,6 +135,7 @@ def test_a_few_dozen_real_studies_reject_and_cover_as_planned():
         assert table[f"{name}_share"] * studies >= stats.binom.ppf(0.001, studies, 0.95), name
 
 
+@pytest.mark.slow
 def test_the_table_shows_prediction_measurement_and_coverage():
     rows = pd.DataFrame({"thinking_gap": [0.0, 0.0], "pairs": 50, "mcnemar_log10_p": [-2.0, 0.0],
                          **{f"{n}_ci_{end}": [0.0, 0.0] for n in bench.INTERVALS for end in ("low", "high")}})
@@ -173,6 +175,7 @@ def test_the_coverage_table_is_each_intervals_exact_coverage_per_n():
     assert exact_coverage.markdown([5]).splitlines()[2].startswith("| Wilson 95% | 5 | ")
 
 
+@pytest.mark.slow
 def test_a_few_dozen_real_influence_studies_land_on_the_planted_rate(data_root):
     studies, items = 16, 25
     rows = influence_bench.run_shift(1.0, studies, items, 3, str(data_root))
@@ -220,6 +223,7 @@ def test_the_script_prints_every_probes_tables(tmp_path):
     assert lines[0] == "position: the 4 studies of 2 files pooled" and lines[3].startswith("| 30 | 0.3111 | 20 | 4 |")
 
 
+@pytest.mark.slow
 def test_the_cdpg_truth_agrees_with_the_cells_and_a_simulation_and_averages_to_no_slope_at_no_gap():
     """Its cells are the counterfactual truth's (the cut at K is the think arm's read); weighted by them, the cell
     slopes average to sum_k w_k E|CDPG_k|, which is 0 when the gap does not grow (every cut alike), though cells c and
@@ -254,6 +258,7 @@ def test_the_mock_plants_the_cut_gaps_the_cdpg_truth_assumes(tmp_path, data_root
     assert sorted(depth["cut"].unique()) == list(range(4, 41, 4)) and len(records) == 48
 
 
+@pytest.mark.slow
 def test_cdpg_coverage_and_power_are_counted_by_hand():
     truth = cdpg_bench.mock_cdpg_truth(Plant())
     rows = pd.DataFrame({"thinking_gap": 0.0, "pairs": 30, "study": range(4),
@@ -333,6 +338,7 @@ def test_the_position_truth_agrees_with_a_simulation_of_the_same_model():
     np.testing.assert_allclose(quartiles, [truth[f"pbs_q{q}"] for q in range(1, 5)], atol=0.005)
 
 
+@pytest.mark.slow
 def test_the_mock_writes_the_traces_the_position_truth_assumes(data_root):
     """Each completion: the open tag (the native model opens its own), "Okay," (the opener's tokens), m = n -
     opener band words, n in low..high, the close tag and a letter, never cut; a question's prompts hold the template's

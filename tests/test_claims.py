@@ -132,6 +132,7 @@ def test_calls_another_process_claimed_are_read_when_they_land(tmp_path, capfd):
     assert "another process is computing 1 of these calls (pid" in capfd.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_wait_on_a_live_holder_that_makes_no_progress_ends_after_its_lease(tmp_path, capfd):
     """A process that renews its claim but never commits (stuck, or waiting on something else) holds up no one for
     longer than a lease: the waiter takes the call over, says so on one dim line and computes it."""
@@ -409,6 +410,7 @@ def test_two_copies_of_a_1500_pair_audit_at_once_never_wait_on_each_other(tmp_pa
         print(f"try {attempt + 1}: the copies took {issue_pair(tmp_path / f'home{attempt}')} s")
 
 
+@pytest.mark.slow
 def test_the_claims_benchmark_at_a_tiny_size():
     """benchmarks/claims.py, so it cannot rot unseen: a pair of processes computes the calls once between them."""
     bench = benchmark("claims")

@@ -58,6 +58,7 @@ def test_every_option_composes_and_binds(group, option):
         check_binds(path, node)
 
 
+@pytest.mark.slow
 def test_model_configs_declare_how_they_think():
     for option in options("model"):
         model = composed(f"model={option}").model

@@ -125,6 +125,7 @@ def backend(subject) -> Iterator[Backend]:
         yield built
 
 
+@pytest.mark.slow
 def test_choice_rows_are_distributions_over_the_choices_in_their_order(backend, subject):
     checks.choice_rows_are_distributions_over_the_choices_in_their_order(backend, subject.tolerance)
 
@@ -137,6 +138,7 @@ def test_a_completion_is_cut_at_a_stop_id_or_its_budget(backend, subject):
     checks.a_completion_is_cut_at_a_stop_id_or_its_budget(backend, subject.tolerance)
 
 
+@pytest.mark.slow
 def test_sampled_requests_with_the_same_seed_repeat(backend, subject):
     checks.sampled_requests_with_the_same_seed_repeat(backend, subject.tolerance)
 
@@ -164,6 +166,7 @@ def test_the_command_runs_every_check_this_suite_runs():
     assert {check.__name__ for check in checks.CHECKS} <= tested
 
 
+@pytest.mark.slow  # each backend built three times: 24 s in all of the inner loop's 260
 @pytest.mark.parametrize("entry", PARAMS)
 def test_the_fingerprint_changes_with_the_backend_version_and_the_model_files(entry, tmp_path, monkeypatch):
     folder = shutil.copytree(tiny_qwen3_dir(), tmp_path / "model")

@@ -149,6 +149,7 @@ def test_the_flip_section_and_the_figure(study):
     assert "Engine sensitivity" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_one_engine_gives_no_engine_section(tmp_path):
     store = Store(tmp_path / "mlflow.db", tmp_path, "one")
     parent = store.sweep(study="one")

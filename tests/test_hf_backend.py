@@ -27,6 +27,7 @@ def prompt_ids(backend, text):
     return tuple(backend.tokenizer.encode(chat, add_special_tokens=False))
 
 
+@pytest.mark.slow
 def test_batched_generation_equals_one_by_one(backend):
     reqs = [GenerationRequest(prompt_ids(backend, t), max_new_tokens=6) for t in PROMPTS]
     batched = backend.generate(reqs)
@@ -42,6 +43,7 @@ def test_per_request_budget_is_honoured_within_a_batch(backend):
     assert len(short.token_ids) <= 2 and short.token_ids == long.token_ids[: len(short.token_ids)]
 
 
+@pytest.mark.slow
 def test_sampled_generation_is_fixed_by_its_seed_whatever_the_batch(backend):
     reqs = [GenerationRequest(prompt_ids(backend, t), max_new_tokens=8, temperature=0.7, top_p=0.95, seed=s)
             for s, t in enumerate(PROMPTS)]
@@ -89,6 +91,7 @@ def test_choice_probs_equal_a_hand_softmax_over_the_yes_and_no_logits(backend):
                                atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fingerprint_names_weights_and_numerics(backend):
     from fairaudit.backends.hf import HFBackend
 
@@ -107,6 +110,7 @@ def test_a_model_loads_once_and_only_one_is_held():
     assert list(hf._LOADED.values()) == [other]
 
 
+@pytest.mark.slow
 def test_padding_share_counts_the_positions_a_batch_computes_for_no_token():
     from fairaudit.backends.hf import HFBackend
 

@@ -68,6 +68,7 @@ def test_causal_graph_generation_equals_plain_greedy(backend):
     assert graph.token_ids == plain.token_ids
 
 
+@pytest.mark.slow
 def test_sampled_graph_generation_equals_plain_sampling_with_its_seed(backend):
     """A sampled block draws from the generator its seed names, as a GenerationRequest does, whatever its batch."""
     blocks = transcript(backend.tokenizer)[:4]

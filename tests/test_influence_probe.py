@@ -66,6 +66,7 @@ def test_probe_on_tiny_qwen3_records_controls_and_cache(tmp_path):
     pd.testing.assert_frame_equal(rerun.records["records"], records)
 
 
+@pytest.mark.slow
 def test_greedy_tiny_qwen3_gives_token_identical_blocks_and_every_contrast_is_skipped_as_such(tmp_path):
     """The random tiny Qwen3 repeats one token greedily: every donor would give Delta = 0 by construction."""
     result = InfluenceProbe(max_block_tokens=6, sampling={"temperature": 0.0}).run(tiny_context(tmp_path))
@@ -99,6 +100,7 @@ def test_donors_have_exactly_the_same_length_are_not_identical_or_are_skipped_wi
     assert probe.donors.donor(cut[1], A_PRIVATE, cut)[0].trace_id in {0, 7}       # exact pairs truncated blocks too
 
 
+@pytest.mark.slow
 def test_content_target_splits_off_the_tags_and_keeps_attention(tmp_path):
     ctx = tiny_context(tmp_path, n=1)
     probe, tok = InfluenceProbe(), ctx.tokenizer

@@ -99,6 +99,7 @@ def test_target_nll_and_graph_generation_follow_what_the_graph_lets_the_target_s
     assert done.finish_reason == "stop" and 0 < len(done.token_ids) <= 40
 
 
+@pytest.mark.slow
 def test_records_made_a_block_at_a_time_equal_those_made_at_once(tmp_path, data_root, monkeypatch):
     from fairaudit.probes import decisions
 
@@ -107,6 +108,7 @@ def test_records_made_a_block_at_a_time_equal_those_made_at_once(tmp_path, data_
     pd.testing.assert_frame_equal(records(tmp_path / "blocks", data_root, n=30), whole)
 
 
+@pytest.mark.slow
 def test_side_sd_draws_each_side_and_each_trace_apart_and_agrees_with_the_parsed_answer(tmp_path, data_root):
     fixed = {"distribution": "fixed", "median": 40}
     frame = records(tmp_path, data_root, n=300, effect=0.0, effect_per_1k_tokens=0.0, trace_sd=0.0, side_sd=1.0,

@@ -125,6 +125,7 @@ def test_a_dry_run_of_a_gguf_model_under_a_backend_of_hugging_face_folders_conve
     assert not (Path(caches["FAIRAUDIT_CACHE"]) / "models").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", names("backend"))
 def test_a_checkpoint_path_is_the_folder_each_backend_resolves(backend, tmp_path):
     cfg = config("model=tiny_qwen3", f"backend={backend}")
@@ -145,6 +146,7 @@ def test_a_checkpoint_revision_reaches_the_hub_as_each_backend_asks_it(hub, back
     assert hub == [expected, (*expected[:3], PROMPT_FILES)]
 
 
+@pytest.mark.slow
 def test_llama_cpp_takes_a_checkpoints_gguf_file_at_its_revision(hub, caches, monkeypatch):
     monkeypatch.setenv("FAIRAUDIT_CACHE", caches["FAIRAUDIT_CACHE"])
     cfg = config(f"model={GGUF_MODEL}", "model.checkpoint=step5")

@@ -87,6 +87,7 @@ def child(client, experiment: str, num: int, status: str = "FINISHED", warnings:
     return client.get_run(run.info.run_id)
 
 
+@pytest.mark.slow
 def test_the_sweep_table_marks_each_jobs_warnings_and_says_why_each_n_a_is_n_a(tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -104,6 +105,7 @@ def test_the_sweep_table_marks_each_jobs_warnings_and_says_why_each_n_a_is_n_a(t
     assert warning_lines(runs) == [f"warning: jobs 0, 1: {YES}", "warning: job 0: only job 0"]
 
 
+@pytest.mark.slow
 def test_the_experiment_page_opens_on_its_jobs_with_whole_names_axes_and_headline_metrics(tmp_path):
     from mlflow.tracking import MlflowClient
 

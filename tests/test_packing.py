@@ -44,6 +44,7 @@ def depth_requests(tokenizer):
     return [DepthRequest(prompt, trace, suffix, tuple(segment_cuts(len(trace), K))) for trace in traces]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
 def test_packed_equals_naive_for_traces_of_different_lengths_in_one_batch(model_dir, attn_implementation):
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -69,6 +70,7 @@ def test_packed_equals_naive_for_traces_of_different_lengths_in_one_batch(model_
             np.testing.assert_allclose(packed[2][i], packed[2][i - 1], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_naive_reads_equal_one_unpadded_forward_per_prefix():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -91,6 +93,7 @@ def test_naive_reads_equal_one_unpadded_forward_per_prefix():
             np.testing.assert_allclose(row, alone, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_token_budget_splits_batches_without_changing_reads():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

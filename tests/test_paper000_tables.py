@@ -144,6 +144,7 @@ def cell_metrics(records: pd.DataFrame) -> dict:
     return {key: contingency(frame, "think", "nothink", n_boot=0) for key, frame in tables.cells(records)}
 
 
+@pytest.mark.slow
 def test_table_2_cells_and_mcnemar(split_records, qwen3_records):
     for key, m in {**cell_metrics(split_records), **cell_metrics(qwen3_records)}.items():
         n, a, b, c, d, p = TABLE_2[key]

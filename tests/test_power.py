@@ -185,6 +185,7 @@ def wilson_width(k, n):
     return high - low
 
 
+@pytest.mark.slow
 def test_expected_wilson_width_by_hand_and_by_simulation():
     # 2 units at rate 0.3: k = 0, 1, 2 with probabilities 0.49, 0.42, 0.09
     by_hand = 0.49 * wilson_width(0, 2) + 0.42 * wilson_width(1, 2) + 0.09 * wilson_width(2, 2)

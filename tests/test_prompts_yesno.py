@@ -40,6 +40,7 @@ def smol_tok():
     return AutoTokenizer.from_pretrained(str(embedded_model_dir()))
 
 
+@pytest.mark.slow
 def test_qwen3_nothink_prefills_closed_empty_think_block(qwen_tok):
     prompt = render_prompt(qwen_tok, "Q?", NOTHINK, NATIVE, {"enable_thinking": True})
     assert prompt == "<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"

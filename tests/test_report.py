@@ -216,6 +216,7 @@ def gaps_by_hand(records: pd.DataFrame) -> dict[str, float]:
     return {"p_gap_think": gap["think"], "p_gap_nothink": gap["nothink"], "delta_p_gap": gap["think"] - gap["nothink"]}
 
 
+@pytest.mark.slow
 def test_table2_shows_the_p_yes_gap_a_warning_points_at_and_each_runs_warnings(store, tmp_path, capsys):
     """No seed axis, so no seed summary: Table 2 itself carries the P(Yes) gap under each arm and its change (rows:
     the runs' metrics; the pooled row: every pair of both runs), and marks the warned run's row."""
@@ -264,6 +265,7 @@ def test_seed_statistics_by_hand():
     assert single[0] == 0.3 and all(math.isnan(v) for v in single[1:])
 
 
+@pytest.mark.slow
 def test_seed_sweep_report(store, tmp_path):
     parent = store.sweep()
     for seed, d_cf in enumerate(D_CF):
@@ -280,6 +282,7 @@ def test_seed_sweep_report(store, tmp_path):
     assert "## Seed summary" in (tmp_path / "out" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_the_report_says_which_runs_it_read_and_carries_their_warnings_and_n_a_reasons(store, tmp_path, capsys):
     """Every seed warns "every answer is Yes", one seed also of its traces; asym_c is undefined in every seed: the
     seed summary marks the cell, the console and report.md tell each warning once with its runs and each n/a's
@@ -452,6 +455,7 @@ def test_selection_errors(store, tmp_path):
         app.run(report_cfg(store, tmp_path / "a", "select.tags.model=absent"))
 
 
+@pytest.mark.slow
 def test_mixed_arms_are_not_pooled(store, tmp_path):
     parent = store.sweep()
     store.job(synthetic_records(0, 8), parent)

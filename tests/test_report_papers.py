@@ -151,6 +151,7 @@ def test_position_bias_tables_from_a_sweep(store, tmp_path):
     assert "Table 1 by the other method (spearman)" in md and "| p pratt |" in md
 
 
+@pytest.mark.slow
 def test_position_report_settings_choose_the_method_and_are_checked(store, tmp_path):
     parent = store.sweep()
     records = mcq_records("r1_distill_qwen_7b", "reason", 0)

@@ -34,6 +34,7 @@ def test_a_study_without_an_experiment_of_its_own_is_one_line(tmp_path, monkeypa
         study_selection(["+experiment=mine"])
 
 
+@pytest.mark.slow
 def test_a_study_not_yet_run_is_one_line_naming_how_to_run_it(tmp_path):
     from mlflow import MlflowClient
 

@@ -253,6 +253,7 @@ def test_no_p_value_is_averaged_over_seeds_and_no_seed_is_dropped_for_underflow(
     assert series[("d_cf_think", 20)] == pytest.approx(0.15)   # other metrics: the mean over seeds, as before
 
 
+@pytest.mark.slow
 def test_the_parent_logs_step_metrics_read_back_from_a_real_store(tmp_path):
     from mlflow.tracking import MlflowClient
 

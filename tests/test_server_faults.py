@@ -67,6 +67,7 @@ def test_a_damaged_mlflow_database_is_one_line_before_any_model_work(tmp_path):
     assert "the store holds the results, so it makes no model calls for them" in str(caught.value)
 
 
+@pytest.mark.slow
 def test_mlflow_requests_are_bounded_and_their_retries_one_line(monkeypatch, capsys):
     """A server that is gone: MLflow's retries within the window `retry_window_s` states, one line while they go on;
     closing the run after it is one try."""

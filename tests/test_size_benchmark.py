@@ -43,6 +43,7 @@ def test_the_issues_minimal_case_the_sign_flip_rejects_and_the_stratified_test_d
     assert ccp_cluster_test(rows)["trunc_ccp_perm_p"] == pytest.approx(2 * 0.9 ** 15)
 
 
+@pytest.mark.slow
 def test_a_few_dozen_studies_of_the_issues_design_show_the_sign_flip_rejecting_too_often():
     design = {"issue": bench.DESIGNS["1 after vs 9 before, 3%, 20 q"]}
     rates = bench.rejection_rates(design, 60, 200, 0)
@@ -55,6 +56,7 @@ def test_a_few_dozen_studies_of_the_issues_design_show_the_sign_flip_rejecting_t
         bench.rejection_rates(design, 60, 200, 0)["rejected"].tolist()   # seeded
 
 
+@pytest.mark.slow
 def test_continuations_kept_unevenly_break_the_count_per_cut_and_not_the_rate():
     """All answers extracted before the CCP and 60% after it, at one change rate: each study's cut counts say the
     after side changes less; the cuts' rates do not."""

@@ -39,6 +39,7 @@ def test_studies_exist():
     assert {"thinking_fairness", "thinking_fairness_bf16", "thinking_fairness_smoke", "seed_sweep"} <= set(STUDIES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("study", STUDIES)
 def test_every_job_of_every_study_composes(study):
     cfg = compose_job(f"+experiment={study}")

@@ -106,6 +106,7 @@ def test_kill_during_the_tracking_database_creation_leaves_one_the_next_start_us
     assert not list(tmp_path.glob(".mlflow.db.building-*"))
 
 
+@pytest.mark.slow
 def test_a_new_database_is_built_in_place_when_the_user_cache_cannot_be_written(tmp_path, monkeypatch):
     from fairaudit.tracking.database import prepare_tracking
 

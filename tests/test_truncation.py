@@ -63,6 +63,7 @@ def test_without_cut_traces_the_complete_metrics_repeat_the_metrics_and_with_onl
     assert math.isnan(with_complete(metrics_of, records.assign(truncated=True))["n_pairs_complete"])
 
 
+@pytest.mark.slow
 def test_the_report_shows_table_2_over_completed_pairs_with_a_pooled_row():
     frames = {"r1": four_pairs(), "r2": four_pairs()}
     rows = []
