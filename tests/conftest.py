@@ -84,13 +84,27 @@ def pg_server():
     server.stop()
 
 
+def smoke_slice() -> tuple[list[str], int]:
+    """The smoke study as the cluster suite sweeps it through each launcher, and its number of jobs: on the tiny
+    Qwen3, the study's first probe on each of its data sets (a launcher runs every job the same way, so the study's
+    other probes would prove nothing more)."""
+    import yaml
+
+    params = yaml.safe_load((REPO / "experiments" / "thinking_fairness_smoke.yaml").read_text())["hydra"]["sweeper"]
+    probe, datasets = params["params"]["probe"].split(",")[0], params["params"]["dataset"].split(",")
+    return ["+experiment=thinking_fairness_smoke", "hydra.sweeper.params.model=tiny_qwen3",
+            f"hydra.sweeper.params.probe={probe}"], len(datasets)
+
+
+SMOKE, SMOKE_JOBS = smoke_slice()
+
+
 @pytest.fixture(scope="session")
 def local_smoke(tmp_path_factory) -> Path:
-    """The cluster suite's reference: the smoke study on the tiny Qwen3 (its nine jobs) swept locally, with its own
-    store and tracking database in the folder returned, so a sweep elsewhere (SLURM, Ray) is compared with it."""
+    """The cluster suite's reference: `SMOKE` swept locally, with its own store and tracking database in the folder
+    returned, so a sweep elsewhere (SLURM, Ray) is compared with it."""
     folder = tmp_path_factory.mktemp("local-smoke")
-    local = run_app(folder, "+experiment=thinking_fairness_smoke", "hydra.sweeper.params.model=tiny_qwen3", "-m",
-                    in_tmp=True, timeout=1800)
+    local = run_app(folder, *SMOKE, "-m", in_tmp=True, timeout=1800)
     assert local.returncode == 0, local.stderr[-3000:]
     return folder
 

@@ -21,7 +21,7 @@ from fairaudit.backends import GenerationRequest
 from fairaudit.store import cli as store_cli
 from fairaudit.store.client import CachingClient
 from fairaudit.store.results import RESULTS, Store
-from tests.conftest import REPO, model_results, probe_metric_names, run_app
+from tests.conftest import REPO, SMOKE, SMOKE_JOBS, model_results, probe_metric_names, run_app
 from tests.servers import MlflowServer, have
 from tests.test_claims import issue_pair, no_deadlock, open_at_once, race, two_audits_at_once
 from tests.test_store import ScriptedBackend, requests
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.cluster
 TINY = ["model=tiny_qwen3", "dataset.n=2", "model.max_think_tokens=8"]
-SMOKE = ["+experiment=thinking_fairness_smoke", "hydra.sweeper.params.model=tiny_qwen3"]  # the smoke study on one model
 
 
 @pytest.fixture(scope="module")
@@ -171,9 +170,9 @@ def test_joblib_sweep_reports_to_the_mlflow_server(tmp_path, mlflow_server):
 
 @pytest.mark.skipif(not slurm_up(), reason="no SLURM here: scripts/cluster.sh up, then export SLURM_CONF=...")
 def test_smoke_study_on_slurm_matches_a_local_run(tmp_path, mlflow_server, local_smoke):
-    """Every job of the smoke study a SLURM job reporting to the server, under one parent, with the
-    metrics of the same sweep run locally (each sweep with its own store, so both compute everything). On the tiny
-    Qwen3 alone: its nine jobs are every data set and probe of the study, each a SLURM job of its own."""
+    """Every job of the smoke study's slice (`SMOKE`: a job per data set) a SLURM job of its own reporting to the
+    server, under one parent, with the metrics of the same sweep run locally (each sweep with its own store, so both
+    compute everything)."""
     from mlflow.tracking import MlflowClient
 
     (tmp_path / "slurm").mkdir()
@@ -190,11 +189,11 @@ def test_smoke_study_on_slurm_matches_a_local_run(tmp_path, mlflow_server, local
     found, got = job_metrics(client, "thinking_fairness_smoke")
     (parent,) = [r for r in found if r.data.tags.get("fairaudit.kind") == "sweep"]
     children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
-    assert len(children) == 9 and all(r.info.status == "FINISHED" for r in found)
+    assert len(children) == SMOKE_JOBS and all(r.info.status == "FINISHED" for r in found)
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
     logs = {p.name for p in (tmp_path / "slurm" / "multirun").glob("*/*/.submitit/*_*") if p.is_dir()}
-    assert {c.data.tags["slurm_job_id"] for c in children} == logs and len(logs) == 9
-    assert len(expected) == 9 and got == expected
+    assert {c.data.tags["slurm_job_id"] for c in children} == logs and len(logs) == SMOKE_JOBS
+    assert len(expected) == SMOKE_JOBS and got == expected
     config = client.download_artifacts(children[0].info.run_id, "config/config.yaml", str(tmp_path))
     assert "thinking_fairness_smoke" in Path(config).read_text()
 

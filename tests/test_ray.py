@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import run_app
+from conftest import SMOKE, SMOKE_JOBS, run_app
 from servers import RAY_LOOPBACK, RayHead, free_port
-from test_cluster import SMOKE, job_metrics
+from test_cluster import job_metrics
 from test_workers import comparable, the_run
 
 pytestmark = pytest.mark.cluster
@@ -24,7 +24,8 @@ def ray_head():
 
 
 def test_the_smoke_study_as_a_ray_sweep_matches_a_local_sweep(tmp_path, local_smoke, ray_head):
-    """Every job of the smoke study a Ray task, under one parent, with the metrics the same sweep has locally."""
+    """Every job of the smoke study's slice (`SMOKE`) a Ray task, under one parent, with the metrics the same sweep has
+    locally."""
     swept = run_app(tmp_path, *SMOKE, "hydra/launcher=ray", "-m", in_tmp=True, timeout=1800,
                     env={**ONE_THREAD, **ray_head.env})
     assert swept.returncode == 0, swept.stderr[-3000:]
@@ -32,9 +33,9 @@ def test_the_smoke_study_as_a_ray_sweep_matches_a_local_sweep(tmp_path, local_sm
     found, got = job_metrics(MlflowClient(f"sqlite:///{tmp_path}/mlflow.db"), "thinking_fairness_smoke")
     (parent,) = [r for r in found if r.data.tags.get("fairaudit.kind") == "sweep"]
     children = [r for r in found if r.data.tags.get("fairaudit.kind") == "job"]
-    assert len(children) == 9 and all(r.info.status == "FINISHED" for r in found)
+    assert len(children) == SMOKE_JOBS and all(r.info.status == "FINISHED" for r in found)
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
-    assert len(expected) == 9 and got == expected
+    assert len(expected) == SMOKE_JOBS and got == expected
 
 
 def test_a_job_split_over_ray_workers_equals_the_job_in_one_process(tmp_path, ray_head):
