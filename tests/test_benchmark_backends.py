@@ -35,6 +35,7 @@ def test_each_phase_is_timed_and_counted(columns):
     assert hf["decode_tok_s"] == pytest.approx(hf["generated_tokens"] / (hf["generate_s"] - hf["prefill_s"]))
 
 
+@pytest.mark.slow
 def test_same_work_reads_the_first_backends_traces(columns):
     hf, mock = columns["hf"], columns["second"]
     assert mock["parts"] == hf["parts"] and mock["read_tokens"] == hf["read_tokens"]
@@ -43,6 +44,7 @@ def test_same_work_reads_the_first_backends_traces(columns):
     assert mock["depth_share_same"] == pytest.approx(mock["depth_s"] / generation)
 
 
+@pytest.mark.slow
 def test_the_table_prints_every_figure_and_the_ratios_to_hf(bench, columns, capsys):
     bench.print_table(columns, "tiny")
     printed = capsys.readouterr().out

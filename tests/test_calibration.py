@@ -245,6 +245,7 @@ def test_the_cdpg_truth_agrees_with_the_cells_and_a_simulation_and_averages_to_n
         assert truth[f"slope_{cell}"] == pytest.approx(simulated[f"slope_{cell}"], abs=0.004), cell
 
 
+@pytest.mark.slow
 def test_the_mock_plants_the_cut_gaps_the_cdpg_truth_assumes(tmp_path, data_root):
     """Without side_sd every pair's logit gap after cut k is exactly d_k, and the cut at K reads the think arm."""
     plant = Plant(thinking_gap=1.0, side_sd=0.0)

@@ -78,6 +78,7 @@ def test_depth_records_cut_each_trace_into_equal_token_segments(context):
     assert sum(result.metrics[f"cdpg_n_{cell}"] for cell in "abcd") == 3
 
 
+@pytest.mark.slow
 def test_second_run_reads_depths_from_the_store(context):
     probe = CDPGProbe(NOTHINK, K=4, k_list=(2, 4, 8))
     probe.run(context)  # the store filled, here or by the test before it (which test-fast leaves out)

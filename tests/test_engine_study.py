@@ -128,6 +128,7 @@ def test_the_report_gives_each_engines_value_the_spread_and_its_interval(study):
     assert shown.loc["p_gap_think", "differs"] == "significance"
 
 
+@pytest.mark.slow
 def test_the_spreads_are_logged_on_the_parent_run_and_the_report_run(study):
     store, parent, result, _ = study
     logged = store.client.get_run(parent).data.metrics
@@ -138,6 +139,7 @@ def test_the_spreads_are_logged_on_the_parent_run_and_the_report_run(study):
     assert report_run["engine_spread/smollm2/adult/delta_d_cf"] == pytest.approx(0.25)
 
 
+@pytest.mark.slow
 def test_the_flip_section_and_the_figure(study):
     _, _, result, out = study
     flips = pd.read_csv(out / "engine_flips.csv")

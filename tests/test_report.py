@@ -440,6 +440,7 @@ def test_by_default_the_latest_studys_runs_of_every_probe(store, tmp_path, capsy
     assert "Not in this report: Tables 2, 9, 5, 7" in (tmp_path / "b" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_selection_errors(store, tmp_path):
     with pytest.raises(AuditError, match="no sweep run"):
         app.run(report_cfg(store, tmp_path / "a"))
