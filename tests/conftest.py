@@ -90,8 +90,8 @@ def smoke_slice() -> tuple[list[str], int]:
     other probes would prove nothing more)."""
     import yaml
 
-    params = yaml.safe_load((REPO / "experiments" / "thinking_fairness_smoke.yaml").read_text())["hydra"]["sweeper"]
-    probe, datasets = params["params"]["probe"].split(",")[0], params["params"]["dataset"].split(",")
+    swept = yaml.safe_load((REPO / "experiments" / "thinking_fairness_smoke.yaml").read_text())["hydra"]["sweeper"]
+    probe, datasets = swept["params"]["probe"].split(",")[0], swept["params"]["dataset"].split(",")
     return ["+experiment=thinking_fairness_smoke", "hydra.sweeper.params.model=tiny_qwen3",
             f"hydra.sweeper.params.probe={probe}"], len(datasets)
 

@@ -166,7 +166,7 @@ def test_the_command_runs_every_check_this_suite_runs():
     assert {check.__name__ for check in checks.CHECKS} <= tested
 
 
-@pytest.mark.slow  # each backend built three times: 24 s in all of the inner loop's 260
+@pytest.mark.slow  # each backend built three times: 24 s in all
 @pytest.mark.parametrize("entry", PARAMS)
 def test_the_fingerprint_changes_with_the_backend_version_and_the_model_files(entry, tmp_path, monkeypatch):
     folder = shutil.copytree(tiny_qwen3_dir(), tmp_path / "model")

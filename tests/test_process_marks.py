@@ -16,6 +16,7 @@ IN_PROCESS = "tests/test_contingency.py"
 def collected(mark: str, *paths: str) -> set[str]:
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m",
                            mark, *paths], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:]  # every file collected, none with an error
     return {line for line in done.stdout.splitlines() if "::" in line}
 
 
