@@ -2,7 +2,8 @@
 parse (config, tokenizer, index), weight files cut short (an interrupted download), shards the index names but the
 folder lacks, a tokenizer without a chat template (every probe renders its prompts with it), and GGUF files that
 are cut short, are no GGUF at all, or hold no language model transformers can read (e.g. a vision projector).
-Beside them, the GGUF metadata reader (`gguf_metadata`) that the checks and `backends.gguf` share."""
+Beside them, the GGUF header readers: one metadata value (`gguf_metadata`, shared with `backends.gguf`) and the
+size a complete file has (`gguf_extent`)."""
 
 from __future__ import annotations
 
@@ -83,19 +84,17 @@ def shard_problems(folder: Path) -> list[str]:
 
 def check_gguf(path: Path) -> None:
     """A GGUF file that is complete and holds a language model whose prompts transformers can render."""
-    import gguf
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
     try:
         architecture = gguf_metadata(path, "general.architecture") or "unknown"  # no GGUF at all: its own line
-        reader = gguf.GGUFReader(path)
+        expected = gguf_extent(path)
     except AuditError:
         raise
-    except Exception as error:  # the readers fail in many ways on a file cut short
+    except Exception as error:  # a header cut short ends in the middle of a value
         raise AuditError(f"GGUF file {path} is damaged or cut short ({type(error).__name__}: {error}): "
                          f"{AGAIN}") from None
     size = path.stat().st_size
-    expected = max((t.data_offset + t.n_bytes for t in reader.tensors), default=reader.data_offset)
     if size < expected:
         raise AuditError(f"GGUF file {path} is cut short: {size:,} of {expected:,} bytes: {AGAIN}")
     known = {a.replace("_", "") for a in GGUF_SUPPORTED_ARCHITECTURES}
@@ -130,17 +129,47 @@ def _read_value(handle, kind: int):
     return struct.unpack("<" + code, handle.read(struct.calcsize(code)))[0]
 
 
+def _counts(handle, gguf: Path) -> tuple[int, int]:
+    """The numbers of tensors and of metadata values a GGUF file (v2 or later) holds, read from its first bytes."""
+    head = handle.read(24)
+    magic, version, n_tensors, n_kv = struct.unpack("<4sIQQ", head) if len(head) == 24 else (head[:4], 0, 0, 0)
+    if magic != b"GGUF" or version < 2:
+        raise AuditError(f"{str(gguf)!r} is not a GGUF file of version 2 or later")
+    return n_tensors, n_kv
+
+
+def _metadata(handle, n_kv: int):
+    """Each (key, value) of a GGUF file's metadata, in the file's order (arrays of scalars as None)."""
+    for _ in range(n_kv):
+        name = _read_string(handle)
+        (kind,) = struct.unpack("<I", handle.read(4))
+        yield name, _read_value(handle, kind)
+
+
 def gguf_metadata(gguf: Path, key: str):
     """One metadata value of a GGUF file (v2 or later), read from its header up to that key; None when absent."""
     with open(gguf, "rb") as handle:
-        head = handle.read(24)
-        magic, version, _, n_kv = struct.unpack("<4sIQQ", head) if len(head) == 24 else (head[:4], 0, 0, 0)
-        if magic != b"GGUF" or version < 2:
-            raise AuditError(f"{str(gguf)!r} is not a GGUF file of version 2 or later")
-        for _ in range(n_kv):
-            name = _read_string(handle)
-            (kind,) = struct.unpack("<I", handle.read(4))
-            value = _read_value(handle, kind)
-            if name == key:
-                return value
-    return None
+        _, n_kv = _counts(handle, gguf)
+        return next((value for name, value in _metadata(handle, n_kv) if name == key), None)
+
+
+def gguf_extent(gguf: Path) -> int:
+    """The bytes a complete GGUF file holds: its header, then its tensors' data from the next multiple of its
+    alignment (`general.alignment`, else 32), each tensor at its offset, sized by its type's blocks. Read from the
+    header alone, so a file cut short in its data says how much it lacks."""
+    import math
+
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    with open(gguf, "rb") as handle:
+        n_tensors, n_kv = _counts(handle, gguf)
+        alignment = dict(_metadata(handle, n_kv)).get("general.alignment") or 32
+        end = 0
+        for _ in range(n_tensors):
+            _read_string(handle)
+            (n_dims,) = struct.unpack("<I", handle.read(4))
+            shape = struct.unpack(f"<{n_dims}Q", handle.read(8 * n_dims))
+            kind, offset = struct.unpack("<IQ", handle.read(12))
+            block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+            end = max(end, offset + math.prod(shape) // block * size)
+        return -(-handle.tell() // alignment) * alignment + end
