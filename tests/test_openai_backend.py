@@ -110,11 +110,15 @@ def model_dir() -> Path:
     return tiny_qwen3_dir()
 
 
-@pytest.fixture
-def servers(model_dir):
-    from transformers import AutoTokenizer
+@pytest.fixture(scope="module")
+def eos(model_dir) -> int:
+    from fairaudit.backends.common import folder_tokenizer
 
-    eos = AutoTokenizer.from_pretrained(str(model_dir)).eos_token_id
+    return folder_tokenizer(str(model_dir)).eos_token_id
+
+
+@pytest.fixture
+def servers(eos):
     started: list[FakeServer] = []
 
     def start(**kwargs) -> FakeServer:

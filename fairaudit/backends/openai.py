@@ -242,10 +242,11 @@ class OpenAIBackend(Backend):
 
     @classmethod
     def load_tokenizer(cls, model_dir: str | Path, settings: Mapping):
-        """`backend.tokenizer` (a local folder or hub id) when set, else the model folder's own."""
-        from transformers import AutoTokenizer
+        """`backend.tokenizer` (a local folder or hub id) when set, else the model folder's own; loaded once per
+        process (`common.folder_tokenizer`: the backend encodes, decodes and renders with it, and changes nothing)."""
+        from fairaudit.backends.common import folder_tokenizer
 
-        return AutoTokenizer.from_pretrained(settings.get("tokenizer") or str(model_dir))
+        return folder_tokenizer(settings.get("tokenizer") or str(model_dir))
 
     def __init__(self, model_dir: str | Path, base_url: str | Sequence[str], model: str | None = None,
                  api_key_env: str | None = None, mode: str = "completions", tokenizer: str | None = None,
