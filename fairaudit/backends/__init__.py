@@ -204,10 +204,10 @@ class Backend(metaclass=Contract):
     @classmethod
     def load_tokenizer(cls, model_dir: str | Path, settings: Mapping):
         """The tokenizer this backend renders prompts with under its `backend.*` settings (a dry run prints what
-        it renders), loaded once per process (`common.folder_tokenizer`); default: the model folder's own."""
-        from fairaudit.backends.common import folder_tokenizer
+        it renders); default: the model folder's own."""
+        from transformers import AutoTokenizer
 
-        return folder_tokenizer(str(model_dir))
+        return AutoTokenizer.from_pretrained(str(model_dir))
 
     @classmethod
     def available(cls) -> bool:
