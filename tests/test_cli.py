@@ -147,7 +147,7 @@ def test_a_run_composes_its_config_twice_its_check_and_its_run(tmp_path, monkeyp
     `hydra.mode` (`cli.main.mode_as_typed`); with `hydra.mode=` typed, Hydra reads it as it always does."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
-    import fork_runner
+    from fork_runner import fairaudit as forked
 
     log = tmp_path / "compositions"
     load = ConfigLoaderImpl.load_configuration
@@ -162,6 +162,6 @@ def test_a_run_composes_its_config_twice_its_check_and_its_run(tmp_path, monkeyp
               f"store.url={tmp_path}/store.sqlite", "model=tiny_qwen3", "dataset.n=2", "probe.n_boot=10"]
     for typed, modes in (([], ["RUN", "RUN"]), (["hydra.mode=RUN"], ["RUN", "MULTIRUN", "RUN"])):
         log.unlink(missing_ok=True)
-        done = fork_runner.fairaudit([*places, *typed], tmp_path)  # stopped by the job's checks, as Hydra runs it
+        done = forked([*places, *typed], tmp_path)  # stopped by the job's checks, once Hydra runs it
         assert done.returncode == 2 and "probe.n_boot=10 must be an integer in 100..100000" in done.stderr
         assert log.read_text().split() == modes
