@@ -140,28 +140,3 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
                           f"store.url={tmp_path}/store.sqlite"],
                          cwd=where, env={**ENV, **env}, capture_output=True, text=True, timeout=600)
     assert dry.returncode == 0 and dry.stdout.count("=== pair") == 2, dry.stderr[-3000:]
-
-
-def test_a_run_composes_its_config_twice_its_check_and_its_run(tmp_path, monkeypatch):
-    """fairaudit's check of the overrides, then the run's own composition: not Hydra's third, which reads only
-    `hydra.mode` (`cli.main.mode_as_typed`); with `hydra.mode=` typed, Hydra reads it as it always does."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
-    from fork_runner import fairaudit as forked
-
-    log = tmp_path / "compositions"
-    load = ConfigLoaderImpl.load_configuration
-
-    def logged(self, *args, **kwargs):  # in the forked command: each composition's mode, one line each
-        with open(log, "a") as out:
-            out.write(f"{kwargs['run_mode'].name}\n")
-        return load(self, *args, **kwargs)
-
-    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", logged)
-    places = [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/out",
-              f"store.url={tmp_path}/store.sqlite", "model=tiny_qwen3", "dataset.n=2", "probe.n_boot=10"]
-    for typed, modes in (([], ["RUN", "RUN"]), (["hydra.mode=RUN"], ["RUN", "MULTIRUN", "RUN"])):
-        log.unlink(missing_ok=True)
-        done = forked([*places, *typed], tmp_path)  # stopped by the job's checks, once Hydra runs it
-        assert done.returncode == 2 and "probe.n_boot=10 must be an integer in 100..100000" in done.stderr
-        assert log.read_text().split() == modes

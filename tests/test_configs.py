@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import os
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -75,21 +73,3 @@ def test_default_config_is_the_embedded_counterfactual_audit():
         "embedded:smollm2", "CounterfactualProbe", "think")
     assert cfg.probe.baseline_arm.name == "nothink"
     assert cfg.tracking.uri.startswith("sqlite:////")  # absolute path
-
-
-def test_no_shipped_config_sets_hydras_mode():
-    """`fairaudit` takes a run's mode from its command line (-m sweeps) without Hydra's extra composition to read
-    `hydra.mode` (`cli.main.mode_as_typed`): that holds while no config of conf/ sets it."""
-    import yaml
-
-    def sets_mode(node, in_hydra: bool) -> bool:
-        if not isinstance(node, dict):
-            return False
-        return (in_hydra and "mode" in node) or any(sets_mode(v, in_hydra or k == "hydra") for k, v in node.items())
-
-    files = sorted(Path(folder) / name for folder, _, names in os.walk(CONF, followlinks=True)  # experiment/ too
-                   for name in names if name.endswith(".yaml"))
-    assert len(files) > 70
-    for path in files:
-        in_hydra = "hydra" in path.relative_to(CONF).parts[:-1]  # a hydra/... group config is packaged under hydra
-        assert not sets_mode(yaml.safe_load(path.read_text()) or {}, in_hydra), path

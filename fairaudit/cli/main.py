@@ -89,7 +89,7 @@ def hydra_command(module: str, argv: list[str], config_name: str = "config") -> 
     argv = tracking_database((["-m"] if config_name == "config" and sweeps_itself(argv) else []) + argv)
     argv = argv if prints_config(argv) else into_environment(argv)
     redact_override_dirname()
-    with scratch_outputs(argv) as argv, redacted_printout(argv), mode_as_typed(argv):
+    with scratch_outputs(argv) as argv, redacted_printout(argv):
         sys.argv = hoist_multirun_flag([sys.argv[0]] + argv)
         importlib.import_module(module).main()
     return 0
@@ -148,27 +148,6 @@ def scratch_outputs(argv: list[str]):
     with tempfile.TemporaryDirectory(prefix="fairaudit-dry-run-") as tmp:
         kept = [a for a in argv if not a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]
         yield [*kept, f"hydra.run.dir={tmp}/run", f"hydra.sweep.dir={tmp}/sweep"]
-
-
-@contextlib.contextmanager
-def mode_as_typed(argv: list[str]):
-    """Hydra composes the whole config once more before each run only to read `hydra.mode` (`Hydra.get_mode`), a
-    third composition after fairaudit's check and before the run's own. fairaudit's configs never set it
-    (tests/test_configs.py), so with no other config root and no `hydra.mode=` typed, the mode is the command line's:
-    -m sweeps, as Hydra decides when the config leaves the mode unset."""
-    from fairaudit.places import extension_roots
-
-    if extension_roots() or any(arg.lstrip("+").startswith("hydra.mode=") for arg in argv):
-        yield
-        return
-    from hydra._internal.hydra import Hydra
-
-    get_mode = Hydra.get_mode
-    Hydra.get_mode = lambda self, config_name, overrides: None
-    try:
-        yield
-    finally:
-        Hydra.get_mode = get_mode
 
 
 def plan_command(argv: list[str]) -> int:
